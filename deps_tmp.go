@@ -1,0 +1,36 @@
+//go:build tools
+
+package trainyard
+
+import (
+	_ "github.com/go-logr/zapr"
+	_ "github.com/google/go-cmp/cmp"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/prometheus/client_golang/prometheus/promhttp"
+	_ "github.com/prometheus/client_golang/prometheus/testutil"
+	_ "go.uber.org/zap"
+	_ "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	_ "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	_ "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	_ "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	_ "k8s.io/apimachinery/pkg/util/strategicpatch"
+	_ "k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/kubernetes/fake"
+	_ "k8s.io/client-go/tools/leaderelection"
+	_ "k8s.io/client-go/tools/record"
+	_ "k8s.io/client-go/util/workqueue"
+	_ "k8s.io/client-go/dynamic"
+	_ "k8s.io/client-go/discovery"
+	_ "k8s.io/component-base/featuregate"
+	_ "k8s.io/component-base/config/v1alpha1"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/klog/v2"
+	_ "k8s.io/klog/v2/ktesting"
+	_ "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	_ "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	_ "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
+	_ "sigs.k8s.io/jobset/client-go/informers/externalversions"
+	_ "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
+	_ "github.com/spf13/pflag"
+	_ "sigs.k8s.io/yaml"
+)

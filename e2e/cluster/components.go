@@ -1,0 +1,81 @@
+package cluster
+
+// Component names. They name binaries, log files (<name>.log) and the
+// processes recorded in the state file.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
+	JobSet                = "jobset"
+	Kwok                  = "kwok"
+)
+
+// Source is one pinned Go module from which binaries are built and/or
+// manifest files are taken.
+type Source struct {
+	// Name keys the cache folder <cache>/bin/<Name>-<Version>/ and, when
+	// Binaries is not empty, names the build module hack/kube-bins/<Name>.
+	Name string
+	// Module and Version identify the module on the Go module proxy; Version
+	// must equal the one required by hack/kube-bins/<Name>/go.mod.
+	Module, Version string
+	// Binaries maps an output binary name to the package that builds it.
+	Binaries map[string]string
+	// Assets are files copied from the module's source tree into the cache
+	// folder, keyed by their destination name, e.g.
+	// "jobset-crd.yaml" -> "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml".
+	Assets map[string]string
+}
+
+// Names of the manifest assets the cluster installs.
+const (
+	assetJobSetCRD       = "jobset-crd.yaml"
+	assetJobSetWebhooks  = "jobset-webhooks.yaml"
+	assetKwokNodeInit    = "kwok-node-initialize.yaml"
+	assetKwokNodeLease   = "kwok-node-heartbeat-with-lease.yaml"
+	assetSchedPluginsPGs = "scheduler-plugins-podgroups-crd.yaml"
+)
+
+// Sources lists everything the cluster needs, pinned. The versions of the
+// built components are mirrored by the go.mod files in hack/kube-bins, whose
+// go.sum files make the builds reproducible.
+var Sources = []Source{
+	{
+		Name: "etcd", Module: "go.etcd.io/etcd/server/v3", Version: "v3.6.8",
+		Binaries: map[string]string{Etcd: "go.etcd.io/etcd/server/v3"},
+	},
+	{
+		Name: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3",
+		Binaries: map[string]string{
+			KubeAPIServer:         "k8s.io/kubernetes/cmd/kube-apiserver",
+			KubeControllerManager: "k8s.io/kubernetes/cmd/kube-controller-manager",
+			KubeScheduler:         "k8s.io/kubernetes/cmd/kube-scheduler",
+		},
+	},
+	{
+		Name: "jobset", Module: "sigs.k8s.io/jobset", Version: "v0.12.0",
+		Binaries: map[string]string{JobSet: "sigs.k8s.io/jobset"},
+		Assets: map[string]string{
+			assetJobSetCRD:      "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+			assetJobSetWebhooks: "config/components/webhook/manifests.yaml",
+		},
+	},
+	{
+		Name: "kwok", Module: "sigs.k8s.io/kwok", Version: "v0.8.0",
+		Binaries: map[string]string{Kwok: "sigs.k8s.io/kwok/cmd/kwok"},
+		Assets: map[string]string{
+			assetKwokNodeInit:  "kustomize/stage/node/fast/node-initialize.yaml",
+			assetKwokNodeLease: "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+		},
+	},
+	{
+		// Manifests only: the PodGroup CRD (scheduling.x-k8s.io/v1alpha1) of
+		// the coscheduling plugin. Volcano's PodGroup CRD is not shipped by any
+		// module the proxy serves, see assets/volcano-podgroups-crd.yaml.
+		Name: "scheduler-plugins", Module: "sigs.k8s.io/scheduler-plugins", Version: "v0.33.5",
+		Assets: map[string]string{
+			assetSchedPluginsPGs: "config/crd/bases/scheduling.x-k8s.io_podgroups.yaml",
+		},
+	},
+}

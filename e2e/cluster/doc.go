@@ -1,0 +1,29 @@
+// Package cluster runs a real, single-machine Kubernetes control plane for
+// Trainyard's local development loop (`make cluster-up`) and its end-to-end
+// tests, without Docker or a kubelet.
+//
+// The control plane is made of unmodified upstream binaries, built once from
+// pinned module versions and cached outside the clone (see [Build]):
+//
+//	etcd v3.6.8
+//	kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes v1.36.3)
+//	JobSet controller v0.12.0 (with its mutating and validating webhooks)
+//	kwok v0.8.0, which fakes nodes and drives pod phases through Stage objects
+//
+// [Up] starts them as child processes on free 127.0.0.1 ports, each in its own
+// process group with its output in <StateDir>/logs/<component>.log; enables the
+// Workload API (scheduling.k8s.io/v1alpha2, gates GenericWorkload and
+// GangScheduling) and DRA; installs the CRDs Trainyard works with (Trainyard's
+// own, JobSet, scheduler-plugins and Volcano PodGroups); registers kwok fake
+// GPU nodes with a DRA DeviceClass and one ResourceSlice per node; and writes an
+// admin kubeconfig plus a state file so that [DownFromState] can clean up after
+// a process that died without calling [Cluster.Down].
+//
+// Pods on the fake nodes follow the kwok stages in assets/pod-stages.yaml: they
+// start within about a second; pods owned by a Job complete after
+// [DefaultPodCompleteDelay] unless the annotation [AnnotationCompleteDelay]
+// says otherwise; any pod annotated with [AnnotationFailAfter] fails after that
+// duration with exit code 1.
+//
+// Tests use [ForTests] from TestMain, then [Shared] and [NewNamespace].
+package cluster

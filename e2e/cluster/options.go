@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DefaultStateDir is where, relative to the repository root, a cluster keeps
+// its kubeconfig, state file and logs unless told otherwise.
+const DefaultStateDir = "_output/cluster"
+
+// DefaultFeatureGates is passed to kube-apiserver, kube-controller-manager
+// and kube-scheduler: the Workload API with gang scheduling, and DRA (GA and
+// locked on in 1.36; named so the intent is explicit).
+const DefaultFeatureGates = "GenericWorkload=true,GangScheduling=true,DynamicResourceAllocation=true"
+
+// DefaultRuntimeConfig makes kube-apiserver serve the Workload API.
+const DefaultRuntimeConfig = "scheduling.k8s.io/v1alpha2=true"
+
+// Pod annotations understood by the kwok stages (assets/pod-stages.yaml).
+const (
+	// AnnotationCompleteDelay on a Job's pod sets how long it runs before
+	// it succeeds, as a Go duration ("2s"). Default: DefaultPodCompleteDelay.
+	AnnotationCompleteDelay = "pod-complete.stage.kwok.x-k8s.io/delay"
+	// AnnotationFailAfter on any pod makes it fail that long (a Go
+	// duration, "2s") after it starts running: phase Failed, containers
+	// terminated with exit code 1.
+	AnnotationFailAfter = "trainyard.dev/fail-after"
+	// AnnotationFailExitCode overrides the exit code of AnnotationFailAfter
+	// ("42"), e.g. to exercise a podFailurePolicy.
+	AnnotationFailExitCode = "trainyard.dev/fail-exit-code"
+)
+
+// DefaultPodCompleteDelay is how long a Job's pod runs on a fake node before
+// it succeeds when AnnotationCompleteDelay is absent.
+const DefaultPodCompleteDelay = 3 * time.Second
+
+// NodeShape is the capacity of one fake node; the same values are reported
+// as allocatable.
+type NodeShape struct {
+	// GPUs is the count of the extended resource nvidia.com/gpu and also the
+	// number of DRA devices in the node's ResourceSlice.
+	GPUs int
+	// CPU in cores ("32") and Memory in bytes ("256Gi").
+	CPU, Memory resource.Quantity
+	// Pods is the maximum number of pods on the node.
+	Pods int
+}
+
+// DefaultNodeShape is 8 GPUs, 32 CPUs, 256Gi of memory and 110 pods.
+func DefaultNodeShape() NodeShape {
+	return NodeShape{GPUs: 8, CPU: resource.MustParse("32"), Memory: resource.MustParse("256Gi"), Pods: 110}
+}
+
+// Options configures [Up]. The zero value gives the default cluster.
+type Options struct {
+	// Build locates the binaries; see BuildOptions.
+	Build BuildOptions
+	// StateDir holds the admin kubeconfig ("kubeconfig"), the state file
+	// ("state.json") and, by default, the logs. Default:
+	// <RepoRoot>/_output/cluster. Only one running cluster may use a StateDir.
+	StateDir string
+	// LogDir receives <component>.log for each component. Default: <StateDir>/logs.
+	LogDir string
+	// TempDir is the parent of the cluster's data folder (etcd data,
+	// certificates, configs), which Down removes. Default: os.TempDir().
+	TempDir string
+	// Nodes is the number of fake nodes registered at start; 0 means 4,
+	// negative means none.
+	Nodes int
+	// NodeShape is the capacity of each node. Zero fields take their value
+	// from DefaultNodeShape; negative GPUs mean none.
+	NodeShape NodeShape
+	// APIServerPort pins kube-apiserver's port on 127.0.0.1; 0 picks a free one.
+	APIServerPort int
+	// FeatureGates for the Kubernetes components. Default: DefaultFeatureGates.
+	FeatureGates string
+	// Detach lets the components outlive this process (for `localcluster up
+	// --detach`); they are then stopped with DownFromState. Without it they
+	// are killed when this process dies.
+	Detach bool
+	// StartTimeout bounds how long each component may take to become ready.
+	// Default: 90s.
+	StartTimeout time.Duration
+	// Progress receives one line per step; nil discards.
+	Progress io.Writer
+}
+
+func (o *Options) withDefaults() error {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Build.Progress == nil {
+		o.Build.Progress = o.Progress
+	}
+	if err := o.Build.withDefaults(); err != nil {
+		return err
+	}
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(o.Build.RepoRoot, DefaultStateDir)
+	}
+	var err error
+	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
+		return err
+	}
+	if o.LogDir == "" {
+		o.LogDir = filepath.Join(o.StateDir, "logs")
+	}
+	if o.TempDir == "" {
+		o.TempDir = os.TempDir()
+	}
+	switch {
+	case o.Nodes == 0:
+		o.Nodes = 4
+	case o.Nodes < 0:
+		o.Nodes = 0
+	}
+	o.NodeShape = o.NodeShape.mergedWith(DefaultNodeShape())
+	if o.FeatureGates == "" {
+		o.FeatureGates = DefaultFeatureGates
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 90 * time.Second
+	}
+	if o.APIServerPort < 0 || o.APIServerPort > 65535 {
+		return fmt.Errorf("invalid API server port %d", o.APIServerPort)
+	}
+	return nil
+}

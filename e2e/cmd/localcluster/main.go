@@ -1,0 +1,231 @@
+// Command localcluster builds, starts, inspects and stops Trainyard's local
+// Kubernetes control plane (package github.com/trainyard/trainyard/e2e/cluster).
+//
+//	localcluster build                 build or verify the cached binaries
+//	localcluster up [--detach] [flags] start a cluster; without --detach, run until SIGINT/SIGTERM
+//	localcluster status                show the recorded cluster and whether it serves
+//	localcluster down                  stop the recorded cluster, even if its starter died
+//
+// All state lives in --state-dir (default <repo>/_output/cluster): the admin
+// kubeconfig, state.json and logs/<component>.log.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+)
+
+const usage = `usage: localcluster <build|up|down|status> [flags]
+
+  build    build the pinned binaries into the cache, or reuse them
+  up       start a cluster; stays in the foreground until interrupted, or
+           returns once it is ready with --detach
+  status   print the recorded cluster, its processes and its health
+  down     stop the recorded cluster and remove its data; works after a crash
+
+Run "localcluster <command> -h" for the flags of a command.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "build":
+		err = runBuild(ctx, args)
+	case "up":
+		err = runUp(ctx, args)
+	case "down":
+		err = runDown(args)
+	case "status":
+		err = runStatus(ctx, args)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+// common holds the flags every command has.
+type common struct {
+	stateDir, logDir, cacheDir string
+}
+
+func (c *common) register(flags *flag.FlagSet) {
+	flags.StringVar(&c.stateDir, "state-dir", "", "folder of the kubeconfig, state.json and logs (default <repo>/"+cluster.DefaultStateDir+")")
+	flags.StringVar(&c.logDir, "log-dir", "", "folder of the component logs (default <state-dir>/logs)")
+	flags.StringVar(&c.cacheDir, "cache-dir", "", "binary cache root (default $"+cluster.EnvCacheDir+" or $HOME/.cache/trainyard)")
+}
+
+func (c *common) options() (cluster.Options, error) {
+	opts := cluster.Options{
+		StateDir: c.stateDir, LogDir: c.logDir,
+		Build:    cluster.BuildOptions{CacheDir: c.cacheDir},
+		Progress: os.Stderr,
+	}
+	if opts.StateDir == "" {
+		root, err := cluster.FindRepoRoot()
+		if err != nil {
+			return opts, err
+		}
+		opts.StateDir = filepath.Join(root, cluster.DefaultStateDir)
+	}
+	return opts, nil
+}
+
+func runBuild(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("build", flag.ExitOnError)
+	c.register(flags)
+	_ = flags.Parse(args)
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	opts.Build.Progress = os.Stderr
+	if _, err := cluster.Build(ctx, opts.Build); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "binaries ready in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func runUp(ctx context.Context, args []string) error {
+	var (
+		c                    common
+		detach               bool
+		cpu, memory, gates   string
+		nodes, gpus, pods    int
+		apiServerPort        int
+		timeout, startTimout time.Duration
+	)
+	flags := flag.NewFlagSet("up", flag.ExitOnError)
+	c.register(flags)
+	flags.BoolVar(&detach, "detach", false, "return once the cluster is ready and leave it running; stop it with `localcluster down`")
+	flags.IntVar(&nodes, "nodes", 4, "number of fake nodes (0 for none)")
+	flags.IntVar(&gpus, "gpus", 8, "nvidia.com/gpu and DRA devices per node")
+	flags.StringVar(&cpu, "cpu", "32", "CPU capacity per node")
+	flags.StringVar(&memory, "memory", "256Gi", "memory capacity per node")
+	flags.IntVar(&pods, "pods", 110, "pod capacity per node")
+	flags.IntVar(&apiServerPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one)")
+	flags.StringVar(&gates, "feature-gates", cluster.DefaultFeatureGates, "feature gates of the Kubernetes components")
+	flags.DurationVar(&timeout, "timeout", 20*time.Minute, "overall bound for building and starting")
+	flags.DurationVar(&startTimout, "start-timeout", 90*time.Second, "bound for each component to become ready")
+	_ = flags.Parse(args)
+
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	if opts.NodeShape.CPU, err = resource.ParseQuantity(cpu); err != nil {
+		return fmt.Errorf("--cpu: %w", err)
+	}
+	if opts.NodeShape.Memory, err = resource.ParseQuantity(memory); err != nil {
+		return fmt.Errorf("--memory: %w", err)
+	}
+	opts.Nodes, opts.NodeShape.GPUs, opts.NodeShape.Pods = orNone(nodes), orNone(gpus), pods
+	opts.APIServerPort, opts.FeatureGates, opts.Detach, opts.StartTimeout = apiServerPort, gates, detach, startTimout
+
+	upCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	cl, err := cluster.Up(upCtx, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "cluster up in %s\n", time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf("export KUBECONFIG=%s\n", cl.Kubeconfig())
+	if detach {
+		fmt.Fprintf(os.Stderr, "running in the background; logs in %s; stop with: localcluster down\n", cl.LogDir())
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, "press Ctrl-C to stop")
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "stopping")
+	return cl.Down()
+}
+
+// orNone maps the CLI's "0 means none" to Options' "negative means none".
+func orNone(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func runDown(args []string) error {
+	var c common
+	flags := flag.NewFlagSet("down", flag.ExitOnError)
+	c.register(flags)
+	_ = flags.Parse(args)
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	if err := cluster.DownFromState(opts.StateDir, os.Stderr); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "cluster down")
+	return nil
+}
+
+func runStatus(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("status", flag.ExitOnError)
+	c.register(flags)
+	_ = flags.Parse(args)
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	s, err := cluster.ReadState(opts.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		fmt.Printf("no cluster recorded in %s\n", opts.StateDir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("cluster started %s by pid %d (detached: %v)\nserver: %s\ndata:   %s\nlogs:   %s\n",
+		s.StartedAt.Local().Format(time.RFC3339), s.OwnerPid, s.Detached, s.Server, s.WorkDir, s.LogDir)
+	live := map[int]bool{}
+	for _, p := range s.Live() {
+		live[p.Pid] = true
+	}
+	for _, p := range s.Processes {
+		state := "dead"
+		if live[p.Pid] {
+			state = "running"
+		}
+		fmt.Printf("  %-24s pid %-7d %-8s ports %v\n", p.Name, p.Pid, state, p.Ports)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cluster.Attach(ctx, s.Kubeconfig); err != nil {
+		return fmt.Errorf("not serving: %w", err)
+	}
+	fmt.Printf("ready\nexport KUBECONFIG=%s\n", s.Kubeconfig)
+	return nil
+}

@@ -1,0 +1,111 @@
+/*
+Copyright The Trainyard Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Defaults of the Configuration fields, exported so flags can show them.
+const (
+	DefaultMetricsBindAddress     = ":8080"
+	DefaultHealthProbeBindAddress = ":8081"
+	DefaultClientQPS              = 50
+	DefaultClientBurst            = 100
+	DefaultLeaseName              = "trainyard-controller"
+	DefaultStageWorkers           = 4
+	DefaultStatusWorkers          = 8
+	DefaultRetryBaseDelay         = 5 * time.Millisecond
+	DefaultRetryMaxDelay          = 5 * time.Minute
+	DefaultRetryQPS               = 10
+	DefaultRetryBurst             = 100
+)
+
+// SetDefaults_Configuration fills every unset field of c with its documented default.
+// Called by the generated defaulter (scheme.Default) after decoding.
+func SetDefaults_Configuration(c *Configuration) {
+	cc := &c.ClientConnection
+	if cc.QPS == 0 {
+		cc.QPS = DefaultClientQPS
+	}
+	if cc.Burst == 0 {
+		cc.Burst = DefaultClientBurst
+	}
+	if cc.ContentType == "" {
+		// Protobuf for built-in kinds; CRDs fall back to JSON automatically.
+		cc.ContentType = "application/vnd.kubernetes.protobuf"
+	}
+	if cc.AcceptContentTypes == "" {
+		cc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	}
+
+	le := &c.LeaderElection
+	if le.LeaderElect == nil {
+		le.LeaderElect = ptr.To(false)
+	}
+	if le.ResourceLock == "" {
+		le.ResourceLock = "leases"
+	}
+	if le.ResourceName == "" {
+		le.ResourceName = DefaultLeaseName
+	}
+	setDuration(&le.LeaseDuration, 15*time.Second)
+	setDuration(&le.RenewDeadline, 10*time.Second)
+	setDuration(&le.RetryPeriod, 2*time.Second)
+
+	if c.Metrics.BindAddress == "" {
+		c.Metrics.BindAddress = DefaultMetricsBindAddress
+	}
+	if c.Health.HealthProbeBindAddress == "" {
+		c.Health.HealthProbeBindAddress = DefaultHealthProbeBindAddress
+	}
+
+	for _, s := range []*StageConfiguration{
+		&c.Stages.ResolveRuntime, &c.Stages.MergePatches, &c.Stages.MLPolicy,
+		&c.Stages.Gang, &c.Stages.DRAClaims,
+	} {
+		if s.Workers == nil {
+			s.Workers = ptr.To[int32](DefaultStageWorkers)
+		}
+	}
+	if c.Stages.Status.Workers == nil {
+		c.Stages.Status.Workers = ptr.To[int32](DefaultStatusWorkers)
+	}
+
+	rl := &c.RateLimit
+	if rl.BaseDelay == nil {
+		rl.BaseDelay = &metav1.Duration{Duration: DefaultRetryBaseDelay}
+	}
+	if rl.MaxDelay == nil {
+		rl.MaxDelay = &metav1.Duration{Duration: DefaultRetryMaxDelay}
+	}
+	if rl.QPS == nil {
+		rl.QPS = ptr.To[float32](DefaultRetryQPS)
+	}
+	if rl.Burst == nil {
+		rl.Burst = ptr.To[int32](DefaultRetryBurst)
+	}
+}
+
+func setDuration(d *metav1.Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
+}

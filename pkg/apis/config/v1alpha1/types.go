@@ -1,0 +1,129 @@
+/*
+Copyright The Trainyard Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Configuration is the Trainyard controller's configuration file, read with --config.
+// Command-line flags of the same meaning (e.g. --kube-api-qps) override the file.
+type Configuration struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// clientConnection configures the Kubernetes API client: qps defaults to 50, burst to
+	// 100 (upstream Trainer's values). kubeconfig, when empty, means in-cluster config or
+	// $KUBECONFIG.
+	// +optional
+	ClientConnection componentbaseconfigv1alpha1.ClientConnectionConfiguration `json:"clientConnection"`
+
+	// leaderElection configures Lease-based leader election. Off by default (one
+	// replica); the Helm chart turns it on. Lease name defaults to "trainyard-controller",
+	// durations to 15s lease / 10s renew deadline / 2s retry.
+	// +optional
+	LeaderElection componentbaseconfigv1alpha1.LeaderElectionConfiguration `json:"leaderElection"`
+
+	// metrics configures the Prometheus /metrics endpoint.
+	// +optional
+	Metrics MetricsConfiguration `json:"metrics"`
+
+	// health configures the /healthz and /readyz endpoints.
+	// +optional
+	Health HealthConfiguration `json:"health"`
+
+	// stages configures each pipeline stage's worker pool.
+	// +optional
+	Stages StagesConfiguration `json:"stages"`
+
+	// rateLimit configures every stage queue's retry backoff and overall admission rate.
+	// +optional
+	RateLimit RateLimitConfiguration `json:"rateLimit"`
+
+	// featureGates turns Trainyard features on or off by name.
+	// +optional
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+}
+
+// MetricsConfiguration configures the metrics endpoint.
+type MetricsConfiguration struct {
+	// bindAddress is the host:port of the plain-HTTP /metrics endpoint; "0" disables it.
+	// Defaults to ":8080".
+	// +optional
+	BindAddress string `json:"bindAddress,omitempty"`
+}
+
+// HealthConfiguration configures the probe endpoints.
+type HealthConfiguration struct {
+	// healthProbeBindAddress is the host:port serving /healthz and /readyz. Defaults to
+	// ":8081".
+	// +optional
+	HealthProbeBindAddress string `json:"healthProbeBindAddress,omitempty"`
+}
+
+// StagesConfiguration configures each of the six pipeline stages.
+type StagesConfiguration struct {
+	// resolveRuntime finds the TrainJob's runtime. Defaults to 4 workers.
+	// +optional
+	ResolveRuntime StageConfiguration `json:"resolveRuntime"`
+	// mergePatches merges the runtime template, spec.trainer and runtimePatches. Defaults
+	// to 4 workers.
+	// +optional
+	MergePatches StageConfiguration `json:"mergePatches"`
+	// mlPolicy applies the framework policy (Torch, MPI, JAX...). Defaults to 4 workers.
+	// +optional
+	MLPolicy StageConfiguration `json:"mlPolicy"`
+	// gang applies the podGroupPolicy (Workload API, KAI, coscheduling, Volcano).
+	// Defaults to 4 workers.
+	// +optional
+	Gang StageConfiguration `json:"gang"`
+	// draClaims wires DRA resource claims. Defaults to 4 workers.
+	// +optional
+	DRAClaims StageConfiguration `json:"draClaims"`
+	// status applies the JobSet and writes TrainJob status; it sees the most traffic.
+	// Defaults to 8 workers.
+	// +optional
+	Status StageConfiguration `json:"status"`
+}
+
+// StageConfiguration configures one stage.
+type StageConfiguration struct {
+	// workers is the number of goroutines processing the stage's queue, at least 1.
+	// +optional
+	Workers *int32 `json:"workers,omitempty"`
+}
+
+// RateLimitConfiguration configures the stage queues' rate limiters: the larger of a
+// per-item exponential backoff (baseDelay doubling up to maxDelay) and an overall token
+// bucket (qps, burst).
+type RateLimitConfiguration struct {
+	// baseDelay is the first retry delay of an item. Defaults to 5ms.
+	// +optional
+	BaseDelay *metav1.Duration `json:"baseDelay,omitempty"`
+	// maxDelay caps an item's retry delay. Defaults to 5m.
+	// +optional
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+	// qps is the overall rate, in items per second, at which retried items re-enter a
+	// stage. Defaults to 10.
+	// +optional
+	QPS *float32 `json:"qps,omitempty"`
+	// burst is the token bucket size of that overall rate. Defaults to 100.
+	// +optional
+	Burst *int32 `json:"burst,omitempty"`
+}

@@ -1,0 +1,133 @@
+// Package metrics defines Trainyard's Prometheus metrics. Their names and
+// label values are in names.go.
+//
+// Nothing here registers globally: New registers on the Registerer it is
+// given, so every test can use a fresh prometheus.NewRegistry(). Every label
+// is a bounded enum. No label ever carries a TrainJob's namespace, name or
+// UID, so the number of series does not depend on the number of TrainJobs.
+package metrics
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Native histogram settings, used next to the classic buckets. Scrapers that
+// negotiate native histograms get fine-grained percentiles; the others see
+// only the classic buckets.
+const (
+	nativeBucketFactor    = 1.1
+	nativeMaxBucketNumber = 100
+	nativeMinResetPeriod  = time.Hour
+)
+
+// Metrics holds every Trainyard metric. Create it with New. All methods are
+// safe for concurrent use.
+type Metrics struct {
+	queue workqueueProvider
+
+	stageDuration *prometheus.HistogramVec
+	stageSyncs    *prometheus.CounterVec
+	stageRetries  *prometheus.CounterVec
+	stageErrors   *prometheus.CounterVec
+	stagePanics   *prometheus.CounterVec
+	stageInflight *prometheus.GaugeVec
+	stageWorkers  *prometheus.GaugeVec
+
+	jobSetCreationLatency *prometheus.HistogramVec
+	jobSetCreationSeen    *uidSet
+
+	trainJobs *phaseCollector
+	buildInfo *prometheus.GaugeVec
+}
+
+// New creates the metrics and registers them on reg. If reg is nil, the
+// metrics work but are not registered, so nothing exports them. New panics if
+// reg already holds metrics with these names, which is a wiring bug: create
+// one Metrics per registry.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		queue: newWorkqueueProvider(),
+
+		stageDuration: prometheus.NewHistogramVec(histogramOpts(StageDurationSeconds,
+			"Time spent in one stage Sync call, in seconds, by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
+			stageBuckets), []string{LabelStage, LabelResult}),
+		stageSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: StageSyncsTotal,
+			Help: "Stage Sync calls by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
+		}, []string{LabelStage, LabelResult}),
+		stageRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: StageRetriesTotal,
+			Help: "Keys a stage requeued with rate-limited backoff after a failed, panicked or retry-requesting Sync.",
+		}, []string{LabelStage}),
+		stageErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: StageErrorsTotal,
+			Help: "Failed stage Sync calls by reason (conflict, not_found, invalid, forbidden, throttled, timeout, internal).",
+		}, []string{LabelStage, LabelReason}),
+		stagePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: StagePanicsTotal,
+			Help: "Stage Sync calls that panicked; each is also counted as an internal error and retried.",
+		}, []string{LabelStage}),
+		stageInflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: StageInflight,
+			Help: "Workers of a stage currently inside Sync.",
+		}, []string{LabelStage}),
+		stageWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: StageWorkers,
+			Help: "Configured worker pool size of a stage.",
+		}, []string{LabelStage}),
+
+		jobSetCreationLatency: prometheus.NewHistogramVec(histogramOpts(JobSetCreationLatencySeconds,
+			"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
+			jobSetCreationBuckets), []string{LabelRuntimeKind}),
+		jobSetCreationSeen: newUIDSet(jobSetCreationMemory),
+
+		trainJobs: newPhaseCollector(),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: BuildInfo,
+			Help: "Always 1; the labels describe the running binary.",
+		}, []string{LabelVersion, LabelGitCommit, LabelGoVersion}),
+	}
+	for _, kind := range runtimeKinds {
+		m.jobSetCreationLatency.WithLabelValues(kind)
+	}
+
+	if reg != nil {
+		reg.MustRegister(
+			m.queue.depth, m.queue.adds, m.queue.latency, m.queue.workDuration,
+			m.queue.unfinishedWork, m.queue.longestRunning, m.queue.retries,
+			m.stageDuration, m.stageSyncs, m.stageRetries, m.stageErrors,
+			m.stagePanics, m.stageInflight, m.stageWorkers,
+			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
+		)
+	}
+	return m
+}
+
+// WorkqueueMetricsProvider returns the provider to set as MetricsProvider in a
+// workqueue config. Queues must be named (the name becomes the "name" label);
+// client-go records nothing for unnamed queues.
+func (m *Metrics) WorkqueueMetricsProvider() workqueue.MetricsProvider {
+	return &m.queue
+}
+
+// SetBuildInfo sets trainyard_build_info to 1 for the given version and git
+// commit, replacing any earlier value. go_version is taken from the runtime.
+func (m *Metrics) SetBuildInfo(version, gitCommit string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, gitCommit, runtime.Version()).Set(1)
+}
+
+func histogramOpts(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{
+		Name:                            name,
+		Help:                            help,
+		Buckets:                         buckets,
+		NativeHistogramBucketFactor:     nativeBucketFactor,
+		NativeHistogramMaxBucketNumber:  nativeMaxBucketNumber,
+		NativeHistogramMinResetDuration: nativeMinResetPeriod,
+	}
+}

@@ -1,0 +1,159 @@
+package metrics
+
+// Metric names: every series Trainyard exports is named in this file.
+//
+// Trainyard's own metrics carry the "trainyard_" prefix. The workqueue metrics
+// keep client-go's standard names (no prefix, label "name") so that stock
+// controller dashboards and alerts work unchanged.
+const (
+	// WorkqueueDepth is a gauge (items): keys waiting in a stage queue, not
+	// counting keys being processed or waiting out an AddAfter delay.
+	// Labels: name (stage).
+	WorkqueueDepth = "workqueue_depth"
+
+	// WorkqueueAddsTotal is a counter (adds): keys added to a stage queue.
+	// Adds of a key that is already queued are coalesced and not counted.
+	// Labels: name (stage).
+	WorkqueueAddsTotal = "workqueue_adds_total"
+
+	// WorkqueueQueueDurationSeconds is a histogram (seconds): time a key waits
+	// in a stage queue before a worker picks it up. Buckets: 1 ms … 600 s.
+	// Labels: name (stage).
+	WorkqueueQueueDurationSeconds = "workqueue_queue_duration_seconds"
+
+	// WorkqueueWorkDurationSeconds is a histogram (seconds): time from a
+	// worker picking a key up to marking it done. Buckets: 1 ms … 600 s.
+	// Labels: name (stage).
+	WorkqueueWorkDurationSeconds = "workqueue_work_duration_seconds"
+
+	// WorkqueueUnfinishedWorkSeconds is a gauge (seconds): summed age of the
+	// keys being processed, refreshed every 500 ms. A steady rise means a
+	// stuck worker; graph it with deriv(), not rate(). Labels: name (stage).
+	WorkqueueUnfinishedWorkSeconds = "workqueue_unfinished_work_seconds"
+
+	// WorkqueueLongestRunningProcessorSeconds is a gauge (seconds): age of the
+	// oldest key being processed, refreshed every 500 ms. Labels: name (stage).
+	WorkqueueLongestRunningProcessorSeconds = "workqueue_longest_running_processor_seconds"
+
+	// WorkqueueRetriesTotal is a counter (delayed adds): client-go counts
+	// every AddAfter, so this includes both rate-limited retries and
+	// requeue-after results. Labels: name (stage).
+	WorkqueueRetriesTotal = "workqueue_retries_total"
+
+	// StageDurationSeconds is a histogram (seconds): time spent in one
+	// Stage.Sync call, API calls included. Buckets: 1 ms … 60 s.
+	// Labels: stage, result (Result* values).
+	StageDurationSeconds = "trainyard_stage_duration_seconds"
+
+	// StageSyncsTotal is a counter (syncs): Stage.Sync calls by outcome.
+	// Labels: stage, result (Result* values).
+	StageSyncsTotal = "trainyard_stage_syncs_total"
+
+	// StageRetriesTotal is a counter (retries): keys a stage put back on its
+	// queue with rate-limited backoff, because Sync failed, panicked or
+	// asked to be retried. Labels: stage.
+	StageRetriesTotal = "trainyard_stage_retries_total"
+
+	// StageErrorsTotal is a counter (errors): failed Stage.Sync calls by
+	// cause. Labels: stage, reason (Reason* values).
+	StageErrorsTotal = "trainyard_stage_errors_total"
+
+	// StagePanicsTotal is a counter (panics): Stage.Sync calls that panicked.
+	// Each is also counted as an error with reason "internal" and retried.
+	// Labels: stage.
+	StagePanicsTotal = "trainyard_stage_panics_total"
+
+	// StageInflight is a gauge (workers): workers of a stage currently inside
+	// Stage.Sync. Labels: stage.
+	StageInflight = "trainyard_stage_inflight"
+
+	// StageWorkers is a gauge (workers): configured worker pool size of a
+	// stage; inflight/workers is the pool's utilisation. Labels: stage.
+	StageWorkers = "trainyard_stage_workers"
+
+	// JobSetCreationLatencySeconds is a histogram (seconds): end-to-end time
+	// from a TrainJob's creationTimestamp to this process creating its
+	// JobSet, observed once per TrainJob UID. Buckets: 0.1 s … 2 h.
+	// Labels: runtime_kind (RuntimeKind* values).
+	JobSetCreationLatencySeconds = "trainyard_jobset_creation_latency_seconds"
+
+	// TrainJobs is a gauge (TrainJobs): TrainJobs in the informer cache by
+	// phase, computed at scrape time. Labels: phase (Phase* values).
+	TrainJobs = "trainyard_trainjobs"
+
+	// BuildInfo is a gauge, always 1, whose labels describe the running
+	// binary. Labels: version, git_commit, go_version.
+	BuildInfo = "trainyard_build_info"
+)
+
+// Label names.
+const (
+	LabelName        = "name" // workqueue metrics: the stage name
+	LabelStage       = "stage"
+	LabelResult      = "result"
+	LabelReason      = "reason"
+	LabelRuntimeKind = "runtime_kind"
+	LabelPhase       = "phase"
+	LabelVersion     = "version"
+	LabelGitCommit   = "git_commit"
+	LabelGoVersion   = "go_version"
+)
+
+// Values of the "result" label: the outcome of one Stage.Sync call. They match
+// the result codes of package stages one to one.
+const (
+	ResultContinue     = "continue"
+	ResultRequeueAfter = "requeue_after"
+	ResultWaitForEvent = "wait_for_event"
+	ResultRetry        = "retry"
+	ResultTerminal     = "terminal"
+	ResultRestart      = "restart"
+)
+
+// Values of the "reason" label, see ErrorReason.
+const (
+	ReasonConflict  = "conflict"
+	ReasonNotFound  = "not_found"
+	ReasonInvalid   = "invalid"
+	ReasonForbidden = "forbidden"
+	ReasonThrottled = "throttled"
+	ReasonTimeout   = "timeout"
+	ReasonInternal  = "internal"
+)
+
+// Values of the "runtime_kind" label. Any other kind is recorded as
+// RuntimeKindOther so that user input can never add series.
+const (
+	RuntimeKindTrainingRuntime        = "TrainingRuntime"
+	RuntimeKindClusterTrainingRuntime = "ClusterTrainingRuntime"
+	RuntimeKindOther                  = "other"
+)
+
+// Values of the "phase" label of TrainJobs.
+const (
+	PhasePending   = "Pending"
+	PhaseCreated   = "Created"
+	PhaseSuspended = "Suspended"
+	PhaseRunning   = "Running"
+	PhaseComplete  = "Complete"
+	PhaseFailed    = "Failed"
+)
+
+var (
+	results      = []string{ResultContinue, ResultRequeueAfter, ResultWaitForEvent, ResultRetry, ResultTerminal, ResultRestart}
+	reasons      = []string{ReasonConflict, ReasonNotFound, ReasonInvalid, ReasonForbidden, ReasonThrottled, ReasonTimeout, ReasonInternal}
+	runtimeKinds = []string{RuntimeKindTrainingRuntime, RuntimeKindClusterTrainingRuntime, RuntimeKindOther}
+	phases       = []string{PhasePending, PhaseCreated, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
+)
+
+// Histogram buckets, in seconds. Each ladder includes the usual SLO thresholds
+// (10, 30, 60 s) so that percentiles and "within N s" ratios are exact there.
+var (
+	// queueBuckets spans 1 ms … 10 min: queue waits grow large under backlog.
+	queueBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// stageBuckets spans 1 ms … 60 s: one Sync is a few API calls at most.
+	stageBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// jobSetCreationBuckets spans 0.1 s … 2 h: it includes waiting for
+	// admission and gang scheduling.
+	jobSetCreationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200}
+)

@@ -1,0 +1,132 @@
+package stages
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trainyard/trainyard/pkg/metrics"
+)
+
+// DefaultWorkers is the worker pool size of a stage that WithWorkers does not
+// mention.
+const DefaultWorkers = 1
+
+// RateLimit sets how long a key waits before a retry (CodeRetry or a Sync
+// error): the larger of a per-key exponential backoff and the wait of a token
+// bucket shared by all keys of the stage. Every stage gets its own limiter
+// with these settings. Zero fields take the defaults of DefaultRateLimit.
+type RateLimit struct {
+	// BaseDelay is the delay before a key's first retry; it doubles with
+	// every consecutive failure of that key. Default 5ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the per-key delay. Default 5m.
+	MaxDelay time.Duration
+	// QPS and Burst size the stage-wide bucket, which spreads out a retry
+	// storm (e.g. the API server failing every key at once).
+	// Defaults 10 and 100.
+	QPS   float64
+	Burst int
+}
+
+// DefaultRateLimit returns the default retry limits: 5ms doubling up to 5m per
+// key, and 10 qps with a burst of 100 per stage.
+func DefaultRateLimit() RateLimit {
+	return RateLimit{BaseDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Minute, QPS: 10, Burst: 100}
+}
+
+// withDefaults returns rl with its zero fields set to the defaults.
+func (rl RateLimit) withDefaults() RateLimit {
+	def := DefaultRateLimit()
+	if rl.BaseDelay == 0 {
+		rl.BaseDelay = def.BaseDelay
+	}
+	if rl.MaxDelay == 0 {
+		rl.MaxDelay = def.MaxDelay
+	}
+	if rl.QPS == 0 {
+		rl.QPS = def.QPS
+	}
+	if rl.Burst == 0 {
+		rl.Burst = def.Burst
+	}
+	return rl
+}
+
+func (rl RateLimit) validate() error {
+	var errs []error
+	if rl.BaseDelay < 0 {
+		errs = append(errs, fmt.Errorf("rate limit: BaseDelay %v is negative", rl.BaseDelay))
+	}
+	if rl.MaxDelay < rl.BaseDelay {
+		errs = append(errs, fmt.Errorf("rate limit: MaxDelay %v is less than BaseDelay %v", rl.MaxDelay, rl.BaseDelay))
+	}
+	if rl.QPS < 0 {
+		errs = append(errs, fmt.Errorf("rate limit: QPS %v is negative", rl.QPS))
+	}
+	if rl.Burst < 0 {
+		errs = append(errs, fmt.Errorf("rate limit: Burst %d is negative", rl.Burst))
+	}
+	return errors.Join(errs...)
+}
+
+// newRateLimiter returns the limiter for one stage queue.
+func (rl RateLimit) newRateLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](rl.BaseDelay, rl.MaxDelay),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(rl.QPS), rl.Burst)},
+	)
+}
+
+// Option configures a Pipeline.
+type Option func(*config)
+
+type config struct {
+	workers   map[string]int
+	rateLimit RateLimit
+	clock     clock.WithTicker
+	metrics   *metrics.Metrics
+	logger    klog.Logger
+}
+
+// WithWorkers sets the worker pool size of the named stages; each must be at
+// least 1. Stages not in the map get DefaultWorkers. Naming a stage the
+// pipeline does not have is an error, so a typo in configuration is caught.
+func WithWorkers(workers map[string]int) Option {
+	return func(c *config) {
+		for name, n := range workers {
+			c.workers[name] = n
+		}
+	}
+}
+
+// WithRateLimit sets the retry limits of every stage queue.
+func WithRateLimit(rl RateLimit) Option {
+	return func(c *config) { c.rateLimit = rl }
+}
+
+// WithClock sets the clock of the queues (AddAfter delays, queue metrics) and
+// of the stage duration metrics. Tests pass a fake clock. Default: the real
+// clock.
+func WithClock(clk clock.WithTicker) Option {
+	return func(c *config) { c.clock = clk }
+}
+
+// WithMetrics sets where the pipeline records its queue and stage metrics.
+// Default: a private, unregistered set that nothing exports.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(c *config) { c.metrics = m }
+}
+
+// WithLogger sets the logger for problems outside a Sync, such as an Enqueue
+// naming an unknown stage. Workers log through the logger in Run's context.
+// Default: klog.Background().
+func WithLogger(logger klog.Logger) Option {
+	return func(c *config) { c.logger = logger }
+}

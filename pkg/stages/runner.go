@@ -1,0 +1,142 @@
+package stages
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trainyard/trainyard/pkg/metrics"
+)
+
+// runner owns one stage's queue and worker pool.
+type runner struct {
+	name    string
+	stage   Stage
+	workers int
+	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	clock   clock.PassiveClock
+	metrics *metrics.StageMetrics
+
+	next  *runner // nil on the last stage
+	first *runner
+}
+
+func newRunner(s Stage, workers int, cfg config) *runner {
+	name := s.Name()
+	r := &runner{
+		name:    name,
+		stage:   s,
+		workers: workers,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			cfg.rateLimit.newRateLimiter(),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
+				Name:            name,
+				MetricsProvider: cfg.metrics.WorkqueueMetricsProvider(),
+				Clock:           cfg.clock,
+			}),
+		clock:   cfg.clock,
+		metrics: cfg.metrics.Stage(name),
+	}
+	r.metrics.SetWorkers(workers)
+	return r
+}
+
+// work is one worker: it processes keys until the queue shuts down.
+func (r *runner) work(ctx context.Context) {
+	// A panic in Sync is recovered per key (see sync). One reaching this
+	// point is a bug in the engine itself: log it and crash.
+	defer utilruntime.HandleCrashWithContext(ctx)
+	for r.processNext(ctx) {
+	}
+}
+
+// processNext handles one key and reports whether the worker should go on.
+func (r *runner) processNext(ctx context.Context) bool {
+	key, shutdown := r.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer r.queue.Done(key)
+	if ctx.Err() != nil {
+		// Shutting down: skip keys still queued instead of syncing them with a
+		// cancelled context. Informers replay every TrainJob at the next start.
+		return true
+	}
+	r.handle(ctx, key)
+	return true
+}
+
+// handle syncs key once, applies the result to the queues and records it.
+func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "stage", r.name, "trainJob", klog.KRef(key.Namespace, key.Name))
+	ctx = klog.NewContext(ctx, logger)
+
+	r.metrics.SyncStarted()
+	start := r.clock.Now()
+	res, err := r.sync(ctx, key)
+	elapsed := r.clock.Since(start)
+
+	code := res.Code
+	switch {
+	case err != nil:
+		code = CodeRetry
+	case code < CodeContinue || code > CodeRestart:
+		err = fmt.Errorf("stage returned unknown result code %d", int(code))
+		code = CodeRetry
+	case code == CodeRequeueAfter && res.After <= 0:
+		err = fmt.Errorf("stage returned %s with non-positive delay %v", code, res.After)
+		code = CodeRetry
+	}
+	r.metrics.SyncFinished(code.String(), elapsed)
+
+	switch code {
+	case CodeContinue:
+		r.queue.Forget(key)
+		if r.next != nil {
+			r.next.queue.Add(key)
+		}
+	case CodeRequeueAfter:
+		r.queue.Forget(key)
+		r.queue.AddAfter(key, res.After)
+	case CodeWaitForEvent, CodeTerminal:
+		r.queue.Forget(key)
+	case CodeRestart:
+		r.queue.Forget(key)
+		r.first.queue.Add(key)
+	case CodeRetry:
+		r.metrics.Retried()
+		r.queue.AddRateLimited(key)
+	}
+
+	switch {
+	case err == nil:
+		logger.V(4).Info("Synced", "result", code, "after", res.After, "duration", elapsed)
+	case ctx.Err() != nil:
+		// Most likely the shutdown cancelled the Sync's API calls: not a
+		// failure of the stage, so neither counted nor reported as one.
+		logger.V(2).Info("Sync interrupted by shutdown", "err", err)
+	default:
+		r.metrics.Failed(err)
+		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed, retrying with backoff", "requeues", r.queue.NumRequeues(key))
+	}
+}
+
+// sync calls the stage's Sync and turns a panic into an error, so that one
+// bad TrainJob cannot crash the controller: the key is retried with backoff
+// like any other failure, and the panic is logged with its stack.
+func (r *runner) sync(ctx context.Context, key cache.ObjectName) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.metrics.Panicked()
+			klog.FromContext(ctx).Error(nil, "Observed a panic in Sync", "panic", fmt.Sprint(p), "stacktrace", string(debug.Stack()))
+			err = fmt.Errorf("panic in Sync: %v", p)
+		}
+	}()
+	return r.stage.Sync(ctx, key)
+}
