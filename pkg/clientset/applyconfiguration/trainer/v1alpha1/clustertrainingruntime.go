@@ -31,7 +31,7 @@ import (
 // the ML and gang-scheduling policies applied to it. Platform teams ship these (e.g.
 // torch-distributed); TrainJobs reference them by name.
 type ClusterTrainingRuntimeApplyConfiguration struct {
-	v1.TypeMetaApplyConfiguration `json:""`
+	v1.TypeMetaApplyConfiguration `json:",inline"`
 	// metadata of the runtime. The label trainer.kubeflow.org/support=deprecated marks a
 	// runtime scheduled for removal.
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`

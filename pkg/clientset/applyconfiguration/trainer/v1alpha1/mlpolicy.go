@@ -31,7 +31,7 @@ type MLPolicyApplyConfiguration struct {
 	// numNodes is the default number of trainer nodes (pods); TrainJob
 	// spec.trainer.numNodes overrides it. Treated as 1 when unset.
 	NumNodes                         *int32 `json:"numNodes,omitempty"`
-	MLPolicySourceApplyConfiguration `json:""`
+	MLPolicySourceApplyConfiguration `json:",inline"`
 }
 
 // MLPolicyApplyConfiguration constructs a declarative configuration of the MLPolicy type for use with

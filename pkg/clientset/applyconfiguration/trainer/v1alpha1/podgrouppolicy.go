@@ -27,7 +27,7 @@ import (
 //
 // PodGroupPolicy is the gang-scheduling policy of a runtime.
 type PodGroupPolicyApplyConfiguration struct {
-	PodGroupPolicySourceApplyConfiguration `json:""`
+	PodGroupPolicySourceApplyConfiguration `json:",inline"`
 }
 
 // PodGroupPolicyApplyConfiguration constructs a declarative configuration of the PodGroupPolicy type for use with

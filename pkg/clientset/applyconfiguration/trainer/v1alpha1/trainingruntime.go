@@ -30,7 +30,7 @@ import (
 // TrainingRuntime is a namespaced blueprint for TrainJobs, usable only by TrainJobs in
 // its own namespace. Same spec as ClusterTrainingRuntime.
 type TrainingRuntimeApplyConfiguration struct {
-	v1.TypeMetaApplyConfiguration `json:""`
+	v1.TypeMetaApplyConfiguration `json:",inline"`
 	// metadata of the runtime.
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	// spec of the runtime.

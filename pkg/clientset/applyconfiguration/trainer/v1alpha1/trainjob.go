@@ -36,7 +36,7 @@ import (
 // namespace, owned by it. The name is an RFC 1035 DNS label of at most 63 characters
 // because it becomes the JobSet name and the pods' DNS subdomain (upstream CEL rules).
 type TrainJobApplyConfiguration struct {
-	v1.TypeMetaApplyConfiguration `json:""`
+	v1.TypeMetaApplyConfiguration `json:",inline"`
 	// metadata of the TrainJob.
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	// spec is the desired state of the TrainJob.

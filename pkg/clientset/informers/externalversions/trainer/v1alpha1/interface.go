@@ -25,11 +25,11 @@ import (
 // Interface provides access to all the informers in this group version.
 type Interface interface {
 	// ClusterTrainingRuntimes returns a ClusterTrainingRuntimeInformer.
-	ClusterTrainingRuntimes() TypedClusterTrainingRuntimeInformer
+	ClusterTrainingRuntimes() ClusterTrainingRuntimeInformer
 	// TrainJobs returns a TrainJobInformer.
-	TrainJobs() TypedTrainJobInformer
+	TrainJobs() TrainJobInformer
 	// TrainingRuntimes returns a TrainingRuntimeInformer.
-	TrainingRuntimes() TypedTrainingRuntimeInformer
+	TrainingRuntimes() TrainingRuntimeInformer
 }
 
 type version struct {
@@ -43,17 +43,17 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
-// ClusterTrainingRuntimes returns a TypedClusterTrainingRuntimeInformer.
-func (v *version) ClusterTrainingRuntimes() TypedClusterTrainingRuntimeInformer {
+// ClusterTrainingRuntimes returns a ClusterTrainingRuntimeInformer.
+func (v *version) ClusterTrainingRuntimes() ClusterTrainingRuntimeInformer {
 	return &clusterTrainingRuntimeInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
-// TrainJobs returns a TypedTrainJobInformer.
-func (v *version) TrainJobs() TypedTrainJobInformer {
+// TrainJobs returns a TrainJobInformer.
+func (v *version) TrainJobs() TrainJobInformer {
 	return &trainJobInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
-// TrainingRuntimes returns a TypedTrainingRuntimeInformer.
-func (v *version) TrainingRuntimes() TypedTrainingRuntimeInformer {
+// TrainingRuntimes returns a TrainingRuntimeInformer.
+func (v *version) TrainingRuntimes() TrainingRuntimeInformer {
 	return &trainingRuntimeInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
