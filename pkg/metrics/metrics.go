@@ -91,6 +91,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Always 1; the labels describe the running binary.",
 		}, []string{LabelVersion, LabelGitCommit, LabelGoVersion}),
 	}
+	// Create every child at zero so that ratios over the histogram have
+	// series before the first JobSet is created.
 	for _, kind := range runtimeKinds {
 		m.jobSetCreationLatency.WithLabelValues(kind)
 	}

@@ -81,6 +81,9 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 	start := r.clock.Now()
 	res, err := r.sync(ctx, key)
 	elapsed := r.clock.Since(start)
+	// Judged now, not after acting on the result: a failure that happened
+	// before the shutdown began is still a failure.
+	interrupted := err != nil && ctx.Err() != nil
 
 	code := res.Code
 	switch {
@@ -115,11 +118,13 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 	}
 
 	switch {
-	case err == nil:
+	case err == nil && code == CodeRequeueAfter:
 		logger.V(4).Info("Synced", "result", code, "after", res.After, "duration", elapsed)
-	case ctx.Err() != nil:
-		// Most likely the shutdown cancelled the Sync's API calls: not a
-		// failure of the stage, so neither counted nor reported as one.
+	case err == nil:
+		logger.V(4).Info("Synced", "result", code, "duration", elapsed)
+	case interrupted:
+		// The shutdown cancelled the Sync's API calls: not a failure of the
+		// stage, so neither counted nor reported as one.
 		logger.V(2).Info("Sync interrupted by shutdown", "err", err)
 	default:
 		r.metrics.Failed(err)

@@ -1,0 +1,144 @@
+package informers
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+)
+
+// Router takes the keys the event handlers route: the pipeline.
+type Router interface {
+	// Enqueue adds key to the queue of the named stage.
+	Enqueue(stage string, key cache.ObjectName)
+}
+
+// Routes names the stages events are routed to.
+type Routes struct {
+	// Build is the first stage (resolve runtime): TrainJob creations and spec changes,
+	// and runtimes appearing or changing, rebuild the JobSet from there.
+	Build string
+	// Status is the status stage: JobSet changes only refresh TrainJob status, so
+	// status-only traffic never rebuilds a JobSet.
+	Status string
+}
+
+// Route registers the event handlers. onDelete is called with the key of every deleted
+// TrainJob, after tombstones are unwrapped, so in-memory state (the plan) can be dropped.
+func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, onDelete func(cache.ObjectName)) error {
+	if routes.Build == "" || routes.Status == "" {
+		return fmt.Errorf("informers: routes need a build and a status stage, got %+v", routes)
+	}
+	h := &handlers{in: in, router: r, routes: routes, onDelete: onDelete, logger: logger}
+	for name, reg := range map[string]struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		"TrainJob": {in.TrainJobs, cache.ResourceEventHandlerFuncs{
+			AddFunc: h.addTrainJob, UpdateFunc: h.updateTrainJob, DeleteFunc: h.deleteTrainJob}},
+		"TrainingRuntime": {in.TrainingRuntimes, cache.ResourceEventHandlerFuncs{
+			AddFunc: h.addRuntime, UpdateFunc: h.updateRuntime}},
+		"ClusterTrainingRuntime": {in.ClusterTrainingRuntimes, cache.ResourceEventHandlerFuncs{
+			AddFunc: h.addRuntime, UpdateFunc: h.updateRuntime}},
+		"JobSet": {in.JobSets, cache.ResourceEventHandlerFuncs{
+			AddFunc: h.ownedChanged, UpdateFunc: func(_, obj any) { h.ownedChanged(obj) }, DeleteFunc: h.ownedChanged}},
+	} {
+		if _, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: &logger}); err != nil {
+			return fmt.Errorf("informers: adding %s event handler: %w", name, err)
+		}
+	}
+	return nil
+}
+
+type handlers struct {
+	in       *Informers
+	router   Router
+	routes   Routes
+	onDelete func(cache.ObjectName)
+	logger   klog.Logger
+}
+
+func (h *handlers) addTrainJob(obj any) {
+	if tj, ok := obj.(*trainer.TrainJob); ok {
+		h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(tj))
+	}
+}
+
+// updateTrainJob rebuilds only on a spec change (a new generation). Status and metadata
+// updates — most of them the controller's own status writes — route nowhere.
+func (h *handlers) updateTrainJob(oldObj, newObj any) {
+	oldTJ, ok1 := oldObj.(*trainer.TrainJob)
+	newTJ, ok2 := newObj.(*trainer.TrainJob)
+	if ok1 && ok2 && oldTJ.Generation != newTJ.Generation {
+		h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(newTJ))
+	}
+}
+
+func (h *handlers) deleteTrainJob(obj any) {
+	if m := metaOf(obj); m != nil && h.onDelete != nil {
+		h.onDelete(cache.MetaObjectToName(m))
+	}
+}
+
+// addRuntime sends every TrainJob referencing a runtime that appeared to the build
+// stage: TrainJobs waiting for a missing runtime proceed by themselves.
+func (h *handlers) addRuntime(obj any) {
+	h.enqueueReferencing(obj)
+}
+
+// updateRuntime does the same on a spec change. Running JobSets are never modified
+// (the status stage's gate), so this only affects TrainJobs not yet started or
+// suspended ones.
+func (h *handlers) updateRuntime(oldObj, newObj any) {
+	o, n := metaOf(oldObj), metaOf(newObj)
+	if o != nil && n != nil && o.GetGeneration() != n.GetGeneration() {
+		h.enqueueReferencing(newObj)
+	}
+}
+
+func (h *handlers) enqueueReferencing(obj any) {
+	var key string
+	switch rt := obj.(type) {
+	case *trainer.TrainingRuntime:
+		key = RuntimeRefKey(trainer.TrainingRuntimeKind, rt.Namespace, rt.Name)
+	case *trainer.ClusterTrainingRuntime:
+		key = RuntimeRefKey(trainer.ClusterTrainingRuntimeKind, "", rt.Name)
+	default:
+		return
+	}
+	jobs, err := h.in.TrainJobs.GetIndexer().ByIndex(IndexRuntimeRef, key)
+	if err != nil {
+		h.logger.Error(err, "Listing TrainJobs by runtime", "runtime", key)
+		return
+	}
+	for _, obj := range jobs {
+		if tj, ok := obj.(*trainer.TrainJob); ok {
+			h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(tj))
+		}
+	}
+}
+
+// ownedChanged routes a change of an object a TrainJob controls (its JobSet) to the
+// status stage of that TrainJob.
+func (h *handlers) ownedChanged(obj any) {
+	m := metaOf(obj)
+	if m == nil {
+		return
+	}
+	if owner := ControllerTrainJob(m); owner != "" {
+		h.router.Enqueue(h.routes.Status, cache.ObjectName{Namespace: m.GetNamespace(), Name: owner})
+	}
+}
+
+// metaOf returns the object's metadata, unwrapping the tombstone a delete event carries
+// when the watch missed the deletion; nil for anything else.
+func metaOf(obj any) metav1.Object {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	m, _ := obj.(metav1.Object)
+	return m
+}

@@ -1,0 +1,289 @@
+// Package status is pipeline stage 6: it applies the desired JobSet (server-side apply,
+// only when it changed and only while the JobSet may change) and writes the TrainJob's
+// status from the JobSet (trainer-compat §2.5 gate, §2.8, §5).
+//
+// JobSet status changes are routed straight here by the informers, so status-only
+// traffic never rebuilds a JobSet. Writes: one apply per desired-JobSet change (compared
+// through the trainyard.dev/jobset-hash annotation and an in-memory record of what this
+// process applied), and one status patch per status change.
+package status
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/trainjob"
+)
+
+const (
+	// Name is the stage name: its queue name and its metrics' stage label.
+	Name = "status"
+	// Index is the stage's 1-based position: the last of six.
+	Index = 6
+
+	// AnnotationJobSetHash on a JobSet is the hash of the desired JobSet last applied.
+	AnnotationJobSetHash = "trainyard.dev/jobset-hash"
+
+	// ReasonJobSetCreated is the Normal event recorded when the JobSet is created.
+	ReasonJobSetCreated = "JobSetCreated"
+	// ReasonApplyFailed is the Warning event recorded when applying fails (upstream's
+	// TrainJobResourcesCreationFailed).
+	ReasonApplyFailed = "TrainJobResourcesCreationFailed"
+)
+
+// Stage applies JobSets and writes status. Fields are required unless noted.
+type Stage struct {
+	TrainJobs trainerlisters.TrainJobLister
+	JobSets   jobsetlisters.JobSetLister
+	JobSetAPI jobsetclient.Interface
+	Plans     *stages.Plans[plan.Plan]
+	Status    *Writer
+	Recorder  events.EventRecorder
+	// Metrics records JobSet creation latency; optional.
+	Metrics *metrics.Metrics
+	// Clock is for tests; nil means the real clock.
+	Clock clock.PassiveClock
+
+	mu      sync.Mutex
+	applied map[cache.ObjectName]appliedJobSet
+}
+
+// appliedJobSet remembers what this process last applied for a TrainJob, so a sync that
+// runs before the informer cache shows the write does not apply it again.
+type appliedJobSet struct {
+	uid  types.UID
+	hash string
+}
+
+var _ stages.Stage = (*Stage)(nil)
+
+// Name returns Name.
+func (s *Stage) Name() string { return Name }
+
+// Forget drops what the stage remembers about the TrainJob at key; call it when the
+// TrainJob is deleted.
+func (s *Stage) Forget(key cache.ObjectName) {
+	s.mu.Lock()
+	delete(s.applied, key)
+	s.mu.Unlock()
+}
+
+// Sync applies the JobSet when the plan holds a change the gate allows, then writes
+// status. It returns Restart when an unfinished TrainJob has neither JobSet nor plan
+// (the JobSet was deleted, or this process has not built it), RequeueAfter until an
+// active deadline, WaitForEvent otherwise, and Retry with the API error on failure.
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		s.Plans.Delete(key)
+		s.Forget(key)
+		return stages.WaitForEvent(), nil
+	}
+	if err != nil {
+		return stages.Retry(), err
+	}
+	if !trainjob.IsManaged(tj) || tj.DeletionTimestamp != nil {
+		return stages.WaitForEvent(), nil
+	}
+	js, err := s.JobSets.JobSets(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		js = nil
+	} else if err != nil {
+		return stages.Retry(), err
+	} else if !metav1.IsControlledBy(js, tj) {
+		return s.rejectForeignJobSet(ctx, tj)
+	}
+
+	finished := trainjob.IsFinished(tj)
+	applied := false
+	if !finished {
+		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
+		switch {
+		case havePlan && p.Stage == Index-1:
+			if applied, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
+				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
+				return stages.Retry(), err
+			}
+			// The plan has served its purpose; free it (a spec change rebuilds it).
+			s.Plans.Delete(key)
+		case js == nil && !havePlan:
+			return stages.Restart(), nil
+		}
+	}
+
+	now := s.now()
+	deadline, expired := activeDeadline(tj, now)
+	if expired {
+		if err := s.deleteJobSet(ctx, tj); err != nil {
+			return stages.Retry(), err
+		}
+	}
+	if _, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+		computeStatus(st, tj, js, applied, expired, now)
+	}); err != nil {
+		return stages.Retry(), err
+	}
+	if !finished && !expired && !deadline.IsZero() {
+		return stages.RequeueAfter(max(deadline.Sub(now), time.Second)), nil
+	}
+	return stages.WaitForEvent(), nil
+}
+
+// applyIfChanged server-side applies the plan's JobSet when the gate allows it and its
+// hash differs from what was last applied. It reports whether it applied.
+func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, error) {
+	if !mayApply(tj, js) {
+		return false, nil
+	}
+	desired := p.JobSet.DeepCopy()
+	hash, err := hashOf(desired)
+	if err != nil {
+		return false, err
+	}
+	key := cache.MetaObjectToName(tj)
+	if s.lastApplied(key, tj.UID) == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
+		return false, nil
+	}
+	if desired.Annotations == nil {
+		desired.Annotations = map[string]string{}
+	}
+	desired.Annotations[AnnotationJobSetHash] = hash
+	body, err := applyBody(desired)
+	if err != nil {
+		return false, err
+	}
+	force := true
+	if _, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Patch(ctx, tj.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+		return false, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
+	}
+	s.remember(key, tj.UID, hash)
+	logger := klog.FromContext(ctx)
+	if js == nil {
+		latency := s.now().Sub(tj.CreationTimestamp.Time)
+		if s.Metrics != nil {
+			s.Metrics.ObserveJobSetCreation(tj.UID, p.Runtime.Kind, latency)
+		}
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeNormal, ReasonJobSetCreated, "Applying", "Created JobSet %s", tj.Name)
+		logger.V(2).Info("Created JobSet", "latency", latency)
+	} else {
+		logger.V(2).Info("Updated JobSet", "hash", hash)
+	}
+	return true, nil
+}
+
+// mayApply is the upstream gate (§2.5, §2.8.1): a JobSet is written when absent, while
+// the TrainJob is suspended (runtimePatches may change then), and once more on resume
+// (the JobSet is still suspended). A running JobSet is never modified.
+func mayApply(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
+	if js == nil || trainjob.IsSuspended(tj) {
+		return true
+	}
+	return js.Spec.Suspend != nil && *js.Spec.Suspend
+}
+
+func (s *Stage) lastApplied(key cache.ObjectName, uid types.UID) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.applied[key]; ok && a.uid == uid {
+		return a.hash
+	}
+	return ""
+}
+
+func (s *Stage) remember(key cache.ObjectName, uid types.UID, hash string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.applied == nil {
+		s.applied = map[cache.ObjectName]appliedJobSet{}
+	}
+	s.applied[key] = appliedJobSet{uid: uid, hash: hash}
+}
+
+// rejectForeignJobSet refuses to touch a JobSet of the TrainJob's name that the
+// TrainJob does not control: adopting or overwriting it could destroy someone's work.
+func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (stages.Result, error) {
+	message := fmt.Sprintf("a JobSet named %q already exists in namespace %q and is not controlled by this TrainJob: delete or rename that JobSet, or recreate the TrainJob under another name", tj.Name, tj.Namespace)
+	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
+			Reason: "JobSetConflict", Message: message, ObservedGeneration: tj.Generation,
+		})
+	})
+	if err != nil {
+		return stages.Retry(), err
+	}
+	if wrote {
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, "JobSetConflict", "Applying", "%s", message)
+	}
+	return stages.WaitForEvent(), nil
+}
+
+func (s *Stage) deleteJobSet(ctx context.Context, tj *trainer.TrainJob) error {
+	propagation := metav1.DeletePropagationBackground
+	err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Delete(ctx, tj.Name, metav1.DeleteOptions{PropagationPolicy: &propagation})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting JobSet %s/%s after its deadline: %w", tj.Namespace, tj.Name, err)
+	}
+	return nil
+}
+
+func (s *Stage) now() time.Time {
+	if s.Clock == nil {
+		return time.Now()
+	}
+	return s.Clock.Now()
+}
+
+// hashOf returns a hex SHA-256 (128 bits) of the JobSet's JSON, excluding the hash
+// annotation itself.
+func hashOf(js *jobsetv1alpha2.JobSet) (string, error) {
+	copy := js.DeepCopy()
+	delete(copy.Annotations, AnnotationJobSetHash)
+	data, err := json.Marshal(copy)
+	if err != nil {
+		return "", fmt.Errorf("hashing JobSet: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// applyBody is the server-side apply request for js: its JSON without status and
+// without the null creationTimestamp a typed object carries, so the field manager owns
+// exactly the fields the controller sets.
+func applyBody(js *jobsetv1alpha2.JobSet) ([]byte, error) {
+	js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(js)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JobSet: %w", err)
+	}
+	delete(obj, "status")
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	return json.Marshal(obj)
+}

@@ -1,0 +1,144 @@
+// Package step adapts a plan step — a function that refines the plan of one TrainJob
+// generation — into a pipeline stage. Stages 2–5 (merge patches, ML policy, gang
+// scheduling, DRA claims) are steps; this package holds what they share: loading the
+// TrainJob and its plan, copy-on-write of the plan, and turning bad input into a
+// condition instead of a retry loop (architecture invariant 5).
+package step
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/trainjob"
+)
+
+// Func refines p, a private copy of the plan, for tj. It returns an *InputError when
+// the TrainJob or its runtime cannot be built as given; any other error is retried.
+type Func func(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error
+
+// InputError is bad input: what the user or the runtime author must fix. It becomes
+// the condition JobSetReady=False and a Warning event, and the TrainJob waits for a
+// change instead of retrying.
+type InputError struct {
+	// Field is the path of the offending field, e.g. "spec.runtimePatches[0]...".
+	Field string
+	// Reason is the condition reason: trainjob.ReasonInvalidSpec or
+	// trainjob.ReasonUnsupported.
+	Reason string
+	// Message says what is wrong and how to fix it.
+	Message string
+}
+
+func (e *InputError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// Invalid returns an InputError with reason InvalidTrainJobSpec.
+func Invalid(field, format string, args ...any) *InputError {
+	return &InputError{Field: field, Reason: trainjob.ReasonInvalidSpec, Message: fmt.Sprintf(format, args...)}
+}
+
+// Unsupported returns an InputError with reason NotSupported.
+func Unsupported(field, format string, args ...any) *InputError {
+	return &InputError{Field: field, Reason: trainjob.ReasonUnsupported, Message: fmt.Sprintf(format, args...)}
+}
+
+// Stage runs one Func as a pipeline stage.
+type Stage struct {
+	// StageName is the stage's name; Index its 1-based position in the pipeline.
+	StageName string
+	Index     int
+	Step      Func
+
+	TrainJobs trainerlisters.TrainJobLister
+	Plans     *stages.Plans[plan.Plan]
+	Status    *status.Writer
+	Recorder  events.EventRecorder
+}
+
+var _ stages.Stage = (*Stage)(nil)
+
+// Name returns the stage's name.
+func (s *Stage) Name() string { return s.StageName }
+
+// Sync runs the step on the plan of the TrainJob at key. It returns Restart when the
+// plan is missing or was built for another generation or has not reached the previous
+// stage, Continue with the refined plan stored, Terminal on an InputError (condition
+// written), WaitForEvent when the TrainJob is gone or needs nothing, and Retry with the
+// error otherwise.
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		s.Plans.Delete(key)
+		return stages.WaitForEvent(), nil
+	}
+	if err != nil {
+		return stages.Retry(), err
+	}
+	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
+		return stages.WaitForEvent(), nil
+	}
+	current, ok := s.Plans.Get(key, tj.UID, tj.Generation)
+	if !ok || current.Stage != s.Index-1 {
+		// Stale or partial plan: a newer generation or a concurrent rebuild is in
+		// flight. Stage 1 rebuilds it; the workqueue coalesces duplicate restarts.
+		return stages.Restart(), nil
+	}
+	next := current.DeepCopy()
+	if err := s.Step(ctx, tj, next); err != nil {
+		var input *InputError
+		if errors.As(err, &input) {
+			return s.reject(ctx, tj, input)
+		}
+		return stages.Retry(), err
+	}
+	next.Stage = s.Index
+	s.Plans.Put(key, tj.UID, tj.Generation, next)
+	return stages.Continue(), nil
+}
+
+// reject records bad input as JobSetReady=False and a Warning event (the event only
+// when the condition changed, so a resync does not repeat it).
+func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input *InputError) (stages.Result, error) {
+	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:    trainjob.ConditionJobSetReady,
+			Status:  metav1.ConditionFalse,
+			Reason:  input.Reason,
+			Message: truncate(input.Error()),
+		})
+	})
+	if err != nil {
+		return stages.Retry(), err
+	}
+	if wrote {
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, input.Reason, "Building", "%s", truncate(input.Error()))
+	}
+	return stages.Terminal(), nil
+}
+
+// truncate keeps a message within what conditions (32 KiB) and events (1 KiB notes)
+// accept, marking the cut like upstream does (950 characters + " ...").
+func truncate(s string) string {
+	const max = 950
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + " ..."
+}

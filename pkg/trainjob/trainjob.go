@@ -1,0 +1,71 @@
+// Package trainjob holds small, pure helpers about TrainJob objects that several stages
+// share: whether the controller should act on one, which runtime it names, and its
+// condition bookkeeping. No I/O.
+package trainjob
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+)
+
+// Condition types Trainyard adds to explain a waiting TrainJob (architecture invariant 3
+// allows more types; Suspended, Complete and Failed keep their upstream meaning).
+const (
+	// ConditionRuntimeResolved is False (reason ReasonRuntimeNotFound) while the
+	// referenced runtime does not exist, and turns True (reason ReasonRuntimeFound) once
+	// it appears. TrainJobs whose runtime exists from the start never get it, which
+	// saves a status write per TrainJob.
+	ConditionRuntimeResolved = "RuntimeResolved"
+	// ConditionJobSetReady is False (with a reason naming the bad input) when the desired
+	// JobSet cannot be built from the TrainJob and its runtime.
+	ConditionJobSetReady = "JobSetReady"
+
+	ReasonRuntimeNotFound = "TrainingRuntimeNotFound"
+	ReasonRuntimeFound    = "TrainingRuntimeFound"
+	ReasonInvalidSpec     = "InvalidTrainJobSpec"
+	ReasonUnsupported     = "NotSupported"
+	ReasonJobSetBuilt     = "JobSetBuilt"
+)
+
+// IsFinished reports whether tj reached a terminal condition: Complete or Failed True.
+// Finished TrainJobs are never re-applied (upstream §2.1 step 4).
+func IsFinished(tj *trainer.TrainJob) bool {
+	return meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+		meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
+}
+
+// IsManaged reports whether this controller reconciles tj: spec.managedBy is unset or
+// trainer.kubeflow.org/trainjob-controller (kueue.x-k8s.io/multikueue is left alone).
+func IsManaged(tj *trainer.TrainJob) bool {
+	return tj.Spec.ManagedBy == nil || *tj.Spec.ManagedBy == trainer.ManagedByTrainJobController
+}
+
+// IsSuspended reports spec.suspend (unset means false, the CRD default).
+func IsSuspended(tj *trainer.TrainJob) bool {
+	return tj.Spec.Suspend != nil && *tj.Spec.Suspend
+}
+
+// RuntimeKind returns the runtime kind tj references, TrainingRuntime or
+// ClusterTrainingRuntime, applying the CRD defaults for an unset apiGroup and kind. It
+// returns an error, whose text is the upstream condition message "unsupported runtime:
+// <Kind>.<group>", for any other group or kind.
+func RuntimeKind(tj *trainer.TrainJob) (string, error) {
+	group, kind := trainer.GroupName, trainer.ClusterTrainingRuntimeKind
+	if g := tj.Spec.RuntimeRef.APIGroup; g != nil {
+		group = *g
+	}
+	if k := tj.Spec.RuntimeRef.Kind; k != nil {
+		kind = *k
+	}
+	if group == trainer.GroupName && (kind == trainer.TrainingRuntimeKind || kind == trainer.ClusterTrainingRuntimeKind) {
+		return kind, nil
+	}
+	gk := kind
+	if group != "" {
+		gk += "." + group
+	}
+	return "", fmt.Errorf("unsupported runtime: %s", gk)
+}
