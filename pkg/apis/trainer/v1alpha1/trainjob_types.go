@@ -162,7 +162,7 @@ type DatasetInitializer struct {
 	// characters.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",message="storageUri may be empty, or it must be a valid URI (scheme://...)"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",message="storageUri may be empty, or it must be a valid URI (scheme://...)"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// env is merged by name into the initializer container's env. At most 128 entries.
@@ -185,7 +185,7 @@ type ModelInitializer struct {
 	// injected as env STORAGE_URI. Empty or scheme://..., at most 2048 characters.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",message="storageUri may be empty, or it must be a valid URI (scheme://...)"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",message="storageUri may be empty, or it must be a valid URI (scheme://...)"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// env is merged by name into the initializer container's env. At most 128 entries.
@@ -343,7 +343,7 @@ type PodTemplatePatch struct {
 // PodSpecPatch is the subset of the pod spec a runtime patch may change. Fields that
 // the scheduler integrations write (nodeSelector, affinity, tolerations,
 // schedulingGates) are mutable; the others are immutable once set.
-// +kubebuilder:validation:XValidation:rule="!has(self.resourceClaims) || self.resourceClaims.all(c, [has(c.resourceClaimName) && c.resourceClaimName != '', has(c.resourceClaimTemplateName) && c.resourceClaimTemplateName != ''].exists_one(x, x))",message="each resourceClaims entry must set exactly one of resourceClaimName or resourceClaimTemplateName"
+// +kubebuilder:validation:XValidation:rule="!has(self.resourceClaims) || self.resourceClaims.all(c, [has(c.resourceClaimName) && size(c.resourceClaimName) > 0, has(c.resourceClaimTemplateName) && size(c.resourceClaimTemplateName) > 0].exists_one(x, x))",message="each resourceClaims entry must set exactly one of resourceClaimName or resourceClaimTemplateName"
 type PodSpecPatch struct {
 	// serviceAccountName sets the pods' service account. Immutable.
 	// +optional
