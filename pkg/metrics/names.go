@@ -157,3 +157,21 @@ var (
 	// admission and gang scheduling.
 	jobSetCreationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200}
 )
+
+// Kubernetes API client metrics, under client-go's standard names so stock dashboards
+// work. Registered by RegisterClientMetrics.
+const (
+	// RESTClientRequestsTotal is a counter (requests): API requests this process made,
+	// by HTTP status code, method and host. The API-economy e2e test reads it.
+	// Labels: code, method, host.
+	RESTClientRequestsTotal = "rest_client_requests_total"
+
+	// RESTClientRequestDurationSeconds is a histogram (seconds): API request latency by
+	// verb and host. Buckets: 5 ms … 60 s.
+	RESTClientRequestDurationSeconds = "rest_client_request_duration_seconds"
+
+	// RESTClientRateLimiterDurationSeconds is a histogram (seconds): time requests waited
+	// in the client-side rate limiter (QPS/burst), by verb and host: the signal for
+	// tuning --kube-api-qps and --kube-api-burst. Buckets: 5 ms … 60 s.
+	RESTClientRateLimiterDurationSeconds = "rest_client_rate_limiter_duration_seconds"
+)

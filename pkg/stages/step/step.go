@@ -1,14 +1,14 @@
 // Package step adapts a plan step — a function that refines the plan of one TrainJob
 // generation — into a pipeline stage. Stages 2–5 (merge patches, ML policy, gang
 // scheduling, DRA claims) are steps; this package holds what they share: loading the
-// TrainJob and its plan, copy-on-write of the plan, and turning bad input into a
-// condition instead of a retry loop (architecture invariant 5).
+// TrainJob and its plan, copy-on-write of the plan, and turning bad input
+// (plan.IsInputError) into a condition instead of a retry loop (architecture
+// invariant 5).
 package step
 
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,39 +25,10 @@ import (
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
-// Func refines p, a private copy of the plan, for tj. It returns an *InputError when
-// the TrainJob or its runtime cannot be built as given; any other error is retried.
+// Func refines p, a private copy of the plan, for tj. It returns a
+// *plan.InvalidInputError or *plan.UnsupportedError when the TrainJob or its runtime
+// cannot be built as given; any other error is retried.
 type Func func(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error
-
-// InputError is bad input: what the user or the runtime author must fix. It becomes
-// the condition JobSetReady=False and a Warning event, and the TrainJob waits for a
-// change instead of retrying.
-type InputError struct {
-	// Field is the path of the offending field, e.g. "spec.runtimePatches[0]...".
-	Field string
-	// Reason is the condition reason: trainjob.ReasonInvalidSpec or
-	// trainjob.ReasonUnsupported.
-	Reason string
-	// Message says what is wrong and how to fix it.
-	Message string
-}
-
-func (e *InputError) Error() string {
-	if e.Field == "" {
-		return e.Message
-	}
-	return e.Field + ": " + e.Message
-}
-
-// Invalid returns an InputError with reason InvalidTrainJobSpec.
-func Invalid(field, format string, args ...any) *InputError {
-	return &InputError{Field: field, Reason: trainjob.ReasonInvalidSpec, Message: fmt.Sprintf(format, args...)}
-}
-
-// Unsupported returns an InputError with reason NotSupported.
-func Unsupported(field, format string, args ...any) *InputError {
-	return &InputError{Field: field, Reason: trainjob.ReasonUnsupported, Message: fmt.Sprintf(format, args...)}
-}
 
 // Stage runs one Func as a pipeline stage.
 type Stage struct {
@@ -79,7 +50,7 @@ func (s *Stage) Name() string { return s.StageName }
 
 // Sync runs the step on the plan of the TrainJob at key. It returns Restart when the
 // plan is missing or was built for another generation or has not reached the previous
-// stage, Continue with the refined plan stored, Terminal on an InputError (condition
+// stage, Continue with the refined plan stored, Terminal on bad input (condition
 // written), WaitForEvent when the TrainJob is gone or needs nothing, and Retry with the
 // error otherwise.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
@@ -102,9 +73,8 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 	next := current.DeepCopy()
 	if err := s.Step(ctx, tj, next); err != nil {
-		var input *InputError
-		if errors.As(err, &input) {
-			return s.reject(ctx, tj, input)
+		if plan.IsInputError(err) {
+			return s.reject(ctx, tj, err)
 		}
 		return stages.Retry(), err
 	}
@@ -114,21 +84,29 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 }
 
 // reject records bad input as JobSetReady=False and a Warning event (the event only
-// when the condition changed, so a resync does not repeat it).
-func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input *InputError) (stages.Result, error) {
+// when the condition changed, so a resync does not repeat it). The TrainJob waits for
+// a change to itself or its runtime: both route it back to stage 1.
+func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (stages.Result, error) {
+	reason := trainjob.ReasonInvalidSpec
+	var unsupported *plan.UnsupportedError
+	if errors.As(input, &unsupported) {
+		reason = trainjob.ReasonUnsupported
+	}
+	message := truncate(input.Error())
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type:    trainjob.ConditionJobSetReady,
-			Status:  metav1.ConditionFalse,
-			Reason:  input.Reason,
-			Message: truncate(input.Error()),
+			Type:               trainjob.ConditionJobSetReady,
+			Status:             metav1.ConditionFalse,
+			Reason:             reason,
+			Message:            message,
+			ObservedGeneration: tj.Generation,
 		})
 	})
 	if err != nil {
 		return stages.Retry(), err
 	}
 	if wrote {
-		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, input.Reason, "Building", "%s", truncate(input.Error()))
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, "Building", "%s", message)
 	}
 	return stages.Terminal(), nil
 }

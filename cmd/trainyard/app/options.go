@@ -1,0 +1,136 @@
+// Package app builds and runs the Trainyard controller: options and configuration,
+// clients, informers, the six-stage pipeline, leader election, and the metrics and
+// health endpoints.
+package app
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/utils/ptr"
+
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+)
+
+// Options are the command-line flags. Flags that the operator sets override the same
+// setting in the --config file; unset flags leave the file's (or the default) value.
+type Options struct {
+	ConfigFile             string
+	Kubeconfig             string
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	LeaderElect            bool
+	LeaderElectNamespace   string
+	KubeAPIQPS             float32
+	KubeAPIBurst           int32
+	StageWorkers           map[string]string
+	LogFormat              string
+	Verbosity              int
+}
+
+// NewOptions returns Options holding the defaults shown in --help.
+func NewOptions() *Options {
+	return &Options{
+		MetricsBindAddress:     configv1alpha1.DefaultMetricsBindAddress,
+		HealthProbeBindAddress: configv1alpha1.DefaultHealthProbeBindAddress,
+		KubeAPIQPS:             configv1alpha1.DefaultClientQPS,
+		KubeAPIBurst:           configv1alpha1.DefaultClientBurst,
+		LogFormat:              "json",
+	}
+}
+
+// AddFlags registers the flags, named as operators know them from other controllers.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path to a config.trainyard.dev/v1alpha1 Configuration file. Flags given explicitly override it.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Empty means in-cluster configuration, or $KUBECONFIG.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the plain-HTTP Prometheus /metrics endpoint; "0" disables it.`)
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease before running the pipeline; required with more than one replica.")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the leader election Lease. Defaults to the pod's namespace.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Sustained queries per second to the Kubernetes API.")
+	fs.Int32Var(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the Kubernetes API.")
+	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: resolve_runtime, merge_patches, ml_policy, gang_scheduling, dra_claims, status).")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
+	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
+}
+
+// Config loads the --config file (strictly: unknown fields are errors), applies
+// defaults, then the flags the operator set. It returns an error naming the file or the
+// flag at fault.
+func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, error) {
+	cfg := &configv1alpha1.Configuration{}
+	scheme := runtime.NewScheme()
+	if err := configv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if o.ConfigFile != "" {
+		data, err := os.ReadFile(o.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --config: %w", err)
+		}
+		codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+		if err := runtime.DecodeInto(codecs.UniversalDecoder(configv1alpha1.SchemeGroupVersion), data, cfg); err != nil {
+			return nil, fmt.Errorf("decoding --config %s: %w", o.ConfigFile, err)
+		}
+	}
+	scheme.Default(cfg)
+
+	set := func(name string) bool { return fs.Changed(name) }
+	if set("kubeconfig") {
+		cfg.ClientConnection.Kubeconfig = o.Kubeconfig
+	}
+	if set("metrics-bind-address") {
+		cfg.Metrics.BindAddress = o.MetricsBindAddress
+	}
+	if set("health-probe-bind-address") {
+		cfg.Health.HealthProbeBindAddress = o.HealthProbeBindAddress
+	}
+	if set("leader-elect") {
+		cfg.LeaderElection.LeaderElect = ptr.To(o.LeaderElect)
+	}
+	if set("leader-elect-namespace") {
+		cfg.LeaderElection.ResourceNamespace = o.LeaderElectNamespace
+	}
+	if set("kube-api-qps") {
+		cfg.ClientConnection.QPS = o.KubeAPIQPS
+	}
+	if set("kube-api-burst") {
+		cfg.ClientConnection.Burst = o.KubeAPIBurst
+	}
+	for stage, value := range o.StageWorkers {
+		target := stageConfig(cfg, stage)
+		if target == nil {
+			return nil, fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", stage, strings.Join(stageNames, ", "))
+		}
+		var n int32
+		if _, err := fmt.Sscan(value, &n); err != nil {
+			return nil, fmt.Errorf("--stage-workers %s=%q: not a number", stage, value)
+		}
+		target.Workers = ptr.To(n)
+	}
+	return cfg, validate(cfg)
+}
+
+// validate rejects settings the controller cannot run with, naming the field.
+func validate(cfg *configv1alpha1.Configuration) error {
+	var problems []string
+	for _, name := range stageNames {
+		if w := stageConfig(cfg, name).Workers; w == nil || *w < 1 {
+			problems = append(problems, fmt.Sprintf("stages.%s.workers must be at least 1", name))
+		}
+	}
+	if cfg.ClientConnection.QPS < 0 || cfg.ClientConnection.Burst < 0 {
+		problems = append(problems, "clientConnection.qps and clientConnection.burst must not be negative")
+	}
+	if rl := cfg.RateLimit; rl.BaseDelay.Duration <= 0 || rl.MaxDelay.Duration < rl.BaseDelay.Duration {
+		problems = append(problems, "rateLimit.baseDelay must be positive and not above rateLimit.maxDelay")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,388 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	"k8s.io/klog/v2"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/stages/dra"
+	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
+	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/step"
+	"github.com/trainyard/trainyard/pkg/version"
+)
+
+// EventReporter is the reporting controller of the events Trainyard records.
+const EventReporter = "trainyard-trainjob-controller"
+
+// stageNames lists the pipeline in order.
+var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name, gang.Name, dra.Name, status.Name}
+
+// stageConfig returns the configuration of the named stage, or nil for an unknown name.
+func stageConfig(cfg *configv1alpha1.Configuration, name string) *configv1alpha1.StageConfiguration {
+	switch name {
+	case resolveruntime.Name:
+		return &cfg.Stages.ResolveRuntime
+	case mergepatches.Name:
+		return &cfg.Stages.MergePatches
+	case mlpolicy.Name:
+		return &cfg.Stages.MLPolicy
+	case gang.Name:
+		return &cfg.Stages.Gang
+	case dra.Name:
+		return &cfg.Stages.DRAClaims
+	case status.Name:
+		return &cfg.Stages.Status
+	}
+	return nil
+}
+
+// Run runs the controller until ctx is done: it serves metrics and probes at once, syncs
+// the informer caches, and runs the pipeline (after winning the Lease when leader
+// election is on). It returns nil after a clean shutdown and an error naming what failed
+// to start otherwise.
+func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) error {
+	logger, err := newLogger(opts.LogFormat, opts.Verbosity)
+	if err != nil {
+		return err
+	}
+	klog.SetLogger(logger)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting Trainyard", "version", version.Version, "gitCommit", version.GitCommit)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.RegisterClientMetrics(reg) // before any client exists
+	m := metrics.New(reg)
+	m.SetBuildInfo(version.Version, version.GitCommit)
+
+	restConfig, err := restConfig(cfg.ClientConnection)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	// Custom resources speak JSON only.
+	crdConfig := rest.CopyConfig(restConfig)
+	crdConfig.ContentType, crdConfig.AcceptContentTypes = "application/json", "application/json"
+	trainers, err := trainerclient.NewForConfig(crdConfig)
+	if err != nil {
+		return fmt.Errorf("creating trainer.kubeflow.org client: %w", err)
+	}
+	jobsets, err := jobsetclient.NewForConfig(crdConfig)
+	if err != nil {
+		return fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
+	}
+
+	inf, err := informers.New(trainers, jobsets, 0)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), trainer.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	recorder := broadcaster.NewRecorder(scheme, EventReporter)
+
+	pipeline, statusStage, plans, err := newPipeline(cfg, inf, trainers, jobsets, recorder, m, logger)
+	if err != nil {
+		return err
+	}
+	if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
+		func(key cache.ObjectName) {
+			plans.Delete(key)
+			statusStage.Forget(key)
+		}); err != nil {
+		return err
+	}
+
+	var leading atomic.Bool
+	servers := []*http.Server{
+		healthServer(cfg.Health.HealthProbeBindAddress, inf.HasSynced, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
+	}
+	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	}
+	serveErrs := make(chan error, len(servers))
+	for _, srv := range servers {
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErrs <- fmt.Errorf("serving %s: %w", srv.Addr, err)
+			}
+		}()
+	}
+	defer shutdownServers(logger, servers)
+
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+	inf.Start(ctx)
+	defer inf.Shutdown()
+	if !inf.WaitForCacheSync(ctx) {
+		return errors.New("informer caches did not sync before shutdown")
+	}
+	m.SetTrainJobPhaseCounts(phaseCounter(inf))
+	logger.Info("Caches synced")
+
+	runPipeline := func(ctx context.Context) {
+		leading.Store(true)
+		if err := pipeline.Run(ctx); err != nil {
+			logger.Error(err, "Pipeline stopped")
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !ptrBool(cfg.LeaderElection.LeaderElect) {
+			runPipeline(ctx)
+			return
+		}
+		runWithLeaderElection(ctx, cfg.LeaderElection, kube, logger, runPipeline)
+	}()
+
+	select {
+	case err := <-serveErrs:
+		return err
+	case <-done:
+		logger.Info("Stopped")
+		return nil
+	}
+}
+
+// newPipeline wires the six stages in order.
+func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, trainers trainerclient.Interface,
+	jobsets jobsetclient.Interface, recorder events.EventRecorder, m *metrics.Metrics, logger klog.Logger,
+) (*stages.Pipeline, *status.Stage, *stages.Plans[plan.Plan], error) {
+	plans := &stages.Plans[plan.Plan]{}
+	writer := &status.Writer{Client: trainers}
+	stepStage := func(name string, index int, fn step.Func) stages.Stage {
+		return &step.Stage{StageName: name, Index: index, Step: fn,
+			TrainJobs: inf.TrainJobLister, Plans: plans, Status: writer, Recorder: recorder}
+	}
+	statusStage := &status.Stage{
+		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
+		Plans: plans, Status: writer, Recorder: recorder, Metrics: m,
+	}
+	all := []stages.Stage{
+		&resolveruntime.Stage{
+			TrainJobs: inf.TrainJobLister, TrainingRuntimes: inf.TrainingRuntimeLister,
+			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
+			Plans:                   plans, Status: writer, Recorder: recorder,
+		},
+		stepStage(mergepatches.Name, mergepatches.Index, mergepatches.Step()),
+		stepStage(mlpolicy.Name, mlpolicy.Index, mlpolicy.Step(mlpolicy.DefaultPlugins())),
+		stepStage(gang.Name, gang.Index, gang.Step(nil)),
+		stepStage(dra.Name, dra.Index, dra.Step()),
+		statusStage,
+	}
+	workers := map[string]int{}
+	for _, name := range stageNames {
+		workers[name] = int(*stageConfig(cfg, name).Workers)
+	}
+	rl := cfg.RateLimit
+	p, err := stages.New(all,
+		stages.WithWorkers(workers),
+		stages.WithRateLimit(stages.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}),
+		stages.WithMetrics(m),
+		stages.WithLogger(logger),
+	)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("building the pipeline: %w", err)
+	}
+	return p, statusStage, plans, nil
+}
+
+// runWithLeaderElection runs fn while this process holds the Lease. Losing the Lease
+// while the context is still live exits the process, as Kubernetes controllers do: a
+// half-stopped pipeline must not keep writing next to the new leader.
+func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, kube kubernetes.Interface, logger klog.Logger, fn func(context.Context)) {
+	namespace := le.ResourceNamespace
+	if namespace == "" {
+		namespace = podNamespace()
+	}
+	host, _ := os.Hostname()
+	identity := host + "_" + uuid.NewString()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: le.ResourceName, Namespace: namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	logger.Info("Waiting for leadership", "lease", klog.KRef(namespace, le.ResourceName), "identity", identity)
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   le.LeaseDuration.Duration,
+		RenewDeadline:   le.RenewDeadline.Duration,
+		RetryPeriod:     le.RetryPeriod.Duration,
+		ReleaseOnCancel: true,
+		Name:            le.ResourceName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: fn,
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					logger.Error(nil, "Lost leadership; exiting so a fresh process can rejoin")
+					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+				}
+			},
+		},
+	})
+}
+
+// healthServer serves /healthz (the process is alive) and /readyz (caches synced).
+// With leader election, followers are ready too — they keep warm caches for a fast
+// failover — and /readyz?verbose reports whether this replica leads.
+func healthServer(addr string, synced func() bool, leading *atomic.Bool, leaderElect bool) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !synced() {
+			http.Error(w, "[-]informers: caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		if _, verbose := r.URL.Query()["verbose"]; verbose {
+			fmt.Fprintln(w, "[+]informers ok")
+			switch {
+			case !leaderElect:
+				fmt.Fprintln(w, "[+]leader-election disabled")
+			case leading.Load():
+				fmt.Fprintln(w, "[+]leader-election leading")
+			default:
+				fmt.Fprintln(w, "[+]leader-election following")
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}
+
+func shutdownServers(logger klog.Logger, servers []*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Error(err, "Shutting down HTTP server", "address", srv.Addr)
+		}
+	}
+}
+
+// phaseCounter counts cached TrainJobs by phase for trainyard_trainjobs.
+func phaseCounter(inf *informers.Informers) func() map[string]int {
+	return func() map[string]int {
+		jobs, err := inf.TrainJobLister.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		counts := make(map[string]int, 6)
+		for _, tj := range jobs {
+			counts[phaseOf(tj)]++
+		}
+		return counts
+	}
+}
+
+func phaseOf(tj *trainer.TrainJob) string {
+	conds := tj.Status.Conditions
+	switch {
+	case meta.IsStatusConditionTrue(conds, trainer.TrainJobComplete):
+		return metrics.PhaseComplete
+	case meta.IsStatusConditionTrue(conds, trainer.TrainJobFailed):
+		return metrics.PhaseFailed
+	case meta.IsStatusConditionTrue(conds, trainer.TrainJobSuspended):
+		return metrics.PhaseSuspended
+	case len(tj.Status.JobsStatus) > 0:
+		return metrics.PhaseRunning
+	}
+	return metrics.PhasePending
+}
+
+// restConfig builds the client configuration: --kubeconfig (or $KUBECONFIG, or
+// in-cluster) with the configured QPS, burst and content types.
+func restConfig(cc componentbaseconfigv1alpha1.ClientConnectionConfiguration) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cc.Kubeconfig
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	c.QPS, c.Burst = cc.QPS, int(cc.Burst)
+	c.ContentType, c.AcceptContentTypes = cc.ContentType, cc.AcceptContentTypes
+	c.UserAgent = "trainyard/" + version.Version
+	return c, nil
+}
+
+// newLogger returns a zap logger behind logr; verbosity v maps to zap level -v.
+func newLogger(format string, v int) (logr.Logger, error) {
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+	case "text":
+		zc = zap.NewDevelopmentConfig()
+		zc.Development = false
+	default:
+		return logr.Logger{}, fmt.Errorf(`--log-format %q: want "json" or "text"`, format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(zapcore.Level(-v))
+	zc.Sampling = nil
+	zc.EncoderConfig.TimeKey, zc.EncoderConfig.EncodeTime = "ts", zapcore.ISO8601TimeEncoder
+	z, err := zc.Build()
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("building logger: %w", err)
+	}
+	return zapr.NewLogger(z), nil
+}
+
+// podNamespace is the namespace this pod runs in, "default" outside a cluster.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(data))
+	}
+	return "default"
+}
+
+func ptrBool(b *bool) bool { return b != nil && *b }

@@ -1,0 +1,230 @@
+// Package mergepatches builds a TrainJob's desired JobSet from its runtime before any
+// ML policy is applied: the runtime's JobSet template with the TrainJob's
+// runtimePatches, counts, resourcesPerNode, initializer and trainer overrides
+// (trainer-compat §2.3, §2.4 PreBuildSync and §2.5 steps 2–4, 6, 7). It is pure logic:
+// no API calls, no listers.
+package mergepatches
+
+import (
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// Merge returns the JobSet tj asks for from runtime rt, before the ML policy (package
+// mlpolicy) refines it:
+//
+//   - TypeMeta jobset.x-k8s.io/v1alpha2 JobSet; name and namespace of tj; a controller
+//     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
+//     each runtimePatch's template metadata, in list order (§2.3 step 1);
+//   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge patch,
+//     in list order, keeping the runtime's replicatedJobs order (§2.3 step 2);
+//   - spec.trainer.resourcesPerNode merged into the trainer "node" container (§2.3 step 4);
+//   - every replicatedJob with parallelism == completions == its count: the runtime's
+//     mlPolicy.numNodes (default 1) for the trainer, else its template parallelism
+//     (default 1), at least 1 (§2.3 step 4, §2.4 PreBuildSync);
+//   - replicas 1 on every replicatedJob whose ancestor is dataset-initializer,
+//     model-initializer or trainer, and spec.initializer and spec.trainer's image,
+//     command, args and env applied to their containers (§2.5 steps 3, 4);
+//   - spec.suspend = tj.spec.suspend (false when unset) (§2.5 step 6).
+//
+// spec.trainer.numNodes is left to the ML policy, which owns the trainer count.
+//
+// Neither tj nor rt.Spec (shared with the informer cache) is modified: everything taken
+// from them is copied.
+//
+// Errors: *plan.InvalidInputError when a runtimePatch names a replicatedJob or container
+// the runtime does not have; any other error is a bug.
+func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error) {
+	if tj == nil || rt.Spec == nil {
+		return nil, errors.New("mergepatches: nil TrainJob or runtime spec")
+	}
+	js := &jobsetv1alpha2.JobSet{
+		TypeMeta: metav1.TypeMeta{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            tj.Name,
+			Namespace:       tj.Namespace,
+			Labels:          overlayMetadata(rt.Spec.Template.Labels, tj, labelsOf),
+			Annotations:     overlayMetadata(rt.Spec.Template.Annotations, tj, annotationsOf),
+			OwnerReferences: []metav1.OwnerReference{ownerReference(tj)},
+		},
+	}
+	rt.Spec.Template.Spec.DeepCopyInto(&js.Spec)
+	if err := applyRuntimePatches(tj, rt, &js.Spec); err != nil {
+		return nil, err
+	}
+
+	policy := rt.Spec.MLPolicy
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		plan.SetCount(rj, initialCount(policy, rj))
+		applyAncestorStep(tj, rj)
+		if receivesTrainerOverrides(policy, rj) {
+			applyTrainerOverrides(tj, rj)
+		}
+	}
+	js.Spec.Suspend = ptr.To(ptr.Deref(tj.Spec.Suspend, false))
+	return js, nil
+}
+
+// overlayMetadata returns base overlaid by each runtimePatch's JobSet-level labels or
+// annotations (as picked by of), later patches winning; nil when all are empty. The
+// runtime object's own metadata and the TrainJob's are deliberately not propagated
+// (trainer-compat §2.3 step 1).
+func overlayMetadata(base map[string]string, tj *trainer.TrainJob, of func(*metav1.ObjectMeta) map[string]string) map[string]string {
+	var out map[string]string
+	set := func(m map[string]string) {
+		if len(m) == 0 {
+			return
+		}
+		if out == nil {
+			out = make(map[string]string, len(base)+len(m))
+		}
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	set(base)
+	for i := range tj.Spec.RuntimePatches {
+		if s := tj.Spec.RuntimePatches[i].TrainingRuntimeSpec; s != nil && s.Template != nil && s.Template.Metadata != nil {
+			set(of(s.Template.Metadata))
+		}
+	}
+	return out
+}
+
+func labelsOf(m *metav1.ObjectMeta) map[string]string      { return m.Labels }
+func annotationsOf(m *metav1.ObjectMeta) map[string]string { return m.Annotations }
+
+// ownerReference makes tj the JobSet's controller, so garbage collection deletes the
+// JobSet with the TrainJob and the JobSet informer can map events back to it.
+func ownerReference(tj *trainer.TrainJob) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         trainer.SchemeGroupVersion.String(),
+		Kind:               trainer.TrainJobKind,
+		Name:               tj.Name,
+		UID:                tj.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// initialCount is rj's pod count before the ML policy runs (trainer-compat §2.3 step 4):
+// the runtime's mlPolicy.numNodes (default 1) for a trainer replicatedJob when the
+// runtime has an mlPolicy, else the template parallelism (default 1); at least 1.
+func initialCount(policy *trainer.MLPolicy, rj *jobsetv1alpha2.ReplicatedJob) int32 {
+	n := plan.Count(rj)
+	if policy != nil && plan.Ancestor(rj) == trainer.AncestorTrainer {
+		n = ptr.Deref(policy.NumNodes, 1)
+	}
+	return max(n, 1)
+}
+
+// receivesTrainerOverrides reports whether spec.trainer.env and resourcesPerNode apply
+// to rj's "node" container: rj is a trainer replicatedJob, or the runtime runs the MPI
+// launcher as a node and rj is the "node" replicatedJob (trainer-compat §2.3 step 4,
+// §2.5 step 4).
+//
+// Quirk trainer-compat §11.2: upstream ignores resourcesPerNode on a trainer
+// replicatedJob when the runtime has no mlPolicy. Trainyard applies it: silently
+// dropping resources the user asked for is worse than the one divergence it causes,
+// which is that Kueue (recomputing upstream's model) does not count them for such
+// runtimes. Every shipped runtime has an mlPolicy.
+func receivesTrainerOverrides(policy *trainer.MLPolicy, rj *jobsetv1alpha2.ReplicatedJob) bool {
+	if plan.Ancestor(rj) == trainer.AncestorTrainer {
+		return true
+	}
+	return policy != nil && policy.MPI != nil && ptr.Deref(policy.MPI.RunLauncherAsNode, false) &&
+		rj.Name == trainer.ReplicatedJobNode
+}
+
+// applyAncestorStep applies the TrainJob section matching rj's ancestor label
+// (trainer-compat §2.5 steps 3, 4): every such replicatedJob runs one Job, the
+// initializers get spec.initializer, the trainer spec.trainer's image, command, args.
+func applyAncestorStep(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
+	in := tj.Spec.Initializer
+	switch plan.Ancestor(rj) {
+	case trainer.AncestorDatasetInitializer:
+		rj.Replicas = 1
+		if in != nil && in.Dataset != nil {
+			d := in.Dataset
+			applyInitializer(rj, trainer.ContainerDatasetInitializer, d.StorageUri, d.Env, d.SecretRef)
+		}
+	case trainer.AncestorModelInitializer:
+		rj.Replicas = 1
+		if in != nil && in.Model != nil {
+			m := in.Model
+			applyInitializer(rj, trainer.ContainerModelInitializer, m.StorageUri, m.Env, m.SecretRef)
+		}
+	case trainer.AncestorTrainer:
+		rj.Replicas = 1
+		applyTrainerContainer(tj, rj)
+	}
+}
+
+// applyTrainerOverrides merges spec.trainer.resourcesPerNode and env into rj's first
+// "node" container: resources per resource name and claims per name (§2.3 step 4, §10
+// case 7), env by name (§2.5 step 4), the TrainJob winning; entries only in the runtime
+// are kept.
+func applyTrainerOverrides(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
+	t := tj.Spec.Trainer
+	if t == nil {
+		return
+	}
+	c := plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode)
+	if c == nil {
+		return
+	}
+	if t.ResourcesPerNode != nil {
+		plan.MergeResources(&c.Resources, t.ResourcesPerNode)
+	}
+	c.Env = plan.UpsertEnv(c.Env, t.Env...)
+}
+
+// applyInitializer applies one spec.initializer section to the container named name of
+// an initializer replicatedJob (trainer-compat §2.5 step 3): STORAGE_URI when storageUri
+// is set (even empty), then env by name, then the secret as an envFrom source.
+func applyInitializer(rj *jobsetv1alpha2.ReplicatedJob, name string, storageURI *string, env []corev1.EnvVar, secret *corev1.LocalObjectReference) {
+	c := plan.Container(plan.PodSpec(rj).Containers, name)
+	if c == nil {
+		return
+	}
+	if storageURI != nil {
+		c.Env = plan.UpsertEnv(c.Env, corev1.EnvVar{Name: trainer.EnvStorageURI, Value: *storageURI})
+	}
+	c.Env = plan.UpsertEnv(c.Env, env...)
+	if secret != nil {
+		c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{
+			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}},
+		})
+	}
+}
+
+// applyTrainerContainer replaces the trainer "node" container's image, command and args
+// with spec.trainer's when set (trainer-compat §2.5 step 4). A command or args that is
+// set but empty clears the runtime's (the image's entrypoint runs).
+func applyTrainerContainer(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
+	t := tj.Spec.Trainer
+	if t == nil {
+		return
+	}
+	c := plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode)
+	if c == nil {
+		return
+	}
+	if t.Image != nil {
+		c.Image = *t.Image
+	}
+	if t.Command != nil {
+		c.Command = append([]string{}, t.Command...)
+	}
+	if t.Args != nil {
+		c.Args = append([]string{}, t.Args...)
+	}
+}

@@ -1,0 +1,140 @@
+package mlpolicy
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// rendezvousPort is the trainer's rendezvous, coordinator or tracker port, declared on
+// the trainer container by Torch, JAX and XGBoost.
+var rendezvousPort = corev1.ContainerPort{ContainerPort: trainer.ContainerPortRendezvous}
+
+// rendezvousPortString is rendezvousPort as an env value.
+var rendezvousPortString = strconv.Itoa(int(trainer.ContainerPortRendezvous))
+
+// overrideTrainerCount sets the trainer replicatedJob's count to spec.trainer.numNodes
+// when set; every framework does this first (trainer-compat §3.1–3.5).
+//
+// Quirk trainer-compat §11.3, reproduced: numNodes 0 (accepted by the CRD) yields
+// parallelism and completions 0, the count Kueue computes too.
+func overrideTrainerCount(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
+	if tj.Spec.Trainer == nil || tj.Spec.Trainer.NumNodes == nil {
+		return
+	}
+	if rj := plan.TrainerJob(js); rj != nil {
+		plan.SetCount(rj, *tj.Spec.Trainer.NumNodes)
+	}
+}
+
+// trainerCount is the number of trainer pods: the trainer replicatedJob's count, 1 when
+// the runtime has no trainer replicatedJob (as upstream).
+func trainerCount(js *jobsetv1alpha2.JobSet) int32 {
+	if rj := plan.TrainerJob(js); rj != nil {
+		return plan.Count(rj)
+	}
+	return 1
+}
+
+// trainerContainer returns the "node" container of the trainer replicatedJob, or nil.
+func trainerContainer(js *jobsetv1alpha2.JobSet) *corev1.Container {
+	rj := plan.TrainerJob(js)
+	if rj == nil {
+		return nil
+	}
+	return plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode)
+}
+
+// coordinatorHost is the DNS name of the first trainer pod, where rank 0 listens:
+// "<name>-<trainer rJob>-0-0.<subdomain>".
+//
+// Quirk trainer-compat §11.4, not reproduced: upstream always writes
+// "<name>-node-0-0.<name>", which names no pod when the trainer replicatedJob is not
+// called "node" or the runtime sets network.subdomain. Both forms agree for every
+// shipped runtime.
+func coordinatorHost(js *jobsetv1alpha2.JobSet) string {
+	name := trainer.ReplicatedJobNode
+	if rj := plan.TrainerJob(js); rj != nil {
+		name = rj.Name
+	}
+	return plan.Endpoint(js, name, 0, 0)
+}
+
+// nodeResources returns the per-node resources the frameworks size themselves from
+// (trainer-compat §2.3 "runtime resources per node"): spec.trainer.resourcesPerNode when
+// set, else the resources of the first "node" container that declares any, in the first
+// replicatedJob named "node" or with the trainer ancestor (after runtime patches). Nil
+// when there are none. The result is shared: read only.
+func nodeResources(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) *corev1.ResourceRequirements {
+	if t := tj.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
+		return t.ResourcesPerNode
+	}
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if rj.Name != trainer.ReplicatedJobNode && plan.Ancestor(rj) != trainer.AncestorTrainer {
+			continue
+		}
+		containers := plan.PodSpec(rj).Containers
+		for j := range containers {
+			if r := &containers[j].Resources; containers[j].Name == trainer.ContainerNode && hasResources(r) {
+				return r
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+func hasResources(r *corev1.ResourceRequirements) bool {
+	return len(r.Limits) > 0 || len(r.Requests) > 0 || len(r.Claims) > 0
+}
+
+// gpuCount is the number of GPUs per node in res: the value, rounded up, of the first
+// resource whose name contains "gpu" (case-insensitive) in requests, or in limits when
+// that is 0 (trainer-compat §2.3 "GPU count per node").
+//
+// Upstream takes the first match in Go map order; Trainyard takes the first in name
+// order, so a node declaring several GPU resources always gets the same answer.
+func gpuCount(res *corev1.ResourceRequirements) int64 {
+	if res == nil {
+		return 0
+	}
+	if n := firstGPU(res.Requests); n > 0 {
+		return n
+	}
+	return firstGPU(res.Limits)
+}
+
+func firstGPU(list corev1.ResourceList) int64 {
+	var first corev1.ResourceName
+	for name := range list {
+		if strings.Contains(strings.ToLower(string(name)), "gpu") && (first == "" || name < first) {
+			first = name
+		}
+	}
+	if first == "" {
+		return 0
+	}
+	q := list[first]
+	return q.Value() // rounds up
+}
+
+// cpuCount is the CPUs per node in res, rounded up: requests.cpu when set and non-zero,
+// else limits.cpu, else 0 (trainer-compat §3.1 step 2).
+func cpuCount(res *corev1.ResourceRequirements) int64 {
+	if res == nil {
+		return 0
+	}
+	if q, ok := res.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
+		return q.Value()
+	}
+	if q, ok := res.Limits[corev1.ResourceCPU]; ok {
+		return q.Value()
+	}
+	return 0
+}

@@ -1,0 +1,27 @@
+package mlpolicy
+
+import (
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+type plainML struct{}
+
+// PlainML returns the plugin for runtimes without a distributed framework
+// (trainer-compat §3.2): no mlPolicy, or one without torch, mpi and jax (so it also
+// runs beside xgboost and flux). It only sets the trainer count from
+// spec.trainer.numNodes; spec.trainer.env is already merged by package mergepatches
+// (trainer-compat §2.5 step 4, which upstream's PlainML repeats).
+func PlainML() Plugin { return plainML{} }
+
+func (plainML) Name() string { return "PlainML" }
+
+func (plainML) Enabled(p *trainer.MLPolicy) bool {
+	return p == nil || (p.Torch == nil && p.MPI == nil && p.JAX == nil)
+}
+
+// Apply implements Plugin. It does not fail.
+func (plainML) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+	overrideTrainerCount(tj, p.JobSet)
+	return nil
+}

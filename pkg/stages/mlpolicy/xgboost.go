@@ -1,0 +1,54 @@
+package mlpolicy
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// Env vars XGBoost's collective (Rabit) tracker and workers read.
+const (
+	envDMLCTrackerURI  = "DMLC_TRACKER_URI"
+	envDMLCTrackerPort = "DMLC_TRACKER_PORT"
+	envDMLCTaskID      = "DMLC_TASK_ID"
+	envDMLCNumWorker   = "DMLC_NUM_WORKER"
+)
+
+type xgboost struct{}
+
+// XGBoost returns the mlPolicy.xgboost plugin (trainer-compat §3.5): trainer count
+// from spec.trainer.numNodes, DMLC_* env and port 29500 on the trainer "node"
+// container. Each node runs one worker per GPU, or one when it has none.
+//
+// Quirk trainer-compat §11.1, not reproduced: the env and port are injected even when
+// the TrainJob has no spec.trainer (see the package doc).
+func XGBoost() Plugin { return xgboost{} }
+
+func (xgboost) Name() string { return "XGBoost" }
+
+func (xgboost) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.XGBoost != nil }
+
+// Apply implements Plugin. It does not fail.
+func (xgboost) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+	js := p.JobSet
+	if plan.TrainerJob(js) == nil {
+		return nil
+	}
+	overrideTrainerCount(tj, js)
+	c := trainerContainer(js)
+	if c == nil {
+		return nil
+	}
+	workersPerNode := max(gpuCount(nodeResources(tj, js)), 1)
+	c.Env = plan.UpsertEnv(c.Env,
+		corev1.EnvVar{Name: envDMLCTrackerURI, Value: coordinatorHost(js)},
+		corev1.EnvVar{Name: envDMLCTrackerPort, Value: rendezvousPortString},
+		plan.CompletionIndexEnv(envDMLCTaskID),
+		corev1.EnvVar{Name: envDMLCNumWorker, Value: strconv.FormatInt(int64(trainerCount(js))*workersPerNode, 10)},
+	)
+	c.Ports = plan.UpsertPort(c.Ports, rendezvousPort)
+	return nil
+}

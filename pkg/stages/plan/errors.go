@@ -1,0 +1,58 @@
+package plan
+
+import (
+	"errors"
+)
+
+// InvalidInputError reports a TrainJob, or the runtime it references, that no JobSet
+// can be built from. Retrying cannot fix it: the stage that gets one should surface it
+// as a TrainJob condition and wait for the user to change the object. Any other error
+// returned by the builders is a bug or a transient failure and should be retried.
+type InvalidInputError struct {
+	// Object is the object at fault: empty for the TrainJob itself, else the runtime as
+	// "<Kind>/<name>" (e.g. "ClusterTrainingRuntime/torch-distributed").
+	Object string
+	// Field is the path of the offending field in Object, in the API's JSON naming with
+	// list-map keys, e.g.
+	// spec.runtimePatches[manager=example.io/x].trainingRuntimeSpec.template.spec.replicatedJobs[name=foo].
+	Field string
+	// Message says what is wrong and how to fix it.
+	Message string
+}
+
+func (e *InvalidInputError) Error() string {
+	if e.Object == "" {
+		return e.Field + ": " + e.Message
+	}
+	return e.Object + " " + e.Field + ": " + e.Message
+}
+
+// UnsupportedError reports a runtime feature Trainyard does not implement yet, e.g.
+// mlPolicy.mpi. Like InvalidInputError it is terminal for the current inputs.
+type UnsupportedError struct {
+	// Object is the runtime as "<Kind>/<name>".
+	Object string
+	// Feature is the unsupported field, e.g. "mlPolicy.mpi".
+	Feature string
+}
+
+func (e *UnsupportedError) Error() string {
+	msg := "not yet supported by Trainyard: " + e.Feature
+	if e.Object != "" {
+		msg += " (runtime " + e.Object + ")"
+	}
+	return msg
+}
+
+// IsInputError reports whether err (or an error it wraps) is an InvalidInputError or an
+// UnsupportedError: a problem with the TrainJob or runtime that retrying cannot fix.
+func IsInputError(err error) bool {
+	var invalid *InvalidInputError
+	var unsupported *UnsupportedError
+	return errors.As(err, &invalid) || errors.As(err, &unsupported)
+}
+
+// Ref returns the "<Kind>/<name>" form of r used in error messages.
+func (r Runtime) Ref() string {
+	return r.Kind + "/" + r.Name
+}
