@@ -46,7 +46,7 @@ $(TOOLS)/staticcheck: hack/tools/go.mod hack/tools/go.sum
 
 .PHONY: lint
 lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, and the forbidden-dependency check.
-	@out=$$(git ls-files -co --exclude-standard '*.go' | xargs gofmt -l); \
+	@out=$$(find . -name '*.go' -not -path './_output/*' -not -path './.git/*' -print0 | xargs -0 gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
@@ -59,8 +59,16 @@ test: ## Unit tests (race detector on).
 	$(GO) test -race -count=1 ./...
 
 .PHONY: test-e2e
-test-e2e: ## End-to-end tests on the local control plane.
-	@echo "test-e2e: filled in by the local control plane harness"
+test-e2e: ## End-to-end tests on the local control plane (each test package starts its own cluster).
+	cd e2e && $(GO) test -count=1 $(E2E_TEST_FLAGS) ./...
+
+##@ Run
+
+.PHONY: dev
+dev: cluster-up ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete.
+	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig
+
+include hack/cluster.mk
 
 .PHONY: check
 check: verify lint test test-e2e ## Everything CI runs: verify, lint, unit and e2e tests.

@@ -245,7 +245,6 @@ func TestTrainJobPhases(t *testing.T) {
 # HELP trainyard_trainjobs TrainJobs in the informer cache by phase (Pending, Created, Suspended, Running, Complete, Failed).
 # TYPE trainyard_trainjobs gauge
 trainyard_trainjobs{phase="Complete"} 0
-trainyard_trainjobs{phase="Created"} 0
 trainyard_trainjobs{phase="Failed"} 1
 trainyard_trainjobs{phase="Pending"} 0
 trainyard_trainjobs{phase="Running"} 3

@@ -129,10 +129,10 @@ const (
 	RuntimeKindOther                  = "other"
 )
 
-// Values of the "phase" label of TrainJobs.
+// Values of the "phase" label of TrainJobs: Pending until the JobSet reports jobs,
+// Running while it does, Suspended, Complete and Failed from the TrainJob's conditions.
 const (
 	PhasePending   = "Pending"
-	PhaseCreated   = "Created"
 	PhaseSuspended = "Suspended"
 	PhaseRunning   = "Running"
 	PhaseComplete  = "Complete"
@@ -143,7 +143,7 @@ var (
 	results      = []string{ResultContinue, ResultRequeueAfter, ResultWaitForEvent, ResultRetry, ResultTerminal, ResultRestart}
 	reasons      = []string{ReasonConflict, ReasonNotFound, ReasonInvalid, ReasonForbidden, ReasonThrottled, ReasonTimeout, ReasonInternal}
 	runtimeKinds = []string{RuntimeKindTrainingRuntime, RuntimeKindClusterTrainingRuntime, RuntimeKindOther}
-	phases       = []string{PhasePending, PhaseCreated, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
+	phases       = []string{PhasePending, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
 )
 
 // Histogram buckets, in seconds. Each ladder includes the usual SLO thresholds

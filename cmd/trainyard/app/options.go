@@ -6,6 +6,7 @@ package app
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -14,6 +15,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/dra"
+	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
+	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
+	"github.com/trainyard/trainyard/pkg/stages/status"
 )
 
 // Options are the command-line flags. Flags that the operator sets override the same
@@ -106,13 +113,23 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 		if target == nil {
 			return nil, fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", stage, strings.Join(stageNames, ", "))
 		}
-		var n int32
-		if _, err := fmt.Sscan(value, &n); err != nil {
+		n, err := strconv.ParseInt(value, 10, 32)
+		if err != nil {
 			return nil, fmt.Errorf("--stage-workers %s=%q: not a number", stage, value)
 		}
-		target.Workers = ptr.To(n)
+		target.Workers = ptr.To(int32(n))
 	}
 	return cfg, validate(cfg)
+}
+
+// stageFields names each stage's field under stages in the configuration file.
+var stageFields = map[string]string{
+	resolveruntime.Name: "resolveRuntime",
+	mergepatches.Name:   "mergePatches",
+	mlpolicy.Name:       "mlPolicy",
+	gang.Name:           "gang",
+	dra.Name:            "draClaims",
+	status.Name:         "status",
 }
 
 // validate rejects settings the controller cannot run with, naming the field.
@@ -120,7 +137,7 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	var problems []string
 	for _, name := range stageNames {
 		if w := stageConfig(cfg, name).Workers; w == nil || *w < 1 {
-			problems = append(problems, fmt.Sprintf("stages.%s.workers must be at least 1", name))
+			problems = append(problems, fmt.Sprintf("stages.%s.workers (--stage-workers %s=N) must be at least 1", stageFields[name], name))
 		}
 	}
 	if cfg.ClientConnection.QPS < 0 || cfg.ClientConnection.Burst < 0 {

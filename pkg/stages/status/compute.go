@@ -84,9 +84,11 @@ func jobsStatus(js *jobsetv1alpha2.JobSet) []trainer.JobStatus {
 
 // activeDeadline returns when tj's active deadline falls (zero when none applies:
 // no activeDeadlineSeconds, finished, or suspended) and whether it has passed. The
-// clock starts at creation and restarts at each resume (§2.8.3).
-func activeDeadline(tj *trainer.TrainJob, now time.Time) (time.Time, bool) {
-	if tj.Spec.ActiveDeadlineSeconds == nil || trainjob.IsFinished(tj) || trainjob.IsSuspended(tj) {
+// clock starts at creation and restarts at each resume (§2.8.3). A TrainJob whose
+// JobSet js (nil when absent) completed or failed counts as finished: upstream checks
+// the deadline on the status it just derived from the JobSet.
+func activeDeadline(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, now time.Time) (time.Time, bool) {
+	if tj.Spec.ActiveDeadlineSeconds == nil || trainjob.IsFinished(tj) || trainjob.IsSuspended(tj) || jobSetFinished(js) {
 		return time.Time{}, false
 	}
 	start := tj.CreationTimestamp.Time
@@ -95,6 +97,12 @@ func activeDeadline(tj *trainer.TrainJob, now time.Time) (time.Time, bool) {
 	}
 	deadline := start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second)
 	return deadline, now.After(deadline)
+}
+
+// jobSetFinished reports whether js is Completed or Failed.
+func jobSetFinished(js *jobsetv1alpha2.JobSet) bool {
+	return js != nil && (meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) ||
+		meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetFailed)))
 }
 
 func setCondition(st *trainer.TrainJobStatus, condType string, status metav1.ConditionStatus, reason, message string, gen int64, now time.Time) {

@@ -116,6 +116,10 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		return stages.Retry(), err
 	} else if !metav1.IsControlledBy(js, tj) {
 		return s.rejectForeignJobSet(ctx, tj)
+	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID) {
+		// The cache shows what this process last applied, so the record has done its
+		// job; keeping it would stop a JobSet deleted later from being re-created.
+		s.Forget(key)
 	}
 
 	finished := trainjob.IsFinished(tj)
@@ -136,7 +140,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 
 	now := s.now()
-	deadline, expired := activeDeadline(tj, now)
+	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
 		if err := s.deleteJobSet(ctx, tj); err != nil {
 			return stages.Retry(), err

@@ -1,0 +1,297 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	"k8s.io/utils/ptr"
+
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+)
+
+// defaults is the configuration with no file and no flags.
+func defaults() *configv1alpha1.Configuration {
+	return &configv1alpha1.Configuration{
+		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{
+			QPS:                50,
+			Burst:              100,
+			ContentType:        "application/vnd.kubernetes.protobuf",
+			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
+		},
+		LeaderElection: componentbaseconfigv1alpha1.LeaderElectionConfiguration{
+			LeaderElect:   ptr.To(false),
+			ResourceLock:  "leases",
+			ResourceName:  "trainyard-controller",
+			LeaseDuration: metav1.Duration{Duration: 15 * time.Second},
+			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
+			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
+		},
+		Metrics: configv1alpha1.MetricsConfiguration{BindAddress: ":8080"},
+		Health:  configv1alpha1.HealthConfiguration{HealthProbeBindAddress: ":8081"},
+		Stages: configv1alpha1.StagesConfiguration{
+			ResolveRuntime: configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
+			MergePatches:   configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
+			MLPolicy:       configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
+			Gang:           configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
+			DRAClaims:      configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
+			Status:         configv1alpha1.StageConfiguration{Workers: ptr.To[int32](8)},
+		},
+		RateLimit: configv1alpha1.RateLimitConfiguration{
+			BaseDelay: &metav1.Duration{Duration: 5 * time.Millisecond},
+			MaxDelay:  &metav1.Duration{Duration: 5 * time.Minute},
+			QPS:       ptr.To[float32](10),
+			Burst:     ptr.To[int32](100),
+		},
+	}
+}
+
+// fileConfig is a configuration file that sets a bit of everything.
+const fileConfig = `apiVersion: config.trainyard.dev/v1alpha1
+kind: Configuration
+clientConnection:
+  qps: 200
+  burst: 400
+leaderElection:
+  leaderElect: true
+  resourceNamespace: trainyard-system
+metrics:
+  bindAddress: ":9090"
+health:
+  healthProbeBindAddress: ":9091"
+stages:
+  status:
+    workers: 32
+  mlPolicy:
+    workers: 2
+rateLimit:
+  baseDelay: 10ms
+  qps: 50
+featureGates:
+  Foo: true
+`
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// config parses args as the command line and returns Options.Config's result.
+func config(t *testing.T, args ...string) (*configv1alpha1.Configuration, error) {
+	t.Helper()
+	opts := NewOptions()
+	fs := pflag.NewFlagSet("trainyard", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parsing %v: %v", args, err)
+	}
+	return opts.Config(fs)
+}
+
+func TestConfig(t *testing.T) {
+	file := writeFile(t, fileConfig)
+	fromFile := func() *configv1alpha1.Configuration {
+		c := defaults()
+		c.TypeMeta = metav1.TypeMeta{APIVersion: "config.trainyard.dev/v1alpha1", Kind: "Configuration"}
+		c.ClientConnection.QPS, c.ClientConnection.Burst = 200, 400
+		c.LeaderElection.LeaderElect = ptr.To(true)
+		c.LeaderElection.ResourceNamespace = "trainyard-system"
+		c.Metrics.BindAddress = ":9090"
+		c.Health.HealthProbeBindAddress = ":9091"
+		c.Stages.Status.Workers = ptr.To[int32](32)
+		c.Stages.MLPolicy.Workers = ptr.To[int32](2)
+		c.RateLimit.BaseDelay = &metav1.Duration{Duration: 10 * time.Millisecond}
+		c.RateLimit.QPS = ptr.To[float32](50)
+		c.FeatureGates = map[string]bool{"Foo": true}
+		return c
+	}
+
+	cases := map[string]struct {
+		args []string
+		want func() *configv1alpha1.Configuration
+	}{
+		"defaults": {
+			want: defaults,
+		},
+		"flags without a file": {
+			args: []string{"--kubeconfig=/kc", "--metrics-bind-address=0", "--health-probe-bind-address=:1",
+				"--leader-elect", "--leader-elect-namespace=ns", "--kube-api-qps=7", "--kube-api-burst=9",
+				"--stage-workers=resolve_runtime=1,merge_patches=2,ml_policy=3,gang_scheduling=5,dra_claims=6,status=7"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.ClientConnection.Kubeconfig = "/kc"
+				c.Metrics.BindAddress = "0"
+				c.Health.HealthProbeBindAddress = ":1"
+				c.LeaderElection.LeaderElect = ptr.To(true)
+				c.LeaderElection.ResourceNamespace = "ns"
+				c.ClientConnection.QPS, c.ClientConnection.Burst = 7, 9
+				c.Stages.ResolveRuntime.Workers = ptr.To[int32](1)
+				c.Stages.MergePatches.Workers = ptr.To[int32](2)
+				c.Stages.MLPolicy.Workers = ptr.To[int32](3)
+				c.Stages.Gang.Workers = ptr.To[int32](5)
+				c.Stages.DRAClaims.Workers = ptr.To[int32](6)
+				c.Stages.Status.Workers = ptr.To[int32](7)
+				return c
+			},
+		},
+		"file overrides defaults": {
+			args: []string{"--config=" + file},
+			want: fromFile,
+		},
+		"flags given explicitly override the file": {
+			args: []string{"--config=" + file, "--kube-api-qps=5", "--metrics-bind-address=:7070",
+				"--leader-elect=false", "--stage-workers=status=3"},
+			want: func() *configv1alpha1.Configuration {
+				c := fromFile()
+				c.ClientConnection.QPS = 5
+				c.Metrics.BindAddress = ":7070"
+				c.LeaderElection.LeaderElect = ptr.To(false)
+				c.Stages.Status.Workers = ptr.To[int32](3)
+				return c
+			},
+		},
+		"flags left at their default do not override the file": {
+			// Same values as the defaults, but not given: the file wins.
+			args: []string{"--config=" + file, "--log-format=text"},
+			want: fromFile,
+		},
+		"flag equal to the default, given explicitly, still overrides the file": {
+			args: []string{"--config=" + file, "--kube-api-qps=50", "--health-probe-bind-address=:8081"},
+			want: func() *configv1alpha1.Configuration {
+				c := fromFile()
+				c.ClientConnection.QPS = 50
+				c.Health.HealthProbeBindAddress = ":8081"
+				return c
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := config(t, tc.args...)
+			if err != nil {
+				t.Fatalf("Config: %v", err)
+			}
+			if diff := cmp.Diff(tc.want(), got); diff != "" {
+				t.Errorf("Config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	unknownField := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  bindAdress: \":9090\"\n")
+	zeroWorkers := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstages:\n  gang:\n    workers: 0\n")
+	badRateLimit := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nrateLimit:\n  baseDelay: 1m\n  maxDelay: 1s\n")
+	wrongKind := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Settings\n")
+	missing := filepath.Join(t.TempDir(), "absent.yaml")
+
+	cases := map[string]struct {
+		args []string
+		// wantIn are substrings the error must contain: what is at fault and where.
+		wantIn []string
+	}{
+		"unknown field in the file": {
+			args:   []string{"--config=" + unknownField},
+			wantIn: []string{"--config", unknownField, "bindAdress"},
+		},
+		"unknown kind in the file": {
+			args:   []string{"--config=" + wrongKind},
+			wantIn: []string{"--config", wrongKind},
+		},
+		"missing file": {
+			args:   []string{"--config=" + missing},
+			wantIn: []string{"--config", missing},
+		},
+		"unknown stage": {
+			args:   []string{"--stage-workers=resolve=2"},
+			wantIn: []string{"--stage-workers", `"resolve"`, "resolve_runtime"},
+		},
+		"not a number": {
+			args:   []string{"--stage-workers=status=many"},
+			wantIn: []string{"--stage-workers", "status", `"many"`, "not a number"},
+		},
+		"a number followed by junk": {
+			args:   []string{"--stage-workers=status=4x"},
+			wantIn: []string{"--stage-workers", "status", `"4x"`, "not a number"},
+		},
+		"a fraction": {
+			args:   []string{"--stage-workers=status=1.5"},
+			wantIn: []string{"--stage-workers", "status", `"1.5"`, "not a number"},
+		},
+		"zero workers from the flag": {
+			args:   []string{"--stage-workers=ml_policy=0"},
+			wantIn: []string{"stages.mlPolicy.workers", "--stage-workers ml_policy=N", "must be at least 1"},
+		},
+		"negative workers from the flag": {
+			args:   []string{"--stage-workers=status=-1"},
+			wantIn: []string{"stages.status.workers", "--stage-workers status=N", "must be at least 1"},
+		},
+		"zero workers from the file": {
+			args:   []string{"--config=" + zeroWorkers},
+			wantIn: []string{"stages.gang.workers", "must be at least 1"},
+		},
+		"negative QPS": {
+			args:   []string{"--kube-api-qps=-1"},
+			wantIn: []string{"clientConnection.qps"},
+		},
+		"base delay above max delay": {
+			args:   []string{"--config=" + badRateLimit},
+			wantIn: []string{"rateLimit.baseDelay", "rateLimit.maxDelay"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := config(t, tc.args...)
+			if err == nil {
+				t.Fatalf("Config = %+v, want an error", got)
+			}
+			for _, s := range tc.wantIn {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestNewOptionsShowsDefaults(t *testing.T) {
+	o := NewOptions()
+	d := defaults()
+	if o.MetricsBindAddress != d.Metrics.BindAddress || o.HealthProbeBindAddress != d.Health.HealthProbeBindAddress ||
+		o.KubeAPIQPS != d.ClientConnection.QPS || o.KubeAPIBurst != d.ClientConnection.Burst || o.LeaderElect {
+		t.Errorf("NewOptions() = %+v, does not show the configuration defaults", o)
+	}
+}
+
+// TestStageWorkersNameTheFileField: for every stage, zero workers in the file are
+// reported under the file's own field name (decoded strictly, so a wrong name would be
+// an unknown-field error instead).
+func TestStageWorkersNameTheFileField(t *testing.T) {
+	for _, stage := range stageNames {
+		t.Run(stage, func(t *testing.T) {
+			field, ok := stageFields[stage]
+			if !ok {
+				t.Fatalf("stage %q has no configuration field name", stage)
+			}
+			file := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstages:\n  "+field+":\n    workers: 0\n")
+			_, err := config(t, "--config="+file)
+			want := "stages." + field + ".workers (--stage-workers " + stage + "=N) must be at least 1"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Config error = %v, want it to contain %q", err, want)
+			}
+			if err != nil && strings.Contains(err.Error(), "unknown field") {
+				t.Errorf("stages.%s is not a field of the configuration file: %v", field, err)
+			}
+		})
+	}
+}

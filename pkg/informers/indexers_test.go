@@ -1,0 +1,238 @@
+package informers
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
+)
+
+func TestRuntimeRefKey(t *testing.T) {
+	cases := map[string]struct {
+		kind, namespace, name string
+		want                  string
+	}{
+		"TrainingRuntime is namespaced":                {trainer.TrainingRuntimeKind, "team-a", "torch", "TrainingRuntime/team-a/torch"},
+		"ClusterTrainingRuntime ignores the namespace": {trainer.ClusterTrainingRuntimeKind, "team-a", "torch", "ClusterTrainingRuntime/torch"},
+		"ClusterTrainingRuntime without namespace":     {trainer.ClusterTrainingRuntimeKind, "", "torch", "ClusterTrainingRuntime/torch"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := RuntimeRefKey(tc.kind, tc.namespace, tc.name); got != tc.want {
+				t.Errorf("RuntimeRefKey(%q, %q, %q) = %q, want %q", tc.kind, tc.namespace, tc.name, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIndexByRuntimeRef(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("team-a", "llm")
+	cases := map[string]struct {
+		obj  any
+		want []string
+	}{
+		"apiGroup and kind unset: ClusterTrainingRuntime": {
+			obj:  tj.Clone().RuntimeRef("", "torch").Obj(),
+			want: []string{"ClusterTrainingRuntime/torch"},
+		},
+		"kind unset, apiGroup set: ClusterTrainingRuntime": {
+			obj:  tj.Clone().RuntimeRef("", "torch").RuntimeRefGroup(trainer.GroupName).Obj(),
+			want: []string{"ClusterTrainingRuntime/torch"},
+		},
+		"ClusterTrainingRuntime": {
+			obj:  tj.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+			want: []string{"ClusterTrainingRuntime/torch"},
+		},
+		"TrainingRuntime: in the TrainJob's namespace": {
+			obj:  tj.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
+			want: []string{"TrainingRuntime/team-a/torch"},
+		},
+		"TrainingRuntime with apiGroup unset": {
+			obj: func() any {
+				o := tj.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj()
+				o.Spec.RuntimeRef.APIGroup = nil
+				return o
+			}(),
+			want: []string{"TrainingRuntime/team-a/torch"},
+		},
+		"unsupported kind: not indexed": {
+			obj: tj.Clone().RuntimeRef("Foo", "torch").Obj(),
+		},
+		"unsupported apiGroup: not indexed": {
+			obj: tj.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").RuntimeRefGroup("example.com").Obj(),
+		},
+		"empty apiGroup: not indexed": {
+			obj: tj.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").RuntimeRefGroup("").Obj(),
+		},
+		"not a TrainJob": {
+			obj: utiltesting.MakeTrainingRuntime("team-a", "torch"),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := indexByRuntimeRef(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("indexByRuntimeRef (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestControllerTrainJob(t *testing.T) {
+	ref := func(apiVersion, kind, name string, controller bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: "u", Controller: ptr.To(controller)}
+	}
+	cases := map[string]struct {
+		owners []metav1.OwnerReference
+		want   string
+	}{
+		"no owner": {},
+		"controlled by a TrainJob": {
+			owners: []metav1.OwnerReference{ref("trainer.kubeflow.org/v1alpha1", "TrainJob", "llm", true)},
+			want:   "llm",
+		},
+		"controller among other owners": {
+			owners: []metav1.OwnerReference{
+				ref("v1", "ConfigMap", "cm", false),
+				ref("trainer.kubeflow.org/v1alpha1", "TrainJob", "llm", true),
+			},
+			want: "llm",
+		},
+		"owned by a TrainJob, not controlled": {
+			owners: []metav1.OwnerReference{ref("trainer.kubeflow.org/v1alpha1", "TrainJob", "llm", false)},
+		},
+		"controlled by another kind": {
+			owners: []metav1.OwnerReference{ref("batch/v1", "Job", "llm", true)},
+		},
+		"controlled by a TrainJob of another version": {
+			owners: []metav1.OwnerReference{ref("trainer.kubeflow.org/v1", "TrainJob", "llm", true)},
+		},
+		"controlled by a TrainJob of another group": {
+			owners: []metav1.OwnerReference{ref("example.com/v1alpha1", "TrainJob", "llm", true)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			js := utiltesting.MakeJobSet("team-a", "llm").Obj()
+			js.OwnerReferences = tc.owners
+			if got := ControllerTrainJob(js); got != tc.want {
+				t.Errorf("ControllerTrainJob = %q, want %q", got, tc.want)
+			}
+			var want []string
+			if tc.want != "" {
+				want = []string{"team-a/" + tc.want}
+			}
+			got, err := indexByOwnerTrainJob(js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("indexByOwnerTrainJob (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestIndexByOwnerTrainJobIgnoresNonObjects(t *testing.T) {
+	got, err := indexByOwnerTrainJob("not an object")
+	if err != nil || got != nil {
+		t.Errorf("indexByOwnerTrainJob(string) = %v, %v; want nil, nil", got, err)
+	}
+}
+
+// fullJobSet is a JobSet as the API returns it: Job templates, managed fields, status.
+func fullJobSet() *jobsetv1alpha2.JobSet {
+	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
+	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(true).
+		Annotation("trainyard.dev/jobset-hash", "abc").
+		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "initializer", Replicas: 1, Template: jobTemplate("init")}).
+		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 4, Template: jobTemplate("node")}).
+		Condition(utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")).
+		ReplicatedJobStatus("node", 1, 2, 3, 4, 0).Obj()
+	js.Labels = map[string]string{"app": "llm"}
+	js.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "trainyard", Operation: metav1.ManagedFieldsOperationApply}}
+	return js
+}
+
+func jobTemplate(container string) batchv1.JobTemplateSpec {
+	t := batchv1.JobTemplateSpec{}
+	t.Labels = map[string]string{trainer.LabelTrainJobAncestor: "trainer"}
+	t.Spec.Parallelism = ptr.To[int32](2)
+	t.Spec.Template.Spec.Containers = []corev1.Container{{Name: container, Image: "pytorch:latest", Command: []string{"torchrun"}}}
+	return t
+}
+
+func TestTrimJobSet(t *testing.T) {
+	in := fullJobSet()
+	want := in.DeepCopy()
+	want.ManagedFields = nil
+	for i := range want.Spec.ReplicatedJobs {
+		want.Spec.ReplicatedJobs[i].Template = batchv1.JobTemplateSpec{}
+	}
+
+	out, err := TrimJobSet(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("TrimJobSet (-want +got):\n%s", diff)
+	}
+	// What the stages read survives.
+	got := out.(*jobsetv1alpha2.JobSet)
+	if !ptr.Deref(got.Spec.Suspend, false) || got.Annotations["trainyard.dev/jobset-hash"] != "abc" ||
+		got.Spec.ReplicatedJobs[1].Name != "node" || got.Spec.ReplicatedJobs[1].Replicas != 4 ||
+		len(got.Status.ReplicatedJobsStatus) != 1 || len(got.OwnerReferences) != 1 {
+		t.Errorf("TrimJobSet dropped what the stages read: %+v", got)
+	}
+}
+
+func TestTrimJobSetOtherObjects(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
+	tj.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	want := tj.DeepCopy()
+	want.ManagedFields = nil
+	out, err := TrimJobSet(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("TrimJobSet(TrainJob) (-want +got):\n%s", diff)
+	}
+
+	tombstone := cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: fullJobSet()}
+	out, err = TrimJobSet(tombstone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(tombstone, out); diff != "" {
+		t.Errorf("TrimJobSet(tombstone) changed it (-want +got):\n%s", diff)
+	}
+}
+
+func TestStripManagedFields(t *testing.T) {
+	rt := utiltesting.MakeClusterTrainingRuntime("torch")
+	rt.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	want := rt.DeepCopy()
+	want.ManagedFields = nil
+	out, err := StripManagedFields(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("StripManagedFields (-want +got):\n%s", diff)
+	}
+	if out, err := StripManagedFields("no metadata"); err != nil || out != "no metadata" {
+		t.Errorf("StripManagedFields(string) = %v, %v", out, err)
+	}
+}

@@ -1,0 +1,382 @@
+package resolveruntime_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
+	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/trainjob"
+	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
+)
+
+const (
+	ns     = "team-a"
+	tjName = "llm"
+)
+
+var key = cache.ObjectName{Namespace: ns, Name: tjName}
+
+// fixture is a resolve-runtime stage over directly seeded listers and a fake clientset
+// that holds the same TrainJob, so status patches land.
+type fixture struct {
+	stage     *resolveruntime.Stage
+	client    *trainerfake.Clientset
+	recorder  *events.FakeRecorder
+	trainJobs cache.Indexer
+	// trainingRuntimes is the TrainingRuntime cache, for runtimes that appear later.
+	trainingRuntimes cache.Indexer
+	plans            *stages.Plans[plan.Plan]
+}
+
+func newFixture(t *testing.T, tj *trainer.TrainJob, runtimes ...runtime.Object) *fixture {
+	t.Helper()
+	var clientObjs, tjObjs, trObjs, ctrObjs []runtime.Object
+	if tj != nil {
+		clientObjs = append(clientObjs, tj.DeepCopy())
+		tjObjs = append(tjObjs, tj.DeepCopy())
+	}
+	for _, rt := range runtimes {
+		switch rt.(type) {
+		case *trainer.TrainingRuntime:
+			trObjs = append(trObjs, rt)
+		case *trainer.ClusterTrainingRuntime:
+			ctrObjs = append(ctrObjs, rt)
+		default:
+			t.Fatalf("not a runtime: %T", rt)
+		}
+	}
+	client := trainerfake.NewSimpleClientset(clientObjs...)
+	trainJobs := utiltesting.Indexer(t, tjObjs...)
+	trainingRuntimes := utiltesting.Indexer(t, trObjs...)
+	recorder := events.NewFakeRecorder(10)
+	plans := &stages.Plans[plan.Plan]{}
+	return &fixture{
+		stage: &resolveruntime.Stage{
+			TrainJobs:               trainerlisters.NewTrainJobLister(trainJobs),
+			TrainingRuntimes:        trainerlisters.NewTrainingRuntimeLister(trainingRuntimes),
+			ClusterTrainingRuntimes: trainerlisters.NewClusterTrainingRuntimeLister(utiltesting.Indexer(t, ctrObjs...)),
+			Plans:                   plans,
+			Status:                  &status.Writer{Client: client},
+			Recorder:                recorder,
+		},
+		client:           client,
+		recorder:         recorder,
+		trainJobs:        trainJobs,
+		trainingRuntimes: trainingRuntimes,
+		plans:            plans,
+	}
+}
+
+// storedTrainJob returns the TrainJob as the API (the fake clientset) holds it.
+func (f *fixture) storedTrainJob(t *testing.T) *trainer.TrainJob {
+	t.Helper()
+	tj, err := f.client.TrainerV1alpha1().TrainJobs(ns).Get(context.Background(), tjName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting TrainJob: %v", err)
+	}
+	return tj
+}
+
+// resync makes the informer cache catch up with what the stage wrote.
+func (f *fixture) resync(t *testing.T) {
+	t.Helper()
+	if err := f.trainJobs.Update(f.storedTrainJob(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSync(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	base := utiltesting.MakeTrainJob(ns, tjName).Generation(3)
+	ctr := utiltesting.MakeClusterTrainingRuntime("torch")
+	tr := utiltesting.MakeTrainingRuntime(ns, "torch")
+	trElsewhere := utiltesting.MakeTrainingRuntime("team-b", "torch")
+	stalePlan := &plan.Plan{Runtime: plan.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "old"}, Stage: 5}
+
+	notFoundCTR := `ClusterTrainingRuntime "torch" referenced by spec.runtimeRef not found: create it and the TrainJob proceeds by itself (spec.runtimeRef is immutable: to use another runtime, recreate the TrainJob)`
+	notFoundTR := `TrainingRuntime "torch" referenced by spec.runtimeRef not found in namespace "team-a": create it and the TrainJob proceeds by itself (spec.runtimeRef is immutable: to use another runtime, recreate the TrainJob)`
+	unsupportedHint := `: spec.runtimeRef must name a TrainingRuntime or ClusterTrainingRuntime of apiGroup trainer.kubeflow.org; runtimeRef is immutable, so recreate the TrainJob`
+	completed := utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully")
+	waiting := utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionFalse, trainjob.ReasonRuntimeNotFound, notFoundCTR)
+
+	cases := map[string]struct {
+		trainJob  *trainer.TrainJob // nil: not in the cache
+		runtimes  []runtime.Object
+		plan      *plan.Plan // stored for key before Sync
+		patchErr  error
+		want      stages.Result
+		wantErr   bool
+		wantWrite []string
+		// wantConditions is the TrainJob's status.conditions in the API after Sync.
+		wantConditions []metav1.Condition
+		wantEvents     []string
+		wantPlan       *plan.Plan
+	}{
+		"TrainJob not found: plan dropped": {
+			plan: stalePlan,
+			want: stages.WaitForEvent(),
+		},
+		"managed by MultiKueue: untouched": {
+			trainJob: base.Clone().ManagedBy(trainer.ManagedByMultiKueue).RuntimeRef("Foo", "torch").Obj(),
+			want:     stages.WaitForEvent(),
+		},
+		"finished: untouched": {
+			trainJob:       base.Clone().Condition(completed).Obj(),
+			want:           stages.WaitForEvent(),
+			wantConditions: []metav1.Condition{completed},
+		},
+		"being deleted: untouched": {
+			trainJob: base.Clone().Deleting(now).Obj(),
+			want:     stages.WaitForEvent(),
+		},
+		"unsupported kind: Failed, terminal": {
+			trainJob:  base.Clone().RuntimeRef("Foo", "torch").Obj(),
+			runtimes:  []runtime.Object{ctr, tr},
+			want:      stages.Terminal(),
+			wantWrite: []string{"patch trainjobs/status"},
+			wantConditions: []metav1.Condition{utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue,
+				trainer.TrainJobRuntimeNotSupportedReason, "unsupported runtime: Foo.trainer.kubeflow.org"+unsupportedHint)},
+			wantEvents: []string{"Warning TrainingRuntimeNotSupported unsupported runtime: Foo.trainer.kubeflow.org"},
+		},
+		"unsupported apiGroup: Failed, terminal": {
+			trainJob:  base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").RuntimeRefGroup("example.com").Obj(),
+			runtimes:  []runtime.Object{ctr, tr},
+			want:      stages.Terminal(),
+			wantWrite: []string{"patch trainjobs/status"},
+			wantConditions: []metav1.Condition{utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue,
+				trainer.TrainJobRuntimeNotSupportedReason, "unsupported runtime: TrainingRuntime.example.com"+unsupportedHint)},
+			wantEvents: []string{"Warning TrainingRuntimeNotSupported unsupported runtime: TrainingRuntime.example.com"},
+		},
+		"unsupported status write fails: retried, no event": {
+			trainJob: base.Clone().RuntimeRef("Foo", "torch").Obj(),
+			patchErr: errors.New("etcd on fire"),
+			want:     stages.Retry(),
+			wantErr:  true,
+			// The fake records the attempt; the reactor fails it.
+			wantWrite: []string{"patch trainjobs/status"},
+		},
+		"ClusterTrainingRuntime missing: RuntimeResolved=False, waits": {
+			trainJob:       base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+			runtimes:       []runtime.Object{tr}, // a TrainingRuntime of that name does not count
+			want:           stages.WaitForEvent(),
+			wantWrite:      []string{"patch trainjobs/status"},
+			wantConditions: []metav1.Condition{waiting},
+			wantEvents:     []string{"Warning TrainingRuntimeNotFound " + notFoundCTR},
+		},
+		"TrainingRuntime missing in the TrainJob's namespace: RuntimeResolved=False, waits": {
+			trainJob:  base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
+			runtimes:  []runtime.Object{trElsewhere, ctr},
+			want:      stages.WaitForEvent(),
+			wantWrite: []string{"patch trainjobs/status"},
+			wantConditions: []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionFalse,
+				trainjob.ReasonRuntimeNotFound, notFoundTR)},
+			wantEvents: []string{"Warning TrainingRuntimeNotFound " + notFoundTR},
+		},
+		"missing runtime, status write fails: retried, no event": {
+			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+			patchErr:  errors.New("etcd on fire"),
+			want:      stages.Retry(),
+			wantErr:   true,
+			wantWrite: []string{"patch trainjobs/status"},
+		},
+		"ClusterTrainingRuntime found (kind and apiGroup defaulted): plan stored, no write": {
+			trainJob: base.Clone().RuntimeRef("", "torch").Obj(),
+			runtimes: []runtime.Object{ctr, tr},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec},
+				Stage:   1,
+			},
+		},
+		"TrainingRuntime found: plan stored, replacing a stale one": {
+			trainJob: base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
+			runtimes: []runtime.Object{ctr, tr},
+			plan:     stalePlan,
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tr.Spec},
+				Stage:   1,
+			},
+		},
+		"runtime appeared: RuntimeResolved flipped to True, plan stored": {
+			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Condition(waiting).Obj(),
+			runtimes:  []runtime.Object{ctr},
+			want:      stages.Continue(),
+			wantWrite: []string{"patch trainjobs/status"},
+			wantConditions: []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,
+				trainjob.ReasonRuntimeFound, `ClusterTrainingRuntime "torch" found`)},
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec},
+				Stage:   1,
+			},
+		},
+		"runtime appeared but the status write fails: retried, no plan": {
+			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Condition(waiting).Obj(),
+			runtimes:  []runtime.Object{ctr},
+			patchErr:  errors.New("etcd on fire"),
+			want:      stages.Retry(),
+			wantErr:   true,
+			wantWrite: []string{"patch trainjobs/status"},
+			// Unchanged in the API.
+			wantConditions: []metav1.Condition{waiting},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t, tc.trainJob, tc.runtimes...)
+			uid, gen := base.Obj().UID, base.Obj().Generation
+			if tc.plan != nil {
+				f.plans.Put(key, uid, gen, tc.plan)
+			}
+			if tc.patchErr != nil {
+				f.client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, tc.patchErr
+				})
+			}
+
+			got, err := f.stage.Sync(ctx, key)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Sync error = %v, want error: %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Sync result (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWrite, utiltesting.Writes(f.client.Actions())); diff != "" {
+				t.Errorf("API writes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantEvents, utiltesting.Events(f.recorder)); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if tc.trainJob != nil {
+				if diff := utiltesting.ConditionsDiff(tc.wantConditions, f.storedTrainJob(t).Status.Conditions); diff != "" {
+					t.Errorf("TrainJob conditions (-want +got):\n%s", diff)
+				}
+			}
+			gotPlan, _ := f.plans.Get(key, uid, gen)
+			if diff := cmp.Diff(tc.wantPlan, gotPlan); diff != "" {
+				t.Errorf("stored plan (-want +got):\n%s", diff)
+			}
+			if tc.trainJob == nil && f.plans.Len() != 0 {
+				t.Errorf("plans left for a deleted TrainJob: %d", f.plans.Len())
+			}
+		})
+	}
+}
+
+// TestSyncWritesConditionOnce: a TrainJob synced again after its condition reached the
+// cache costs no API write and repeats no event.
+func TestSyncWritesConditionOnce(t *testing.T) {
+	base := utiltesting.MakeTrainJob(ns, tjName)
+	cases := map[string]struct {
+		trainJob   *trainer.TrainJob
+		wantFirst  stages.Result
+		wantSecond stages.Result
+	}{
+		"unsupported runtime": {
+			trainJob:  base.Clone().RuntimeRef("Foo", "torch").Obj(),
+			wantFirst: stages.Terminal(),
+			// Failed=True now: finished TrainJobs are left alone.
+			wantSecond: stages.WaitForEvent(),
+		},
+		"missing ClusterTrainingRuntime": {
+			trainJob:   base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+			wantFirst:  stages.WaitForEvent(),
+			wantSecond: stages.WaitForEvent(),
+		},
+		"missing TrainingRuntime": {
+			trainJob:   base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
+			wantFirst:  stages.WaitForEvent(),
+			wantSecond: stages.WaitForEvent(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t, tc.trainJob)
+
+			got, err := f.stage.Sync(ctx, key)
+			if err != nil {
+				t.Fatalf("first Sync: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantFirst, got); diff != "" {
+				t.Errorf("first Sync result (-want +got):\n%s", diff)
+			}
+			if n := len(utiltesting.Writes(f.client.Actions())); n != 1 {
+				t.Fatalf("first Sync made %d writes, want 1", n)
+			}
+			if n := len(utiltesting.Events(f.recorder)); n != 1 {
+				t.Fatalf("first Sync recorded %d events, want 1", n)
+			}
+
+			f.resync(t)
+			f.client.ClearActions()
+			got, err = f.stage.Sync(ctx, key)
+			if err != nil {
+				t.Fatalf("second Sync: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantSecond, got); diff != "" {
+				t.Errorf("second Sync result (-want +got):\n%s", diff)
+			}
+			if w := utiltesting.Writes(f.client.Actions()); len(w) != 0 {
+				t.Errorf("second Sync wrote %v, want nothing", w)
+			}
+			if e := utiltesting.Events(f.recorder); len(e) != 0 {
+				t.Errorf("second Sync recorded %v, want nothing", e)
+			}
+		})
+	}
+}
+
+// TestSyncRuntimeAppears walks a waiting TrainJob through its runtime's creation:
+// RuntimeResolved=False and WaitForEvent, then True with a plan and Continue.
+func TestSyncRuntimeAppears(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	tj := utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj()
+	f := newFixture(t, tj)
+
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != stages.WaitForEvent() {
+		t.Fatalf("Sync without runtime = %v, %v; want wait_for_event", got, err)
+	}
+	if c := f.storedTrainJob(t).Status.Conditions; len(c) != 1 || c[0].Status != metav1.ConditionFalse {
+		t.Fatalf("conditions while waiting = %v, want RuntimeResolved=False", c)
+	}
+	f.resync(t)
+	rt := utiltesting.MakeTrainingRuntime(ns, "torch")
+	if err := f.trainingRuntimes.Add(rt); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := f.stage.Sync(ctx, key)
+	if err != nil || got != stages.Continue() {
+		t.Fatalf("Sync with runtime = %v, %v; want continue", got, err)
+	}
+	want := []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,
+		trainjob.ReasonRuntimeFound, `TrainingRuntime "torch" found`)}
+	if diff := utiltesting.ConditionsDiff(want, f.storedTrainJob(t).Status.Conditions); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+	p, ok := f.plans.Get(key, tj.UID, tj.Generation)
+	if !ok || p.Stage != 1 || p.Runtime.Spec != &rt.Spec {
+		t.Errorf("plan = %+v, %v; want stage 1 holding the cached runtime's spec", p, ok)
+	}
+	if w := utiltesting.Writes(f.client.Actions()); len(w) != 2 {
+		t.Errorf("writes = %v, want two status patches (False, then True)", w)
+	}
+}
