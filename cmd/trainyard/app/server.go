@@ -22,9 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -42,6 +45,8 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
+	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -126,7 +131,20 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	recorder := broadcaster.NewRecorder(scheme, EventReporter)
 
-	pipeline, statusStage, plans, err := newPipeline(cfg, inf, trainers, jobsets, recorder, m, logger)
+	dyn, err := dynamic.NewForConfig(crdConfig)
+	if err != nil {
+		return fmt.Errorf("creating dynamic client: %w", err)
+	}
+	deps := pipelineDeps{
+		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
+		objects: &status.DynamicApplier{Client: dyn,
+			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
+		gangBackends: []gang.Backend{
+			workload.Backend{Served: workload.ServedCheck(kube.Discovery())},
+			kai.Backend{},
+		},
+	}
+	pipeline, statusStage, plans, err := newPipeline(cfg, inf, deps)
 	if err != nil {
 		return err
 	}
@@ -192,10 +210,21 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	}
 }
 
+// pipelineDeps are the clients and collaborators the stages need.
+type pipelineDeps struct {
+	trainers     trainerclient.Interface
+	jobsets      jobsetclient.Interface
+	recorder     events.EventRecorder
+	metrics      *metrics.Metrics
+	logger       klog.Logger
+	objects      status.ObjectApplier
+	gangBackends []gang.Backend
+}
+
 // newPipeline wires the six stages in order.
-func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, trainers trainerclient.Interface,
-	jobsets jobsetclient.Interface, recorder events.EventRecorder, m *metrics.Metrics, logger klog.Logger,
+func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, deps pipelineDeps,
 ) (*stages.Pipeline, *status.Stage, *stages.Plans[plan.Plan], error) {
+	trainers, jobsets, recorder, m, logger := deps.trainers, deps.jobsets, deps.recorder, deps.metrics, deps.logger
 	plans := &stages.Plans[plan.Plan]{}
 	writer := &status.Writer{Client: trainers}
 	stepStage := func(name string, index int, fn step.Func) stages.Stage {
@@ -204,7 +233,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, tr
 	}
 	statusStage := &status.Stage{
 		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
-		Plans: plans, Status: writer, Recorder: recorder, Metrics: m,
+		Plans: plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
 	}
 	all := []stages.Stage{
 		&resolveruntime.Stage{
@@ -214,7 +243,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, tr
 		},
 		stepStage(mergepatches.Name, mergepatches.Index, mergepatches.Step()),
 		stepStage(mlpolicy.Name, mlpolicy.Index, mlpolicy.Step(mlpolicy.DefaultPlugins())),
-		stepStage(gang.Name, gang.Index, gang.Step(nil)),
+		stepStage(gang.Name, gang.Index, gang.Step(deps.gangBackends)),
 		stepStage(dra.Name, dra.Index, dra.Step()),
 		statusStage,
 	}

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -63,6 +64,9 @@ type Stage struct {
 	Plans     *stages.Plans[plan.Plan]
 	Status    *Writer
 	Recorder  events.EventRecorder
+	// Objects applies the plan's side objects before the JobSet; required when a
+	// gang backend produces any.
+	Objects ObjectApplier
 	// Metrics records JobSet creation latency; optional.
 	Metrics *metrics.Metrics
 	// Clock is for tests; nil means the real clock.
@@ -164,7 +168,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 		return false, nil
 	}
 	desired := p.JobSet.DeepCopy()
-	hash, err := hashOf(desired)
+	hash, err := hashOf(desired, p.Objects)
 	if err != nil {
 		return false, err
 	}
@@ -179,6 +183,15 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	body, err := applyBody(desired)
 	if err != nil {
 		return false, err
+	}
+	// Side objects first: pods must find their PodGroup or Workload when they appear.
+	for _, obj := range p.Objects {
+		if s.Objects == nil {
+			return false, fmt.Errorf("the plan holds a %s but the status stage has no ObjectApplier", obj.GetKind())
+		}
+		if err := s.Objects.Apply(ctx, obj); err != nil {
+			return false, err
+		}
 	}
 	force := true
 	if _, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Patch(ctx, tj.Name, types.ApplyPatchType, body,
@@ -263,17 +276,22 @@ func (s *Stage) now() time.Time {
 	return s.Clock.Now()
 }
 
-// hashOf returns a hex SHA-256 (128 bits) of the JobSet's JSON, excluding the hash
-// annotation itself.
-func hashOf(js *jobsetv1alpha2.JobSet) (string, error) {
+// hashOf returns a hex SHA-256 (128 bits) of the JobSet's and the side objects' JSON,
+// excluding the hash annotation itself: what the plan would apply.
+func hashOf(js *jobsetv1alpha2.JobSet, objects []*unstructured.Unstructured) (string, error) {
 	copy := js.DeepCopy()
 	delete(copy.Annotations, AnnotationJobSetHash)
-	data, err := json.Marshal(copy)
-	if err != nil {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	if err := enc.Encode(copy); err != nil {
 		return "", fmt.Errorf("hashing JobSet: %w", err)
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:16]), nil
+	for _, obj := range objects {
+		if err := enc.Encode(obj.Object); err != nil {
+			return "", fmt.Errorf("hashing %s: %w", obj.GetKind(), err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
 // applyBody is the server-side apply request for js: its JSON without status and

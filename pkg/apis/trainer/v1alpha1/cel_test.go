@@ -110,7 +110,8 @@ func TestCELRules(t *testing.T) {
 		{name: "kaiScheduler with a queue", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"kaiScheduler":{"queue":"team-a"}},` + nodeTemplate)},
 		{name: "workload only", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"workload":{}},` + nodeTemplate)},
 		{name: "coscheduling and volcano", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"coscheduling":{},"volcano":{}},` + nodeTemplate), wantErr: "only one of coscheduling, volcano, kaiScheduler or workload can be set in podGroupPolicy"},
-		{name: "kaiScheduler and workload", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"kaiScheduler":{},"workload":{}},` + nodeTemplate), wantErr: "only one of coscheduling, volcano, kaiScheduler or workload can be set in podGroupPolicy"},
+		{name: "kaiScheduler and workload", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"kaiScheduler":{"queue":"q"},"workload":{}},` + nodeTemplate), wantErr: "only one of coscheduling, volcano, kaiScheduler or workload can be set in podGroupPolicy"},
+		{name: "kaiScheduler without a queue", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"kaiScheduler":{}},` + nodeTemplate), wantErr: "queue: Required value"},
 		{name: "kaiScheduler queue not a label value", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"kaiScheduler":{"queue":"team a"}},` + nodeTemplate), wantErr: "should match"},
 		{name: "volcano mode unknown", kind: trainer.ClusterTrainingRuntimeKind, obj: runtimeSpec(`"podGroupPolicy":{"volcano":{"networkTopology":{"mode":"strict"}}},` + nodeTemplate), wantErr: "Unsupported value"},
 

@@ -314,12 +314,13 @@ type NetworkTopologySpec struct {
 
 // KAISchedulerPodGroupPolicySource configures the KAI Scheduler integration.
 type KAISchedulerPodGroupPolicySource struct {
-	// queue is the KAI queue, set as the pod label kai.scheduler/queue. Unset leaves the
-	// pods to KAI's default queue. A label value: at most 63 characters.
-	// +optional
+	// queue is the KAI queue the TrainJob's pods are scheduled from, set as the label
+	// kai.scheduler/queue on the JobSet and every pod. Required: KAI schedules only pods
+	// of a queue. A label value: 1 to 63 characters.
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
-	Queue *string `json:"queue,omitempty"`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Queue string `json:"queue"`
 }
 
 // WorkloadPodGroupPolicySource configures gang scheduling through the Kubernetes Workload

@@ -23,8 +23,9 @@ package v1alpha1
 //
 // KAISchedulerPodGroupPolicySource configures the KAI Scheduler integration.
 type KAISchedulerPodGroupPolicySourceApplyConfiguration struct {
-	// queue is the KAI queue, set as the pod label kai.scheduler/queue. Unset leaves the
-	// pods to KAI's default queue. A label value: at most 63 characters.
+	// queue is the KAI queue the TrainJob's pods are scheduled from, set as the label
+	// kai.scheduler/queue on the JobSet and every pod. Required: KAI schedules only pods
+	// of a queue. A label value: 1 to 63 characters.
 	Queue *string `json:"queue,omitempty"`
 }
 

@@ -1,0 +1,154 @@
+package gang_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
+	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
+	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
+)
+
+// built returns the plan of the §10 skeleton runtime (dataset and model initializers,
+// trainer "node") for a TrainJob of numNodes, through the real merge and ML stages.
+func built(t *testing.T, policy *trainer.PodGroupPolicy, numNodes int32) (*trainer.TrainJob, *plan.Plan) {
+	t.Helper()
+	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}})
+	spec := rt.Spec.DeepCopy()
+	spec.PodGroupPolicy = policy
+	rt.Spec = spec
+	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To(numNodes)})
+	js, err := mergepatches.Merge(tj, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{Runtime: rt, JobSet: js}
+	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins()); err != nil {
+		t.Fatal(err)
+	}
+	return tj, p
+}
+
+func backends(served bool) []gang.Backend {
+	return []gang.Backend{
+		workload.Backend{Served: func(context.Context) bool { return served }},
+		kai.Backend{},
+	}
+}
+
+func TestNoPodGroupPolicyPassesThrough(t *testing.T) {
+	tj, p := built(t, nil, 3)
+	before := p.DeepCopy()
+	if err := gang.Step(backends(true))(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, p); diff != "" {
+		t.Errorf("plan changed without a podGroupPolicy (-before +after):\n%s", diff)
+	}
+}
+
+func TestUnservedBackendIsUnsupported(t *testing.T) {
+	tj, p := built(t, &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}}, 2)
+	err := gang.Step(backends(true))(context.Background(), tj, p)
+	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "coscheduling") {
+		t.Errorf("coscheduling without a backend: err = %v, want an UnsupportedError naming coscheduling", err)
+	}
+}
+
+func TestKAI(t *testing.T) {
+	tj, p := built(t, &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{Queue: "team-a"}}}, 2)
+	if err := gang.Step(backends(true))(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.JobSet.Labels[kai.LabelQueue]; got != "team-a" {
+		t.Errorf("JobSet label %s = %q, want team-a", kai.LabelQueue, got)
+	}
+	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
+		pod := rj.Template.Spec.Template
+		if pod.Spec.SchedulerName != kai.SchedulerName || pod.Labels[kai.LabelQueue] != "team-a" {
+			t.Errorf("replicatedJob %s: schedulerName %q, queue label %q; want %s and team-a", rj.Name, pod.Spec.SchedulerName, pod.Labels[kai.LabelQueue], kai.SchedulerName)
+		}
+	}
+	if len(p.Objects) != 0 {
+		t.Errorf("KAI planned %d side objects; KAI's podgrouper owns PodGroups", len(p.Objects))
+	}
+
+	_, conflicting := built(t, p.Runtime.Spec.PodGroupPolicy, 2)
+	conflicting.JobSet.Spec.ReplicatedJobs[2].Template.Spec.Template.Spec.SchedulerName = "volcano"
+	if err := gang.Step(backends(true))(context.Background(), tj, conflicting); !plan.IsInputError(err) || !strings.Contains(err.Error(), "replicatedJobs[name=node]") {
+		t.Errorf("a pod template on another scheduler: err = %v, want an input error naming replicatedJobs[name=node]", err)
+	}
+}
+
+func TestWorkload(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	tj, p := built(t, policy, 3)
+	if err := gang.Step(backends(true))(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Objects) != 2 {
+		t.Fatalf("planned %d objects, want a Workload and one PodGroup (initializers get none)", len(p.Objects))
+	}
+	var wl schedulingv1alpha2.Workload
+	var pg schedulingv1alpha2.PodGroup
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.Objects[0].Object, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.Objects[1].Object, &pg); err != nil {
+		t.Fatal(err)
+	}
+	gang3 := schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 3}}
+	wantWorkload := schedulingv1alpha2.WorkloadSpec{
+		ControllerRef:     &schedulingv1alpha2.TypedLocalObjectReference{APIGroup: trainer.GroupName, Kind: trainer.TrainJobKind, Name: tj.Name},
+		PodGroupTemplates: []schedulingv1alpha2.PodGroupTemplate{{Name: "node", SchedulingPolicy: gang3}},
+	}
+	if diff := cmp.Diff(wantWorkload, wl.Spec); diff != "" {
+		t.Errorf("Workload spec (-want +got):\n%s", diff)
+	}
+	wantPodGroup := schedulingv1alpha2.PodGroupSpec{
+		PodGroupTemplateRef: &schedulingv1alpha2.PodGroupTemplateReference{Workload: &schedulingv1alpha2.WorkloadPodGroupTemplateReference{WorkloadName: tj.Name, PodGroupTemplateName: "node"}},
+		SchedulingPolicy:    gang3,
+	}
+	if diff := cmp.Diff(wantPodGroup, pg.Spec); diff != "" {
+		t.Errorf("PodGroup spec (-want +got):\n%s", diff)
+	}
+	if pg.Name != "test-job-node" || wl.Name != "test-job" {
+		t.Errorf("names: Workload %q PodGroup %q, want test-job and test-job-node", wl.Name, pg.Name)
+	}
+	for _, obj := range []*schedulingv1alpha2.Workload{&wl} {
+		if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].UID != tj.UID || !ptr.Deref(obj.OwnerReferences[0].Controller, false) {
+			t.Errorf("Workload owners = %+v, want the TrainJob as controller", obj.OwnerReferences)
+		}
+	}
+	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
+		got := rj.Template.Spec.Template.Spec.SchedulingGroup
+		var want *corev1.PodSchedulingGroup
+		if rj.Name == "node" {
+			want = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("test-job-node")}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("replicatedJob %s schedulingGroup (-want +got):\n%s", rj.Name, diff)
+		}
+	}
+}
+
+func TestWorkloadNotServed(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	tj, p := built(t, policy, 3)
+	err := gang.Step(backends(false))(context.Background(), tj, p)
+	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "GenericWorkload") {
+		t.Errorf("err = %v, want an UnsupportedError telling how to enable the Workload API", err)
+	}
+}
