@@ -18,6 +18,7 @@ require (
 	k8s.io/apiserver v0.36.5
 	k8s.io/client-go v0.36.5
 	k8s.io/component-base v0.36.5
+	k8s.io/component-helpers v0.36.5
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/jobset v0.12.0

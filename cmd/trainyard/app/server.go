@@ -45,7 +45,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
 	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
+	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
 	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
@@ -140,8 +142,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
 		gangBackends: []gang.Backend{
-			workload.Backend{Served: workload.ServedCheck(kube.Discovery())},
+			workload.Backend{Served: gang.ServedCheck(kube.Discovery(), workload.GroupVersion.String(), "workloads", "podgroups")},
 			kai.Backend{},
+			coscheduling.Backend{Served: gang.ServedCheck(kube.Discovery(), coscheduling.GroupVersion, "podgroups")},
+			volcano.Backend{Served: gang.ServedCheck(kube.Discovery(), volcano.GroupVersion, "podgroups")},
 		},
 	}
 	pipeline, statusStage, plans, err := newPipeline(cfg, inf, deps)

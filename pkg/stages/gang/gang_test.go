@@ -13,7 +13,9 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
 	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
+	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
 	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
@@ -59,7 +61,7 @@ func TestNoPodGroupPolicyPassesThrough(t *testing.T) {
 	}
 }
 
-func TestUnservedBackendIsUnsupported(t *testing.T) {
+func TestPolicyWithoutBackendIsUnsupported(t *testing.T) {
 	tj, p := built(t, &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}}, 2)
 	err := gang.Step(backends(true))(context.Background(), tj, p)
 	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "coscheduling") {
@@ -151,4 +153,68 @@ func TestWorkloadNotServed(t *testing.T) {
 	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "GenericWorkload") {
 		t.Errorf("err = %v, want an UnsupportedError telling how to enable the Workload API", err)
 	}
+}
+
+// TestCoscheduling is trainer-compat §4.1's example: initializers and trainer at 1 CPU
+// each, numNodes 30 → minMember 32 and cpu 32, every pod labelled.
+func TestCoscheduling(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](120)}}}
+	tj, p := built(t, policy, 30)
+	if err := gang.Step(allBackends(true))(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Objects) != 1 {
+		t.Fatalf("planned %d objects, want one PodGroup", len(p.Objects))
+	}
+	pg := p.Objects[0]
+	if pg.GetAPIVersion() != coscheduling.GroupVersion || pg.GetName() != tj.Name {
+		t.Errorf("PodGroup %s %s, want %s %s", pg.GetAPIVersion(), pg.GetName(), coscheduling.GroupVersion, tj.Name)
+	}
+	want := map[string]any{"minMember": int64(32), "minResources": map[string]any{"cpu": "32"}, "scheduleTimeoutSeconds": int64(120)}
+	if diff := cmp.Diff(want, pg.Object["spec"]); diff != "" {
+		t.Errorf("PodGroup spec (-want +got):\n%s", diff)
+	}
+	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
+		if got := rj.Template.Spec.Template.Labels[coscheduling.LabelPodGroup]; got != tj.Name {
+			t.Errorf("replicatedJob %s pod label %s = %q, want %q", rj.Name, coscheduling.LabelPodGroup, got, tj.Name)
+		}
+	}
+	if err := gang.Step(allBackends(false))(context.Background(), tj, p); !plan.IsInputError(err) || !strings.Contains(err.Error(), coscheduling.GroupVersion) {
+		t.Errorf("CRD not served: err = %v, want an UnsupportedError naming %s", err, coscheduling.GroupVersion)
+	}
+}
+
+func TestVolcano(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{
+		NetworkTopology: &trainer.NetworkTopologySpec{Mode: trainer.NetworkTopologyModeHard, HighestTierAllowed: ptr.To(2)}}}}
+	tj, p := built(t, policy, 2)
+	p.JobSet.Annotations = map[string]string{volcano.AnnotationQueueName: "research"}
+	p.JobSet.Spec.ReplicatedJobs[2].Template.Spec.Template.Spec.PriorityClassName = "high"
+	if err := gang.Step(allBackends(true))(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"minMember": int64(4), "minResources": map[string]any{"cpu": "4"},
+		"queue": "research", "priorityClassName": "high",
+		"networkTopology": map[string]any{"mode": "hard", "highestTierAllowed": int64(2)},
+	}
+	if diff := cmp.Diff(want, p.Objects[0].Object["spec"]); diff != "" {
+		t.Errorf("PodGroup spec (-want +got):\n%s", diff)
+	}
+	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
+		if got := rj.Template.Spec.Template.Annotations[volcano.AnnotationGroupName]; got != tj.Name {
+			t.Errorf("replicatedJob %s pod annotation = %q, want %q", rj.Name, got, tj.Name)
+		}
+	}
+
+	_, empty := built(t, policy, 2)
+	empty.JobSet.Annotations = map[string]string{volcano.AnnotationQueueName: ""}
+	if err := gang.Step(allBackends(true))(context.Background(), tj, empty); !plan.IsInputError(err) || !strings.Contains(err.Error(), "must not be empty") {
+		t.Errorf("empty queue: err = %v, want an input error", err)
+	}
+}
+
+func allBackends(served bool) []gang.Backend {
+	check := func(context.Context) bool { return served }
+	return append(backends(served), coscheduling.Backend{Served: check}, volcano.Backend{Served: check})
 }

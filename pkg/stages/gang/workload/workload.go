@@ -41,7 +41,8 @@ var GroupVersion = schedulingv1alpha2.SchemeGroupVersion
 const maxTemplates = 8
 
 // Backend is the Workload API backend. Served reports whether the API server serves
-// GroupVersion's workloads and podgroups; nil means it is assumed served.
+// GroupVersion's workloads and podgroups (gang.ServedCheck); nil means it is assumed
+// served.
 type Backend struct {
 	Served func(ctx context.Context) bool
 }

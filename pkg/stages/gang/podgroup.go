@@ -1,0 +1,60 @@
+package gang
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// PodGroup returns an unstructured PodGroup of apiVersion named after the TrainJob, in
+// its namespace and controlled by it, with spec: what the coscheduling and Volcano
+// backends apply (trainer-compat §4: one PodGroup per TrainJob, name <trainjob>).
+func PodGroup(tj *trainer.TrainJob, apiVersion string, spec map[string]any) *unstructured.Unstructured {
+	owner := metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion,
+		"kind":       "PodGroup",
+		"metadata": map[string]any{
+			"name":      tj.Name,
+			"namespace": tj.Namespace,
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": owner.APIVersion, "kind": owner.Kind, "name": owner.Name, "uid": string(owner.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": spec,
+	}}
+}
+
+// NotServed is the error of a backend whose PodGroup CRD the cluster does not serve.
+func NotServed(p *plan.Plan, member, groupVersion string) error {
+	return &plan.UnsupportedError{Object: p.Runtime.Ref(), Feature: fmt.Sprintf(
+		"podGroupPolicy.%s: the PodGroup API %s is not served by this cluster; install its CRD (and scheduler), or remove podGroupPolicy.%s from the runtime",
+		member, groupVersion, member)}
+}
+
+// SetPodLabel sets a label on every pod template of the plan's JobSet.
+func SetPodLabel(p *plan.Plan, key, value string) {
+	for i := range p.JobSet.Spec.ReplicatedJobs {
+		meta := &p.JobSet.Spec.ReplicatedJobs[i].Template.Spec.Template.ObjectMeta
+		if meta.Labels == nil {
+			meta.Labels = map[string]string{}
+		}
+		meta.Labels[key] = value
+	}
+}
+
+// SetPodAnnotation sets an annotation on every pod template of the plan's JobSet.
+func SetPodAnnotation(p *plan.Plan, key, value string) {
+	for i := range p.JobSet.Spec.ReplicatedJobs {
+		meta := &p.JobSet.Spec.ReplicatedJobs[i].Template.Spec.Template.ObjectMeta
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations[key] = value
+	}
+}

@@ -1,0 +1,79 @@
+// Package volcano is the Volcano gang backend (podGroupPolicy.volcano; trainer-compat
+// §4.2): a scheduling.volcano.sh/v1beta1 PodGroup named after the TrainJob with
+// minMember, minResources, the queue from the JobSet annotation
+// scheduling.volcano.sh/queue-name, the priorityClassName of the last pod template that
+// sets one, and the network topology; and the annotation scheduling.k8s.io/group-name
+// on every pod. The runtime names the volcano scheduler in its pod templates.
+package volcano
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+const (
+	// GroupVersion is Volcano's PodGroup API.
+	GroupVersion = "scheduling.volcano.sh/v1beta1"
+	// AnnotationGroupName names a pod's PodGroup for Volcano.
+	AnnotationGroupName = "scheduling.k8s.io/group-name"
+	// AnnotationQueueName on the JobSet (runtime template metadata or a runtimePatch)
+	// chooses the Volcano queue.
+	AnnotationQueueName = "scheduling.volcano.sh/queue-name"
+)
+
+// Backend is the Volcano backend. Served reports whether the API server serves
+// GroupVersion podgroups (gang.ServedCheck); nil means assumed served.
+type Backend struct {
+	Served func(ctx context.Context) bool
+}
+
+// Name returns the podGroupPolicy member it serves.
+func (Backend) Name() string { return "volcano" }
+
+// Enabled reports whether the runtime selects Volcano.
+func (Backend) Enabled(policy *trainer.PodGroupPolicy) bool { return policy.Volcano != nil }
+
+// Apply adds the PodGroup and annotates the pods. It returns *plan.UnsupportedError
+// when the PodGroup CRD is not served and *plan.InvalidInputError for an empty queue
+// annotation (upstream's admission check, "Volcano queue name must not be empty").
+func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error {
+	if b.Served != nil && !b.Served(ctx) {
+		return gang.NotServed(p, b.Name(), GroupVersion)
+	}
+	minMember, minResources := gang.Size(p.JobSet)
+	resources, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&minResources)
+	if err != nil {
+		return err
+	}
+	spec := map[string]any{"minMember": int64(minMember), "minResources": resources}
+	if queue, ok := p.JobSet.Annotations[AnnotationQueueName]; ok {
+		if queue == "" {
+			return &plan.InvalidInputError{Field: "spec.template.metadata.annotations[" + AnnotationQueueName + "]",
+				Object: p.Runtime.Ref(), Message: "Volcano queue name must not be empty: set a queue or remove the annotation"}
+		}
+		spec["queue"] = queue
+	}
+	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
+		if name := rj.Template.Spec.Template.Spec.PriorityClassName; name != "" {
+			spec["priorityClassName"] = name
+		}
+	}
+	if nt := p.Runtime.Spec.PodGroupPolicy.Volcano.NetworkTopology; nt != nil {
+		topology := map[string]any{}
+		if nt.Mode != "" {
+			topology["mode"] = string(nt.Mode)
+		}
+		if nt.HighestTierAllowed != nil {
+			topology["highestTierAllowed"] = int64(*nt.HighestTierAllowed)
+		}
+		spec["networkTopology"] = topology
+	}
+	p.Objects = append(p.Objects, gang.PodGroup(tj, GroupVersion, spec))
+	gang.SetPodAnnotation(p, AnnotationGroupName, tj.Name)
+	return nil
+}
