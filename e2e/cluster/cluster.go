@@ -44,7 +44,7 @@ type Cluster struct {
 // Up builds (or reuses) the binaries and starts a cluster as described in the
 // package documentation. It returns once the API server is ready, every CRD
 // is established, the JobSet webhooks admit requests and opts.Nodes fake
-// nodes are Ready and untainted: typically 15-30s with cached binaries.
+// nodes are Ready and untainted: about 10s on 2 cores with cached binaries.
 //
 // Up refuses to start when StateDir's state file names a live cluster (run
 // DownFromState or `localcluster down` first); a stale one, left by a
@@ -156,6 +156,9 @@ func Attach(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
 	c := &Cluster{kubeconfig: kubeconfig, restConfig: cfg, opts: Options{NodeShape: DefaultNodeShape()}}
+	if s, err := ReadState(filepath.Dir(kubeconfig)); err == nil {
+		c.opts.LogDir = s.LogDir // for error messages, when started by localcluster
+	}
 	if err := c.connect(); err != nil {
 		return nil, err
 	}

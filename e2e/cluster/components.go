@@ -11,14 +11,19 @@ const (
 	Kwok                  = "kwok"
 )
 
+// components lists the processes of a cluster in start order.
+var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok}
+
 // Source is one pinned Go module from which binaries are built and/or
 // manifest files are taken.
 type Source struct {
-	// Name keys the cache folder <cache>/bin/<Name>-<Version>/ and, when
-	// Binaries is not empty, names the build module hack/kube-bins/<Name>.
+	// Name keys the cache folder <cache>/bin/<Name>-<Version>/.
 	Name string
+	// BuildModule is the folder under hack/kube-bins whose go.mod builds
+	// Binaries; default: Name.
+	BuildModule string
 	// Module and Version identify the module on the Go module proxy; Version
-	// must equal the one required by hack/kube-bins/<Name>/go.mod.
+	// must equal the one required by the build module's go.mod.
 	Module, Version string
 	// Binaries maps an output binary name to the package that builds it.
 	Binaries map[string]string
@@ -26,6 +31,19 @@ type Source struct {
 	// folder, keyed by their destination name, e.g.
 	// "jobset-crd.yaml" -> "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml".
 	Assets map[string]string
+}
+
+// buildModule returns the build module folder, "" for a source of manifests
+// only.
+func (s Source) buildModule() string {
+	switch {
+	case len(s.Binaries) == 0:
+		return ""
+	case s.BuildModule != "":
+		return s.BuildModule
+	default:
+		return s.Name
+	}
 }
 
 // Names of the manifest assets the cluster installs.
@@ -40,6 +58,12 @@ const (
 // Sources lists everything the cluster needs, pinned. The versions of the
 // built components are mirrored by the go.mod files in hack/kube-bins, whose
 // go.sum files make the builds reproducible.
+//
+// JobSet and kwok are built in the kubernetes build module: about 90% of
+// their packages (client-go, apimachinery, api, otel, grpc, ...) are also
+// kube-apiserver's, and one module resolves them to one version each, so a
+// cold build compiles them once instead of three times (about 6 CPU-minutes
+// less). Their k8s.io/* libraries move from v0.36.0/v0.36.1 to v0.36.3.
 var Sources = []Source{
 	{
 		Name: "etcd", Module: "go.etcd.io/etcd/server/v3", Version: "v3.6.8",
@@ -54,7 +78,7 @@ var Sources = []Source{
 		},
 	},
 	{
-		Name: "jobset", Module: "sigs.k8s.io/jobset", Version: "v0.12.0",
+		Name: "jobset", Module: "sigs.k8s.io/jobset", Version: "v0.12.0", BuildModule: "kubernetes",
 		Binaries: map[string]string{JobSet: "sigs.k8s.io/jobset"},
 		Assets: map[string]string{
 			assetJobSetCRD:      "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
@@ -62,7 +86,7 @@ var Sources = []Source{
 		},
 	},
 	{
-		Name: "kwok", Module: "sigs.k8s.io/kwok", Version: "v0.8.0",
+		Name: "kwok", Module: "sigs.k8s.io/kwok", Version: "v0.8.0", BuildModule: "kubernetes",
 		Binaries: map[string]string{Kwok: "sigs.k8s.io/kwok/cmd/kwok"},
 		Assets: map[string]string{
 			assetKwokNodeInit:  "kustomize/stage/node/fast/node-initialize.yaml",

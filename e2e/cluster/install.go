@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -81,7 +82,7 @@ func decodeCRDs(data []byte, source string) ([]*apiextensionsv1.CustomResourceDe
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	err := forEachYAMLDoc(data, func(doc []byte) error {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(doc, crd); err != nil {
+		if err := yaml.Unmarshal(doc, crd); err != nil {
 			return err
 		}
 		if crd.Kind != "CustomResourceDefinition" {
@@ -164,7 +165,10 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
 				w := &cfg.Webhooks[i]
-				c.localWebhook(&w.ClientConfig, &w.ObjectSelector, w.Rules)
+				c.pointAtLocalJobSet(&w.ClientConfig)
+				if podWebhook(w.Rules) {
+					w.ObjectSelector = jobSetPodSelector()
+				}
 			}
 			return createOrReplace(ctx, c.client.AdmissionregistrationV1().MutatingWebhookConfigurations(), cfg)
 		case "ValidatingWebhookConfiguration":
@@ -175,7 +179,10 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
 				w := &cfg.Webhooks[i]
-				c.localWebhook(&w.ClientConfig, &w.ObjectSelector, w.Rules)
+				c.pointAtLocalJobSet(&w.ClientConfig)
+				if podWebhook(w.Rules) {
+					w.ObjectSelector = jobSetPodSelector()
+				}
 			}
 			return createOrReplace(ctx, c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), cfg)
 		default:
@@ -188,23 +195,34 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 	return c.waitJobSetDefaulting(ctx)
 }
 
-// localWebhook points a webhook at the local JobSet controller.
-func (c *Cluster) localWebhook(cc *admissionv1.WebhookClientConfig, selector **metav1.LabelSelector, rules []admissionv1.RuleWithOperations) {
+// pointAtLocalJobSet replaces a webhook's service reference by the URL of
+// the local JobSet controller, keeping the path, and trusts our CA.
+func (c *Cluster) pointAtLocalJobSet(cc *admissionv1.WebhookClientConfig) {
 	path := ""
 	if cc.Service != nil && cc.Service.Path != nil {
 		path = *cc.Service.Path
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", c.ports[JobSet], path)
 	cc.Service, cc.URL, cc.CABundle = nil, &url, c.pki.caPEM
+}
+
+// podWebhook reports whether a webhook intercepts pods.
+func podWebhook(rules []admissionv1.RuleWithOperations) bool {
 	for _, r := range rules {
-		for _, res := range r.Resources {
-			if res == "pods" {
-				*selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-					{Key: "jobset.sigs.k8s.io/jobset-name", Operator: metav1.LabelSelectorOpExists},
-				}}
-			}
+		if slices.Contains(r.Resources, "pods") {
+			return true
 		}
 	}
+	return false
+}
+
+// jobSetPodSelector limits JobSet's pod webhooks to JobSet pods, as the
+// overlay in JobSet's config/components/webhook/patches does; otherwise a
+// JobSet outage would block every pod in the cluster.
+func jobSetPodSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "jobset.sigs.k8s.io/jobset-name", Operator: metav1.LabelSelectorOpExists},
+	}}
 }
 
 // JobSetGVR is the resource of JobSet objects.

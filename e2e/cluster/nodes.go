@@ -52,10 +52,22 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*corev1.Node, err
 	return c.waitNodeReady(ctx, spec.Name)
 }
 
-// RemoveNode deletes a node; its ResourceSlice goes with it (owner
-// reference), and its pods are garbage-collected.
+// RemoveNode deletes the pods bound to a node, at once, then the node; its
+// ResourceSlice goes with it (owner reference). Without the first step those
+// pods would linger until the pod garbage collector's 40s quarantine ends,
+// holding up the deletion of their namespace.
 func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
-	err := c.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	pods, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("listing pods of node %s: %w", name, err)
+	}
+	for _, p := range pods.Items {
+		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting pod %s/%s of node %s: %w", p.Namespace, p.Name, name, err)
+		}
+	}
+	err = c.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting node %s: %w", name, err)
 	}

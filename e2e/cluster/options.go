@@ -59,7 +59,8 @@ func DefaultNodeShape() NodeShape {
 
 // Options configures [Up]. The zero value gives the default cluster.
 type Options struct {
-	// Build locates the binaries; see BuildOptions.
+	// Build locates the binaries; see BuildOptions. Its LogDir defaults to
+	// LogDir.
 	Build BuildOptions
 	// StateDir holds the admin kubeconfig ("kubeconfig"), the state file
 	// ("state.json") and, by default, the logs. Default:
@@ -98,8 +99,12 @@ func (o *Options) withDefaults() error {
 	if o.Build.Progress == nil {
 		o.Build.Progress = o.Progress
 	}
-	if err := o.Build.withDefaults(); err != nil {
-		return err
+	if o.Build.RepoRoot == "" {
+		root, err := FindRepoRoot()
+		if err != nil {
+			return err
+		}
+		o.Build.RepoRoot = root
 	}
 	if o.StateDir == "" {
 		o.StateDir = filepath.Join(o.Build.RepoRoot, DefaultStateDir)
@@ -110,6 +115,15 @@ func (o *Options) withDefaults() error {
 	}
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(o.StateDir, "logs")
+	}
+	if o.LogDir, err = filepath.Abs(o.LogDir); err != nil {
+		return err
+	}
+	if o.Build.LogDir == "" {
+		o.Build.LogDir = o.LogDir
+	}
+	if err := o.Build.withDefaults(); err != nil {
+		return err
 	}
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()

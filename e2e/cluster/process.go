@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,5 +226,12 @@ func processRuns(pid int, binary string) bool {
 		return false
 	}
 	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-	return err == nil && strings.TrimSuffix(exe, " (deleted)") == binary
+	if err != nil {
+		return false
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	if resolved, err := filepath.EvalSymlinks(binary); err == nil {
+		binary = resolved
+	}
+	return exe == binary
 }

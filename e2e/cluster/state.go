@@ -64,8 +64,10 @@ func ReadState(stateDir string) (*State, error) {
 }
 
 // writeState atomically rewrites the state file from the current processes.
+// It holds c.mu throughout, so concurrent starts never interleave writes.
 func (c *Cluster) writeState() error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	s := State{
 		StartedAt: c.startedAt, OwnerPid: os.Getpid(), Detached: c.opts.Detach,
 		WorkDir: c.workDir, Kubeconfig: c.kubeconfig, LogDir: c.opts.LogDir,
@@ -76,7 +78,6 @@ func (c *Cluster) writeState() error {
 	for _, p := range c.procs {
 		s.Processes = append(s.Processes, ProcessState{Name: p.name, Pid: p.pid, Binary: p.binary, Log: p.logPath, Ports: p.ports})
 	}
-	c.mu.Unlock()
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
@@ -112,7 +113,7 @@ func prepareStateDir(opts Options) error {
 			return err
 		}
 	}
-	for name := range componentNames() {
+	for _, name := range components {
 		if err := os.Remove(filepath.Join(opts.LogDir, name+".log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -126,10 +127,6 @@ func livePids(s *State) []int {
 		pids = append(pids, p.Pid)
 	}
 	return pids
-}
-
-func componentNames() map[string]struct{} {
-	return map[string]struct{}{Etcd: {}, KubeAPIServer: {}, KubeControllerManager: {}, KubeScheduler: {}, JobSet: {}, Kwok: {}}
 }
 
 // DownFromState stops a cluster from its state file alone, for when the

@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Environment variables read by ForTests.
@@ -42,28 +43,29 @@ var shared *Cluster
 //
 //	func TestMain(m *testing.M) { os.Exit(cluster.ForTests(m)) }
 //
-// It starts a cluster with default options and state under
-// TestOptions("cluster"), or attaches to a live one when EnvReuse=1, runs the
-// tests, and stops the cluster it started. Nothing is left behind when the
-// tests fail, panic, time out or are interrupted: SIGINT and SIGTERM stop the
-// cluster before exiting, and a small reaper process (this test binary
-// re-executed) stops every cluster this process recorded under the state
-// root as soon as it exits, however it exits.
+// It starts a cluster with default options, its state and logs in
+// <TestStateRoot>/<package> (e.g. _output/e2e/clustertest/logs) so that the
+// test binaries of `go test ./...` do not collide, runs the tests, and stops
+// the cluster. With EnvReuse=1 it attaches to a live cluster instead and
+// leaves it running.
+//
+// Nothing is left behind when the tests fail, panic, time out or are
+// interrupted: SIGINT and SIGTERM stop the cluster before exiting, and a
+// small reaper process (this test binary re-executed) stops every cluster
+// this process recorded under the state root as soon as it exits, however it
+// exits.
 func ForTests(m *testing.M) int {
-	if root := os.Getenv(envReaper); root != "" {
-		return runReaper(root)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
 	if os.Getenv(EnvReuse) == "1" {
-		if c, err := attachForReuse(ctx); err == nil {
+		c, err := attachForReuse(ctx)
+		if err == nil {
 			shared = c
 			fmt.Fprintf(os.Stderr, "e2e: reusing the cluster of %s\n", c.Kubeconfig())
 			return m.Run()
-		} else {
-			fmt.Fprintf(os.Stderr, "e2e: %s=1 but no live cluster (%v); starting one\n", EnvReuse, err)
 		}
+		fmt.Fprintf(os.Stderr, "e2e: %s=1 but no live cluster (%v); starting one\n", EnvReuse, err)
 	}
 	root, err := TestStateRoot()
 	if err != nil {
@@ -74,7 +76,7 @@ func ForTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	opts := TestOptions("cluster")
+	opts := TestOptions(testBinaryName())
 	opts.Progress = prefixWriter{os.Stderr}
 	c, err := Up(ctx, opts)
 	if err != nil {
@@ -90,6 +92,12 @@ func ForTests(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// testBinaryName is the package name of this test binary ("clustertest"
+// for clustertest.test).
+func testBinaryName() string {
+	return strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
 }
 
 // Shared returns the cluster of ForTests; the test fails if there is none.
@@ -144,6 +152,15 @@ func NewNamespace(t testing.TB, c *Cluster) string {
 			t.Errorf("deleting namespace %s: %v", ns.Name, err)
 		}
 	})
+	// Pods are admitted only once the namespace's default service account
+	// exists; kube-controller-manager creates it within moments.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s has no default service account: %v (log: %s)", ns.Name, err, filepath.Join(c.LogDir(), KubeControllerManager+".log"))
+	}
 	return ns.Name
 }
 
@@ -204,6 +221,14 @@ func downOnSignal(c *Cluster) func() {
 		}
 	}()
 	return func() { signal.Stop(sigs); close(done) }
+}
+
+// In the reaper process, run the reaper before anything of the test binary
+// (its TestMain may do work before calling ForTests).
+func init() {
+	if root := os.Getenv(envReaper); root != "" {
+		os.Exit(runReaper(root))
+	}
 }
 
 // startReaper re-executes this binary as a reaper: it blocks reading a pipe

@@ -114,12 +114,12 @@ func runBuild(ctx context.Context, args []string) error {
 
 func runUp(ctx context.Context, args []string) error {
 	var (
-		c                    common
-		detach               bool
-		cpu, memory, gates   string
-		nodes, gpus, pods    int
-		apiServerPort        int
-		timeout, startTimout time.Duration
+		c                     common
+		detach                bool
+		cpu, memory, gates    string
+		nodes, gpus, pods     int
+		apiServerPort         int
+		timeout, startTimeout time.Duration
 	)
 	flags := flag.NewFlagSet("up", flag.ExitOnError)
 	c.register(flags)
@@ -132,7 +132,7 @@ func runUp(ctx context.Context, args []string) error {
 	flags.IntVar(&apiServerPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one)")
 	flags.StringVar(&gates, "feature-gates", cluster.DefaultFeatureGates, "feature gates of the Kubernetes components")
 	flags.DurationVar(&timeout, "timeout", 20*time.Minute, "overall bound for building and starting")
-	flags.DurationVar(&startTimout, "start-timeout", 90*time.Second, "bound for each component to become ready")
+	flags.DurationVar(&startTimeout, "start-timeout", 90*time.Second, "bound for each component to become ready")
 	_ = flags.Parse(args)
 
 	opts, err := c.options()
@@ -146,7 +146,7 @@ func runUp(ctx context.Context, args []string) error {
 		return fmt.Errorf("--memory: %w", err)
 	}
 	opts.Nodes, opts.NodeShape.GPUs, opts.NodeShape.Pods = orNone(nodes), orNone(gpus), pods
-	opts.APIServerPort, opts.FeatureGates, opts.Detach, opts.StartTimeout = apiServerPort, gates, detach, startTimout
+	opts.APIServerPort, opts.FeatureGates, opts.Detach, opts.StartTimeout = apiServerPort, gates, detach, startTimeout
 
 	upCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

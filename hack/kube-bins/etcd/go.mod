@@ -1,5 +1,10 @@
 // Module kube-bins/etcd exists only to build the etcd binary for the local
 // control plane (e2e/cluster). It is never imported by the main module or by e2e.
+//
+// go.etcd.io/etcd/server/v3 replaces its sibling modules (api, client/pkg,
+// client/v3, pkg) with local paths; those directives do not apply to a
+// dependency, so the siblings resolve to the v3.6.8 tags server/v3 requires,
+// i.e. the same release. Check that they stay at v3.6.8 when bumping.
 module github.com/trainyard/trainyard/hack/kube-bins/etcd
 
 go 1.26.0

@@ -1,7 +1,9 @@
 //go:build tools
 
-// Package tools pins the etcd command built from this module. It is compiled
-// only with the "tools" build tag and only by the e2e/cluster builder.
+// Package tools pins the etcd command this module builds.
+// The "tools" build tag keeps this file out of every build, while go mod tidy
+// still records the requirements in go.mod and go.sum. The e2e/cluster
+// builder runs `go build -trimpath` on the imported packages in this folder.
 package tools
 
 import (

@@ -1,12 +1,15 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane commands built from this
-// module. It is compiled only with the "tools" build tag and only by the
-// e2e/cluster builder (go build -trimpath <package>).
+// Package tools pins the commands this module builds.
+// The "tools" build tag keeps this file out of every build, while go mod tidy
+// still records the requirements in go.mod and go.sum. The e2e/cluster
+// builder runs `go build -trimpath` on the imported packages in this folder.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "sigs.k8s.io/jobset"
+	_ "sigs.k8s.io/kwok/cmd/kwok"
 )

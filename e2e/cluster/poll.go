@@ -1,0 +1,52 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// pollInterval is how often Eventually and Consistently check.
+const pollInterval = 250 * time.Millisecond
+
+// Eventually polls check every 250ms until it reports done, and fails the test after
+// timeout with the state the last check described.
+func Eventually(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) (done bool, state string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	state := "not checked yet"
+	for {
+		var done bool
+		if done, state = check(ctx); done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not reached within %s; last state: %s", what, timeout, state)
+		case <-tick.C:
+		}
+	}
+}
+
+// Consistently polls check every 250ms for the whole period and fails the test as soon
+// as it reports a violation.
+func Consistently(t testing.TB, period time.Duration, what string, check func(ctx context.Context) (ok bool, state string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), period)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		if ok, state := check(ctx); !ok && ctx.Err() == nil {
+			t.Fatalf("%s: violated: %s", what, state)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

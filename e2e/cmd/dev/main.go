@@ -1,0 +1,244 @@
+// Command dev runs Trainyard's main job on the local control plane: it installs the
+// torch-distributed runtime (upstream Kubeflow Trainer's, from ../shared/upstream, or
+// Trainyard's example), starts the controller, creates a TrainJob and prints its
+// progress — the controller's stage timeline, the JobSet, the pods and the final
+// condition — until the TrainJob completes or fails.
+//
+// `make dev` brings the cluster up first (make cluster-up) and runs this with its
+// kubeconfig; the cluster is left running for inspection.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	"sigs.k8s.io/yaml"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "_output/cluster/kubeconfig", "kubeconfig of the local control plane")
+	root := flag.String("repo", ".", "the Trainyard checkout")
+	timeout := flag.Duration("timeout", 5*time.Minute, "how long to wait for the TrainJob to finish")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *root, *kubeconfig, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, root, kubeconfig string, timeout time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading %s (is the cluster up? make cluster-up): %w", kubeconfig, err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	trainers := trainerclient.NewForConfigOrDie(cfg)
+	jobsets := jobsetclient.NewForConfigOrDie(cfg)
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Printf("[%6.2fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	runtimeFile, origin := runtimeManifest(root)
+	if err := applyRuntime(ctx, trainers, runtimeFile); err != nil {
+		return err
+	}
+	say("ClusterTrainingRuntime torch-distributed installed (%s)", origin)
+
+	ctrl, logs, err := startController(ctx, root, kubeconfig)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = ctrl.Process.Signal(syscall.SIGTERM)
+		_ = ctrl.Wait()
+	}()
+
+	tj, err := readTrainJob(filepath.Join(root, "examples", "trainjob.yaml"))
+	if err != nil {
+		return err
+	}
+	tj.Name = fmt.Sprintf("%s-%d", tj.Name, time.Now().Unix()%100000)
+	tj.Namespace = "default"
+	if _, err := trainers.TrainerV1alpha1().TrainJobs(tj.Namespace).Create(ctx, tj, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating TrainJob: %w", err)
+	}
+	say("TrainJob %s/%s created: runtime %s, numNodes %d", tj.Namespace, tj.Name, tj.Spec.RuntimeRef.Name, *tj.Spec.Trainer.NumNodes)
+	go printStageTimeline(logs, tj.Namespace+"/"+tj.Name, say)
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, say)
+}
+
+// runtimeManifest prefers upstream's torch-distributed runtime beside the repository.
+func runtimeManifest(root string) (path, origin string) {
+	upstream := filepath.Join(root, "..", "shared", "upstream", "runtimes", "torch_distributed.yaml")
+	if _, err := os.Stat(upstream); err == nil {
+		return upstream, "upstream Kubeflow Trainer, unmodified"
+	}
+	return filepath.Join(root, "examples", "torch-distributed-runtime.yaml"), "Trainyard's example"
+}
+
+func applyRuntime(ctx context.Context, trainers trainerclient.Interface, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	rt := &trainer.ClusterTrainingRuntime{}
+	if err := yaml.UnmarshalStrict(data, rt); err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	_, err = trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(ctx, rt, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterTrainingRuntime %s: %w", rt.Name, err)
+	}
+	return nil
+}
+
+func readTrainJob(path string) (*trainer.TrainJob, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	tj := &trainer.TrainJob{}
+	if err := yaml.UnmarshalStrict(data, tj); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return tj, nil
+}
+
+// startController builds and starts the controller with per-sync logging (-v=4), its
+// log teed to _output/dev/trainyard.log; it returns the process and a reader of the log.
+func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, io.Reader, error) {
+	bin := filepath.Join(root, "_output", "bin", "trainyard")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/trainyard")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, nil, fmt.Errorf("building the controller: %w", err)
+	}
+	logPath := filepath.Join(root, "_output", "dev", "trainyard.log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, w := io.Pipe()
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0",
+		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4")
+	cmd.Stdout = io.MultiWriter(logFile, w)
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting the controller: %w", err)
+	}
+	fmt.Printf("controller started (pid %d), log: %s\n", cmd.Process.Pid, logPath)
+	return cmd, r, nil
+}
+
+// printStageTimeline prints the controller's per-stage syncs of one TrainJob.
+func printStageTimeline(logs io.Reader, key string, say func(string, ...any)) {
+	scanner := bufio.NewScanner(logs)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		var line map[string]any
+		if json.Unmarshal(scanner.Bytes(), &line) != nil || line["trainJob"] != key {
+			continue
+		}
+		switch line["msg"] {
+		case "Synced":
+			say("  stage %-16v → %-15v (%v)", line["stage"], line["result"], line["duration"])
+		case "Created JobSet":
+			say("  controller: JobSet created, %v after the TrainJob", line["latency"])
+		}
+	}
+}
+
+// follow prints JobSet, pod and condition changes until the TrainJob finishes.
+func follow(ctx context.Context, kube kubernetes.Interface, trainers trainerclient.Interface, jobsets jobsetclient.Interface,
+	ns, name string, say func(string, ...any)) error {
+	var lastJobSet, lastPods, lastConds string
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("TrainJob %s/%s did not finish: %w", ns, name, ctx.Err())
+		case <-tick.C:
+		}
+		if js, err := jobsets.JobsetV1alpha2().JobSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			if s := describeJobSet(js); s != lastJobSet {
+				say("JobSet %s", s)
+				lastJobSet = s
+			}
+		}
+		if pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: jobsetv1alpha2.JobSetNameKey + "=" + name}); err == nil {
+			phases := map[string]int{}
+			for _, p := range pods.Items {
+				phases[string(p.Status.Phase)]++
+			}
+			if s := fmt.Sprint(phases); s != lastPods && len(pods.Items) > 0 {
+				say("pods %s", s)
+				lastPods = s
+			}
+		}
+		tj, err := trainers.TrainerV1alpha1().TrainJobs(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		var conds []string
+		for _, c := range tj.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
+		}
+		if s := strings.Join(conds, ", "); s != lastConds {
+			say("TrainJob conditions: %s", s)
+			lastConds = s
+		}
+		if meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {
+			say("TrainJob %s/%s is Complete. The cluster keeps running: export KUBECONFIG=$PWD/_output/cluster/kubeconfig; make cluster-down to stop it.", ns, name)
+			return nil
+		}
+		if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed); c != nil && c.Status == metav1.ConditionTrue {
+			return errors.New("TrainJob failed: " + c.Reason + ": " + c.Message)
+		}
+	}
+}
+
+func describeJobSet(js *jobsetv1alpha2.JobSet) string {
+	suspended := js.Spec.Suspend != nil && *js.Spec.Suspend
+	var jobs []string
+	for _, r := range js.Status.ReplicatedJobsStatus {
+		jobs = append(jobs, fmt.Sprintf("%s: active %d, succeeded %d, failed %d", r.Name, r.Active, r.Succeeded, r.Failed))
+	}
+	state := js.Status.TerminalState
+	if state == "" {
+		state = "running"
+	}
+	return fmt.Sprintf("%s suspend=%v %s [%s]", js.Name, suspended, state, strings.Join(jobs, "; "))
+}

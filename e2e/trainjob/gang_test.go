@@ -1,0 +1,208 @@
+package trainjob
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+)
+
+var (
+	workloadGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
+	podGroupGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
+)
+
+// poolLabel pins a test's pods to nodes the test adds (and keeps other pods off them
+// through a taint of the same key).
+const poolLabel = "trainyard.dev/e2e-pool"
+
+// addPoolNode adds an 8-GPU kwok node reserved for the test's namespace.
+func (e *env) addPoolNode(t *testing.T, suffix string) {
+	t.Helper()
+	name := e.ns + "-" + suffix
+	if _, err := e.c.AddNode(context.Background(), cluster.NodeSpec{
+		Name:   name,
+		Labels: map[string]string{poolLabel: e.ns},
+		Taints: []corev1.Taint{{Key: poolLabel, Value: e.ns, Effect: corev1.TaintEffectNoSchedule}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.c.RemoveNode(context.Background(), name); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// gpuRuntime is a torch runtime whose pods each ask 4 GPUs on the test's node pool.
+func (e *env) gpuRuntime(t *testing.T, name string, policy *trainer.PodGroupPolicy) {
+	t.Helper()
+	e.createRuntimeWith(t, name, map[string]string{cluster.AnnotationCompleteDelay: "2s"}, func(rt *trainer.TrainingRuntime) {
+		rt.Spec.PodGroupPolicy = policy
+		pod := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+		pod.NodeSelector = map[string]string{poolLabel: e.ns}
+		pod.Tolerations = []corev1.Toleration{{Key: poolLabel, Operator: corev1.TolerationOpEqual, Value: e.ns, Effect: corev1.TaintEffectNoSchedule}}
+		pod.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
+	})
+}
+
+// boundPods counts the TrainJob's pods bound to a node and those still unbound.
+func (e *env) boundPods(ctx context.Context, name string) (bound, pending int, err error) {
+	pods, err := e.c.Client().CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: jobsetv1alpha2.JobSetNameKey + "=" + name})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			bound++
+		} else {
+			pending++
+		}
+	}
+	return bound, pending, nil
+}
+
+// TestWorkloadGangSchedulesAllOrNothing: a TrainJob of three pods that each need 4 of
+// a node's 8 GPUs, on a runtime with podGroupPolicy.workload, gets a Workload and a
+// PodGroup with minCount 3; on one node none of its pods binds, and a second node lets
+// all three bind together and the TrainJob completes. Deleting the TrainJob deletes the
+// Workload and PodGroup.
+func TestWorkloadGangSchedulesAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.addPoolNode(t, "a")
+	e.gpuRuntime(t, "gang", &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}})
+	e.createTrainJob(t, trainJob("gang", trainer.TrainingRuntimeKind, "gang").withNumNodes(3))
+
+	// Unstructured: the e2e module's client libraries (v0.37) have no v1alpha2 types.
+	var minCount int64
+	cluster.Eventually(t, time.Minute, "PodGroup gang-node", func(ctx context.Context) (bool, string) {
+		pg, err := e.c.Dynamic().Resource(podGroupGVR).Namespace(e.ns).Get(ctx, "gang-node", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		minCount, _, _ = unstructured.NestedInt64(pg.Object, "spec", "schedulingPolicy", "gang", "minCount")
+		return true, ""
+	})
+	if minCount != 3 {
+		t.Errorf("PodGroup gang minCount = %d, want 3", minCount)
+	}
+	if _, err := e.c.Dynamic().Resource(workloadGVR).Namespace(e.ns).Get(context.Background(), "gang", metav1.GetOptions{}); err != nil {
+		t.Errorf("Workload gang: %v", err)
+	}
+
+	e.waitPods(t, "gang", 3)
+	cluster.Consistently(t, 8*time.Second, "no pod of the gang binds on one node", func(ctx context.Context) (bool, string) {
+		bound, pending, err := e.boundPods(ctx, "gang")
+		return err == nil && bound == 0, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
+	})
+
+	e.addPoolNode(t, "b")
+	cluster.Eventually(t, time.Minute, "all three pods bound", func(ctx context.Context) (bool, string) {
+		bound, pending, err := e.boundPods(ctx, "gang")
+		return err == nil && bound == 3, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
+	})
+	e.waitCondition(t, "gang", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+
+	if err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Delete(context.Background(), "gang", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, time.Minute, "Workload and PodGroup garbage-collected", func(ctx context.Context) (bool, string) {
+		_, wErr := e.c.Dynamic().Resource(workloadGVR).Namespace(e.ns).Get(ctx, "gang", metav1.GetOptions{})
+		_, pErr := e.c.Dynamic().Resource(podGroupGVR).Namespace(e.ns).Get(ctx, "gang-node", metav1.GetOptions{})
+		return apierrors.IsNotFound(wErr) && apierrors.IsNotFound(pErr), fmt.Sprintf("workload: %v, podgroup: %v", wErr, pErr)
+	})
+}
+
+// TestWithoutGangPodsBindPiecemeal is the contrast: the same TrainJob without a
+// podGroupPolicy binds two pods on one node and leaves the third Pending.
+func TestWithoutGangPodsBindPiecemeal(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.addPoolNode(t, "a")
+	e.gpuRuntime(t, "no-gang", nil)
+	e.createTrainJob(t, trainJob("piecemeal", trainer.TrainingRuntimeKind, "no-gang").withNumNodes(3))
+
+	cluster.Eventually(t, time.Minute, "two pods bound, one pending", func(ctx context.Context) (bool, string) {
+		bound, pending, err := e.boundPods(ctx, "piecemeal")
+		return err == nil && bound == 2 && pending == 1, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
+	})
+}
+
+// TestKAISchedulerContract: with podGroupPolicy.kaiScheduler the JobSet and every pod
+// carry kai.scheduler/queue and the pods name kai-scheduler. No KAI scheduler runs
+// here, so the pods stay Pending: the contract is what is asserted.
+func TestKAISchedulerContract(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createRuntimeWith(t, "kai", nil, func(rt *trainer.TrainingRuntime) {
+		rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{
+			KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{Queue: "team-a"}}}
+	})
+	e.createTrainJob(t, trainJob("kai", trainer.TrainingRuntimeKind, "kai").withNumNodes(2))
+
+	if js := e.waitJobSet(t, "kai"); js.Labels["kai.scheduler/queue"] != "team-a" {
+		t.Errorf("JobSet labels = %v, want kai.scheduler/queue=team-a", js.Labels)
+	}
+	for _, pod := range e.waitPods(t, "kai", 2) {
+		if pod.Spec.SchedulerName != "kai-scheduler" || pod.Labels["kai.scheduler/queue"] != "team-a" {
+			t.Errorf("pod %s: schedulerName %q, queue label %q; want kai-scheduler and team-a", pod.Name, pod.Spec.SchedulerName, pod.Labels["kai.scheduler/queue"])
+		}
+	}
+}
+
+// TestUpstreamPodGroups: runtimes selecting coscheduling and Volcano get their
+// PodGroup, sized for the whole TrainJob, and the pods their group label or annotation.
+func TestUpstreamPodGroups(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	for _, tc := range []struct {
+		name   string
+		policy trainer.PodGroupPolicySource
+		gvr    schema.GroupVersionResource
+		pods   func(corev1.Pod) string
+	}{
+		{"cosched", trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}},
+			schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"},
+			func(p corev1.Pod) string { return p.Labels["scheduling.x-k8s.io/pod-group"] }},
+		{"volcano", trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{}},
+			schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "podgroups"},
+			func(p corev1.Pod) string { return p.Annotations["scheduling.k8s.io/group-name"] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.createRuntimeWith(t, tc.name, nil, func(rt *trainer.TrainingRuntime) {
+				rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: tc.policy}
+			})
+			e.createTrainJob(t, trainJob(tc.name, trainer.TrainingRuntimeKind, tc.name).withNumNodes(3))
+			var minMember int64
+			cluster.Eventually(t, time.Minute, tc.gvr.Group+" PodGroup", func(ctx context.Context) (bool, string) {
+				pg, err := e.c.Dynamic().Resource(tc.gvr).Namespace(e.ns).Get(ctx, tc.name, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				minMember, _, _ = unstructured.NestedInt64(pg.Object, "spec", "minMember")
+				return true, ""
+			})
+			if minMember != 3 {
+				t.Errorf("minMember = %d, want 3", minMember)
+			}
+			for _, pod := range e.waitPods(t, tc.name, 3) {
+				if got := tc.pods(pod); got != tc.name {
+					t.Errorf("pod %s group = %q, want %q", pod.Name, got, tc.name)
+				}
+			}
+		})
+	}
+}

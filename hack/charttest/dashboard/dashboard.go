@@ -1,0 +1,382 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// UID is the dashboard's fixed uid: links and provisioning rely on it.
+const UID = "trainyard-stages"
+
+// sel selects the series of one Trainyard installation.
+const sel = `namespace="$namespace", job="$job"`
+
+// ds is the data source of every panel and query: the ${datasource} variable.
+var ds = Datasource{Type: "prometheus", UID: "${datasource}"}
+
+// leader is the leader election gauge of the installation. The controller
+// will export it (see docs/metrics.md); until it does, queries that use
+// leaderOnly fall back to every replica.
+const leader = `leader_election_master_status{` + sel + `}`
+
+// leaderOnly keeps the series of expr that come from the replica holding the
+// Lease. Followers fill their stage queues from the informers but never drain
+// them, so their queue depth and add counts must not be summed with the
+// leader's. When no replica exports the leader gauge (leader election off, or
+// an older binary), every series is kept.
+func leaderOnly(expr string) string {
+	return fmt.Sprintf("(%s and on (instance) (%s == 1)) or (%s unless on () count(%s))", expr, leader, expr, leader)
+}
+
+// rate is rate() over Grafana's scrape-aware interval.
+func rate(selector string) string {
+	return fmt.Sprintf("rate(%s[$__rate_interval])", selector)
+}
+
+// quantile is the q-quantile of histogram metric (without _bucket) by labels.
+func quantile(q, metric, matchers, by string) string {
+	group := "le"
+	if by != "" {
+		group = by + ", le"
+	}
+	return fmt.Sprintf("histogram_quantile(%s, sum by (%s) (%s))", q, group, rate(metric+"_bucket{"+matchers+"}"))
+}
+
+// sloGood matches the bucket of the SLO latency; see the PrometheusRule for
+// why the regular expression.
+const sloGood = `le=~"${slo_latency}(\\.0)?"`
+
+// sli is the share of JobSets created within the SLO latency over window.
+func sli(window string) string {
+	return fmt.Sprintf("sum(increase(trainyard_jobset_creation_latency_seconds_bucket{%s, %s}[%s]))\n/\nsum(increase(trainyard_jobset_creation_latency_seconds_count{%s}[%s]))",
+		sel, sloGood, window, sel, window)
+}
+
+// burn is the error budget burn rate over window: 1 spends the budget in
+// exactly the SLO period.
+func burn(window string) string {
+	return fmt.Sprintf("(1 - (\n%s\n)) / (1 - $slo_objective)", sli(window))
+}
+
+func target(expr, legend string) Target {
+	return Target{Datasource: ds, Expr: expr, LegendFormat: legend, Range: true}
+}
+
+func instant(expr, legend string) Target {
+	return Target{Datasource: ds, Expr: expr, LegendFormat: legend, Instant: true}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// timeseries is a line chart of targets in unit.
+func timeseries(title, description, unit string, targets ...Target) *Panel {
+	return &Panel{
+		Type:        "timeseries",
+		Title:       title,
+		Description: description,
+		Datasource:  &ds,
+		Targets:     targets,
+		FieldConfig: &FieldConfig{
+			Defaults: FieldDefaults{
+				Unit: unit,
+				Min:  ptr(0.0),
+				Custom: map[string]any{
+					"drawStyle":         "line",
+					"lineWidth":         1,
+					"fillOpacity":       10,
+					"showPoints":        "never",
+					"spanNulls":         false,
+					"axisSoftMin":       0,
+					"gradientMode":      "none",
+					"lineInterpolation": "linear",
+				},
+				Color: map[string]any{"mode": "palette-classic"},
+			},
+			Overrides: []Override{},
+		},
+		Options: map[string]any{
+			"legend":  map[string]any{"displayMode": "table", "placement": "bottom", "showLegend": true, "calcs": []string{"mean", "max", "lastNotNull"}},
+			"tooltip": map[string]any{"mode": "multi", "sort": "desc"},
+		},
+	}
+}
+
+// stacked turns a timeseries into a stacked area chart.
+func stacked(p *Panel) *Panel {
+	p.FieldConfig.Defaults.Custom["stacking"] = map[string]any{"mode": "normal", "group": "A"}
+	p.FieldConfig.Defaults.Custom["fillOpacity"] = 40
+	return p
+}
+
+// dashed draws the series whose legend matches regex as dashed lines: the
+// limits (workers, thresholds) next to the measured values.
+func dashed(p *Panel, regex string) *Panel {
+	p.FieldConfig.Overrides = append(p.FieldConfig.Overrides, Override{
+		Matcher: Matcher{ID: "byRegexp", Options: regex},
+		Properties: []Property{
+			{ID: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}},
+			{ID: "custom.fillOpacity", Value: 0},
+		},
+	})
+	return p
+}
+
+// thresholdLines draws steps as horizontal lines on a timeseries.
+func thresholdLines(p *Panel, steps ...Step) *Panel {
+	p.FieldConfig.Defaults.Thresholds = &Thresholds{Mode: "absolute", Steps: steps}
+	p.FieldConfig.Defaults.Custom["thresholdsStyle"] = map[string]any{"mode": "line"}
+	return p
+}
+
+// stat is a single-value panel. textMode "name" shows the series name
+// (legend) instead of the value, for "which pod leads" style panels.
+func stat(title, description, unit, textMode string, steps []Step, targets ...Target) *Panel {
+	if steps == nil {
+		steps = []Step{{Color: "text"}}
+	}
+	return &Panel{
+		Type:        "stat",
+		Title:       title,
+		Description: description,
+		Datasource:  &ds,
+		Targets:     targets,
+		FieldConfig: &FieldConfig{
+			Defaults: FieldDefaults{
+				Unit:       unit,
+				Thresholds: &Thresholds{Mode: "absolute", Steps: steps},
+				Color:      map[string]any{"mode": "thresholds"},
+				NoValue:    "none",
+			},
+			Overrides: []Override{},
+		},
+		Options: map[string]any{
+			"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false},
+			"textMode":      textMode,
+			"colorMode":     "value",
+			"graphMode":     "none",
+			"justifyMode":   "auto",
+			"orientation":   "auto",
+		},
+	}
+}
+
+func row(title string) *Panel {
+	return &Panel{Type: "row", Title: title, Collapsed: ptr(false), Panels: []*Panel{}}
+}
+
+// layout assigns ids and grid positions: panels fill rows of 24 columns left
+// to right; a row panel starts a new line.
+type layout struct {
+	panels []*Panel
+	x, y   int
+	height int
+	nextID int
+}
+
+func (l *layout) add(w, h int, p *Panel) {
+	if l.x+w > 24 {
+		l.newline()
+	}
+	l.nextID++
+	p.ID = l.nextID
+	p.GridPos = GridPos{H: h, W: w, X: l.x, Y: l.y}
+	l.panels = append(l.panels, p)
+	l.x += w
+	l.height = max(l.height, h)
+}
+
+func (l *layout) newline() {
+	l.y += l.height
+	l.x, l.height = 0, 0
+}
+
+func (l *layout) row(p *Panel) {
+	if l.x > 0 {
+		l.newline()
+	}
+	l.add(24, 1, p)
+	l.newline()
+}
+
+// Build returns the dashboard.
+func Build() *Dashboard {
+	var l layout
+	stageSel := sel + `, stage=~"$stage"`
+	queueSel := sel + `, name=~"$stage"`
+	green, amber, red := "green", "orange", "red"
+
+	l.row(row("Overview"))
+	l.add(4, 4, stat("Replicas up", "Controller pods Prometheus scrapes successfully.", "none", "value",
+		[]Step{{Color: red}, {Color: green, Value: ptr(1.0)}},
+		instant(`sum(up{`+sel+`})`, "")))
+	l.add(5, 4, stat("Leader", "The pod holding the leader election Lease. Shows \"none\" while no replica holds it, or when the binary does not export leader_election_master_status: then the pod with a non-zero rate in \"Syncs by pod\" leads.", "none", "name", nil,
+		instant(`max by (pod) (`+leader+`) == 1`, "{{pod}}")))
+	l.add(5, 4, stat("Version", "Controller versions running (trainyard_build_info); two during a rollout.", "none", "name", nil,
+		instant(`count by (version) (trainyard_build_info{`+sel+`})`, "{{version}}")))
+	l.add(5, 4, stat("JobSets created within SLO latency", "Share of TrainJobs, over the selected time range, whose JobSet was created within $slo_latency s of the TrainJob (the SLI).", "percentunit", "value",
+		[]Step{{Color: red}, {Color: amber, Value: ptr(0.95)}, {Color: green, Value: ptr(0.99)}},
+		instant(sli("$__range"), "")))
+	l.add(5, 4, stat("Error budget left", "Share of the error budget of the $slo_objective objective left over the selected time range; negative means the SLO is missed over this range.", "percentunit", "value",
+		[]Step{{Color: red}, {Color: amber, Value: ptr(0.0)}, {Color: green, Value: ptr(0.5)}},
+		instant("1 - (\n"+burn("$__range")+"\n)", "")))
+
+	l.add(8, 8, timeseries("JobSet creation latency", "Time from a TrainJob's creation to its JobSet's creation, observed once per TrainJob (the end-to-end latency users see before pods start).", "s",
+		target(quantile("0.5", "trainyard_jobset_creation_latency_seconds", sel, ""), "p50"),
+		target(quantile("0.9", "trainyard_jobset_creation_latency_seconds", sel, ""), "p90"),
+		target(quantile("0.99", "trainyard_jobset_creation_latency_seconds", sel, ""), "p99")))
+	l.add(8, 8, thresholdLines(timeseries("JobSet creation SLO burn rate", "How fast the error budget burns: 1 spends it in exactly 30 days. The PrometheusRule pages at 14.4 over 1 h (orange line) and at 6 over 6 h (red line).", "none",
+		target(burn("1h"), "1h window"),
+		target(burn("6h"), "6h window")),
+		Step{Color: "green"}, Step{Color: "red", Value: ptr(6.0)}, Step{Color: "orange", Value: ptr(14.4)}))
+	l.add(8, 8, stacked(timeseries("TrainJobs by phase", "TrainJobs in the controller's cache by phase. Every replica caches them; max avoids counting them once per replica.", "none",
+		target(`max by (phase) (trainyard_trainjobs{`+sel+`})`, "{{phase}}"))))
+
+	l.row(row("Pipeline stages"))
+	l.add(8, 8, timeseries("Queue depth", "TrainJob keys waiting in each stage queue (leader only).", "none",
+		target(`sum by (name) (`+leaderOnly(`workqueue_depth{`+queueSel+`}`)+`)`, "{{name}}")))
+	l.add(8, 8, timeseries("Add rate", "Keys added per second to each stage queue (leader only); adds of a key already queued are coalesced.", "ops",
+		target(`sum by (name) (`+leaderOnly(rate(`workqueue_adds_total{`+queueSel+`}`))+`)`, "{{name}}")))
+	l.add(8, 8, stacked(timeseries("Syncs by result", "Stage Sync calls per second by result: continue hands the TrainJob to the next stage; wait_for_event parks it until an informer event; retry and requeue_after come back later.", "ops",
+		target(`sum by (stage, result) (`+rate(`trainyard_stage_syncs_total{`+stageSel+`}`)+`)`, "{{stage}} {{result}}"))))
+	l.add(12, 8, timeseries("Queue wait p50 / p99", "Time keys wait in a stage queue before a worker takes them. Rising p99 with busy workers means the stage needs more workers.", "s",
+		target(quantile("0.5", "workqueue_queue_duration_seconds", queueSel, "name"), "p50 {{name}}"),
+		target(quantile("0.99", "workqueue_queue_duration_seconds", queueSel, "name"), "p99 {{name}}")))
+	l.add(12, 8, timeseries("Processing time p50 / p99", "Time spent in one stage Sync call, API calls included, over all results. Per-result detail is in the per-stage rows below.", "s",
+		target(quantile("0.5", "trainyard_stage_duration_seconds", stageSel, "stage"), "p50 {{stage}}"),
+		target(quantile("0.99", "trainyard_stage_duration_seconds", stageSel, "stage"), "p99 {{stage}}")))
+	l.add(8, 8, timeseries("Errors by reason", "Failed syncs per second by stage and reason. conflict and not_found are usually transient; forbidden means missing RBAC; throttled means API priority and fairness pushes back.", "ops",
+		target(`sum by (stage, reason) (`+rate(`trainyard_stage_errors_total{`+stageSel+`}`)+`) > 0`, "{{stage}} {{reason}}")))
+	l.add(8, 8, timeseries("Retries and delayed requeues", "Keys requeued with rate-limited backoff after a failed or retry-requesting sync; all delayed adds (backoff retries plus requeue_after results); and panics (each also counted as an error).", "ops",
+		target(`sum by (stage) (`+rate(`trainyard_stage_retries_total{`+stageSel+`}`)+`)`, "{{stage}} retries"),
+		target(`sum by (name) (`+rate(`workqueue_retries_total{`+queueSel+`}`)+`)`, "{{name}} delayed adds"),
+		target(`sum by (stage) (`+rate(`trainyard_stage_panics_total{`+stageSel+`}`)+`) > 0`, "{{stage}} panics")))
+	l.add(8, 8, dashed(timeseries("In flight vs workers", "Workers inside Sync (solid) against the configured pool size (dashed). A stage at its pool size while its queue wait grows needs more workers (config.stages.<stage>.workers).", "none",
+		target(`sum by (stage) (trainyard_stage_inflight{`+stageSel+`})`, "{{stage}} in flight"),
+		target(`max by (stage) (trainyard_stage_workers{`+stageSel+`})`, "{{stage}} workers")), "workers$"))
+	l.add(12, 8, timeseries("Oldest running sync", "Age of the oldest key being processed in each stage. A line that climbs steadily is a blocked worker (alert TrainyardStageWorkerStuck).", "s",
+		target(`max by (name) (workqueue_longest_running_processor_seconds{`+queueSel+`})`, "{{name}}")))
+	l.add(12, 8, timeseries("Unfinished work growth", "Growth per second of the summed age of keys being processed. Around 0 is healthy; a value near the number of workers means every worker is stuck.", "none",
+		target(`sum by (name) (deriv(workqueue_unfinished_work_seconds{`+queueSel+`}[$__rate_interval]))`, "{{name}}")))
+
+	perStage := row("Stage: $stage")
+	perStage.Repeat = "stage"
+	l.row(perStage)
+	oneStage := sel + `, stage=~"$stage"`
+	l.add(12, 8, timeseries("$stage: processing time by result", "p50 and p99 of Sync time of this stage, split by result: slow errors and slow successes have different causes.", "s",
+		target(quantile("0.5", "trainyard_stage_duration_seconds", oneStage, "result"), "p50 {{result}}"),
+		target(quantile("0.99", "trainyard_stage_duration_seconds", oneStage, "result"), "p99 {{result}}")))
+	l.add(6, 8, stacked(timeseries("$stage: errors by reason", "Failed syncs per second of this stage by reason.", "ops",
+		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+oneStage+`}`)+`)`, "{{reason}}"))))
+	l.add(6, 8, dashed(timeseries("$stage: in flight vs workers", "Busy workers of this stage against its pool size.", "none",
+		target(`sum(trainyard_stage_inflight{`+oneStage+`})`, "in flight"),
+		target(`max(trainyard_stage_workers{`+oneStage+`})`, "workers")), "^workers$"))
+
+	l.row(row("Kubernetes API client"))
+	l.add(8, 8, stacked(timeseries("Requests by status code", "API requests per second by HTTP status; <error> is a request that got no response.", "reqps",
+		target(`sum by (code) (`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "{{code}}"))))
+	l.add(8, 8, stacked(timeseries("Requests by method", "API requests per second by HTTP method: GET list/watch, PATCH server-side apply and status, DELETE.", "reqps",
+		target(`sum by (method) (`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "{{method}}"))))
+	l.add(8, 8, timeseries("Failed request share", "Share of API requests answered 429 (priority and fairness), 5xx, or not at all.", "percentunit",
+		target(`sum(`+rate(`rest_client_requests_total{`+sel+`, code=~"429|5..|<error>"}`)+`)`+"\n/\n"+`sum(`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "failed")))
+	l.add(12, 8, timeseries("Request latency p50 / p99", "API request latency by verb, as the controller sees it (network and API server).", "s",
+		target(quantile("0.5", "rest_client_request_duration_seconds", sel, "verb"), "p50 {{verb}}"),
+		target(quantile("0.99", "rest_client_request_duration_seconds", sel, "verb"), "p99 {{verb}}")))
+	l.add(12, 8, timeseries("Client-side throttling p50 / p99", "Time requests waited in the controller's own rate limiter (config.clientConnection.qps/burst) before being sent. Anything above a few ms means the limit, not the API server, slows the pipeline.", "s",
+		target(quantile("0.5", "rest_client_rate_limiter_duration_seconds", sel, "verb"), "p50 {{verb}}"),
+		target(quantile("0.99", "rest_client_rate_limiter_duration_seconds", sel, "verb"), "p99 {{verb}}")))
+
+	l.row(row("Process"))
+	l.add(6, 8, timeseries("Syncs by pod", "Stage syncs per second by pod: only the leader runs the pipeline, so this shows which pod leads even without the leader gauge.", "ops",
+		target(`sum by (pod) (`+rate(`trainyard_stage_syncs_total{`+sel+`}`)+`)`, "{{pod}}")))
+	l.add(6, 8, timeseries("CPU", "CPU cores used by each controller pod.", "none",
+		target(`sum by (pod) (`+rate(`process_cpu_seconds_total{`+sel+`}`)+`)`, "{{pod}}")))
+	l.add(6, 8, timeseries("Memory", "Resident memory and Go heap in use by each pod; compare with the container memory limit.", "bytes",
+		target(`sum by (pod) (process_resident_memory_bytes{`+sel+`})`, "{{pod}} resident"),
+		target(`sum by (pod) (go_memstats_heap_inuse_bytes{`+sel+`})`, "{{pod}} heap in use")))
+	l.add(6, 8, timeseries("Goroutines and open files", "Goroutines and open file descriptors by pod: a steady climb is a leak.", "none",
+		target(`sum by (pod) (go_goroutines{`+sel+`})`, "{{pod}} goroutines"),
+		target(`sum by (pod) (process_open_fds{`+sel+`})`, "{{pod}} open fds")))
+
+	return &Dashboard{
+		UID:           UID,
+		Title:         "Trainyard",
+		Description:   "Trainyard TrainJob controller: per-stage queues and workers, end-to-end JobSet creation latency and SLO, TrainJobs by phase, Kubernetes API client, process. Generated by hack/charttest/cmd/gendashboard; metrics are described in docs/metrics.md.",
+		Tags:          []string{"trainyard", "kubeflow", "controller"},
+		Editable:      true,
+		GraphTooltip:  1,
+		Refresh:       "30s",
+		SchemaVersion: 39,
+		Time:          TimeRange{From: "now-6h", To: "now"},
+		Timezone:      "browser",
+		Annotations: Annotations{List: []Annotation{{
+			BuiltIn: 1, Datasource: Datasource{Type: "grafana", UID: "-- Grafana --"},
+			Enable: true, Hide: true, IconColor: "rgba(0, 211, 255, 1)", Name: "Annotations & Alerts", Type: "dashboard",
+		}}},
+		Templating: Templating{List: variables()},
+		Panels:     l.panels,
+		Links: []Link{{
+			Title: "Metrics catalogue", Type: "link", TargetBlank: true, Icon: "doc",
+			URL: "https://github.com/trainyard/trainyard/blob/main/docs/metrics.md",
+		}, {
+			Title: "Runbooks", Type: "link", TargetBlank: true, Icon: "doc",
+			URL: "https://github.com/trainyard/trainyard/blob/main/docs/runbooks.md",
+		}},
+		Version: 1,
+	}
+}
+
+func variables() []*Variable {
+	query := func(name, label, description, q string, multi bool) *Variable {
+		v := &Variable{
+			Name: name, Label: label, Description: description, Type: "query",
+			Datasource: &ds, Definition: q,
+			Query:   map[string]any{"query": q, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+			Refresh: 2, Sort: 1, Multi: multi, IncludeAll: multi, Options: []Option{},
+		}
+		if multi {
+			v.Current = &Current{Selected: true, Text: []string{"All"}, Value: []string{"$__all"}}
+		}
+		return v
+	}
+	custom := func(name, label, description string, values []string, current string) *Variable {
+		v := &Variable{
+			Name: name, Label: label, Description: description, Type: "custom",
+			Query:   strings.Join(values, ","),
+			Current: &Current{Selected: true, Text: current, Value: current},
+		}
+		for _, val := range values {
+			v.Options = append(v.Options, Option{Selected: val == current, Text: val, Value: val})
+		}
+		return v
+	}
+	return []*Variable{
+		{
+			Name: "datasource", Label: "Data source", Type: "datasource", Query: "prometheus",
+			Current: &Current{Selected: true, Text: "default", Value: "default"}, Options: []Option{},
+		},
+		query("namespace", "Namespace", "Namespace of the Trainyard installation.",
+			`label_values(trainyard_build_info, namespace)`, false),
+		query("job", "Job", "Prometheus job of the installation (the metrics Service's name with a ServiceMonitor).",
+			`label_values(trainyard_build_info{namespace="$namespace"}, job)`, false),
+		query("stage", "Stage", "Pipeline stages to show.",
+			`label_values(trainyard_stage_workers{namespace="$namespace", job="$job"}, stage)`, true),
+		custom("slo_latency", "SLO latency (s)", "JobSet creation latency the SLO panels count as good; a bucket bound of trainyard_jobset_creation_latency_seconds.",
+			[]string{"5", "10", "15", "30", "60", "120", "300"}, "30"),
+		custom("slo_objective", "SLO objective", "Share of TrainJobs that must meet the SLO latency.",
+			[]string{"0.9", "0.95", "0.99", "0.995", "0.999"}, "0.99"),
+	}
+}
+
+// JSON returns the dashboard as indented JSON with a trailing newline.
+func JSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(Build()); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,191 @@
+package charttest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/component-helpers/auth/rbac/validation"
+)
+
+// grant is one permission: verb on group/resource (optionally one name).
+type grant struct{ group, resource, verb, name string }
+
+func (g grant) String() string {
+	s := fmt.Sprintf("%s %s/%s", g.verb, g.group, g.resource)
+	if g.name != "" {
+		s += " " + g.name
+	}
+	return s
+}
+
+// controllerCalls are the API calls the controller makes, cluster-wide: the
+// ClusterRole must grant exactly these. Keep in step with templates/rbac.yaml
+// and with the code (pkg/informers, pkg/stages/status, the events recorder).
+var controllerCalls = []grant{
+	// shared informers
+	{"trainer.kubeflow.org", "trainjobs", "get", ""},
+	{"trainer.kubeflow.org", "trainjobs", "list", ""},
+	{"trainer.kubeflow.org", "trainjobs", "watch", ""},
+	{"trainer.kubeflow.org", "trainingruntimes", "get", ""},
+	{"trainer.kubeflow.org", "trainingruntimes", "list", ""},
+	{"trainer.kubeflow.org", "trainingruntimes", "watch", ""},
+	{"trainer.kubeflow.org", "clustertrainingruntimes", "get", ""},
+	{"trainer.kubeflow.org", "clustertrainingruntimes", "list", ""},
+	{"trainer.kubeflow.org", "clustertrainingruntimes", "watch", ""},
+	{"jobset.x-k8s.io", "jobsets", "get", ""},
+	{"jobset.x-k8s.io", "jobsets", "list", ""},
+	{"jobset.x-k8s.io", "jobsets", "watch", ""},
+	// status writer: merge patch of trainjobs/status
+	{"trainer.kubeflow.org", "trainjobs/status", "patch", ""},
+	// JobSet server-side apply: authorized as create when the JobSet is new, patch otherwise
+	{"jobset.x-k8s.io", "jobsets", "create", ""},
+	{"jobset.x-k8s.io", "jobsets", "patch", ""},
+	// activeDeadlineSeconds
+	{"jobset.x-k8s.io", "jobsets", "delete", ""},
+	// blockOwnerDeletion on the JobSet's owner reference (OwnerReferencesPermissionEnforcement)
+	{"trainer.kubeflow.org", "trainjobs/finalizers", "update", ""},
+	// events.k8s.io/v1 recorder
+	{"events.k8s.io", "events", "create", ""},
+	{"events.k8s.io", "events", "patch", ""},
+}
+
+// leaseCalls are the leader election calls, in the Lease's namespace.
+var leaseCalls = []grant{
+	{"coordination.k8s.io", "leases", "create", ""},
+	{"coordination.k8s.io", "leases", "get", "trainyard-controller"},
+	{"coordination.k8s.io", "leases", "update", "trainyard-controller"},
+}
+
+// grants expands rules into single permissions.
+func grants(t *testing.T, rules []rbacv1.PolicyRule) []grant {
+	t.Helper()
+	var out []grant
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule grants non-resource URLs %v", r.NonResourceURLs)
+		}
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					for _, n := range names {
+						out = append(out, grant{g, res, v, n})
+					}
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b grant) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+func sorted(gs []grant) []grant {
+	out := slices.Clone(gs)
+	slices.SortFunc(out, func(a, b grant) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
+	r := mustRender(t, ``)
+	cr := into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", fullname))
+	if diff := cmp.Diff(sorted(controllerCalls), grants(t, cr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+		t.Errorf("ClusterRole grants (-needed +granted):\n%s", diff)
+	}
+	role := into[rbacv1.Role](t, r.get(t, "Role", fullname+"-leader-election"))
+	if role.Namespace != namespace {
+		t.Errorf("Lease Role in %q, want %q", role.Namespace, namespace)
+	}
+	if diff := cmp.Diff(sorted(leaseCalls), grants(t, role.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+		t.Errorf("Lease Role grants (-needed +granted):\n%s", diff)
+	}
+
+	crb := into[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", fullname))
+	rb := into[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", fullname+"-leader-election"))
+	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: fullname, Namespace: namespace}
+	for _, b := range []struct {
+		subjects []rbacv1.Subject
+		ref      rbacv1.RoleRef
+		want     rbacv1.RoleRef
+	}{
+		{crb.Subjects, crb.RoleRef, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}},
+		{rb.Subjects, rb.RoleRef, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}},
+	} {
+		if !cmp.Equal(b.subjects, []rbacv1.Subject{wantSubject}) || b.ref != b.want {
+			t.Errorf("binding %+v → %+v, want %+v → %+v", b.subjects, b.ref, wantSubject, b.want)
+		}
+	}
+}
+
+func TestRBACGrantsNothingDangerous(t *testing.T) {
+	r := mustRender(t, combinations["everything"], withMonitoring())
+	var all []rbacv1.PolicyRule
+	for _, o := range append(r.ofKind("ClusterRole"), r.ofKind("Role")...) {
+		for _, rule := range into[rbacv1.ClusterRole](t, o).Rules {
+			for _, field := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs, rule.ResourceNames, rule.NonResourceURLs} {
+				for _, v := range field {
+					if strings.Contains(v, "*") {
+						t.Errorf("%s/%s: wildcard %q in %+v", o.GetKind(), o.GetName(), v, rule)
+					}
+				}
+			}
+			all = append(all, rule)
+		}
+	}
+	// What a compromised controller must not be able to do, whatever the values.
+	forbidden := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainingruntimes"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update"}, ResourceNames: []string{"kube-scheduler"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"create"}},
+	}
+	for _, f := range forbidden {
+		if covered, _ := validation.Covers(all, []rbacv1.PolicyRule{f}); covered {
+			t.Errorf("the chart's RBAC allows %v %v/%v %v", f.Verbs, f.APIGroups, f.Resources, f.ResourceNames)
+		}
+	}
+	// And what it needs is covered (the same check an API server does when
+	// the ClusterRole is bound).
+	needed := []rbacv1.PolicyRule{}
+	for _, g := range controllerCalls {
+		needed = append(needed, rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verb}})
+	}
+	if covered, missing := validation.Covers(all, needed); !covered {
+		t.Errorf("the chart's RBAC misses %+v", missing)
+	}
+}
+
+func TestRBACCanBeTurnedOff(t *testing.T) {
+	r := mustRender(t, `rbac: {create: false}`)
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if got := r.ofKind(kind); len(got) != 0 {
+			t.Errorf("%d %s rendered with rbac.create false", len(got), kind)
+		}
+	}
+}

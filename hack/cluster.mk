@@ -1,0 +1,51 @@
+# Local control plane: a real Kubernetes (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, JobSet, kwok fake nodes) on
+# 127.0.0.1, without Docker. Included from the main Makefile:
+#
+#   include hack/cluster.mk
+#
+#   make cluster-build     build the pinned binaries once into the cache
+#   make cluster-up        start a cluster in the background, return when ready
+#   make cluster-status    show the running cluster
+#   make cluster-down      stop it (also after a crash) and remove its data
+#
+# See e2e/cluster/doc.go for what the cluster provides.
+
+# Repository root, from this file's location, so the targets work whatever
+# the including Makefile's directory.
+CLUSTER_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+
+# Binary cache root; binaries live in $(TRAINYARD_CACHE_DIR)/bin/<name>-<version>/.
+TRAINYARD_CACHE_DIR ?= $(HOME)/.cache/trainyard
+export TRAINYARD_CACHE_DIR
+
+CLUSTER_STATE_DIR ?= $(CLUSTER_ROOT)/_output/cluster
+CLUSTER_LOG_DIR ?= $(CLUSTER_STATE_DIR)/logs
+CLUSTER_NODES ?= 4
+CLUSTER_NODE_GPUS ?= 8
+# Extra flags for `localcluster up`, e.g. --cpu=64 --memory=512Gi --apiserver-port=6443.
+CLUSTER_UP_FLAGS ?=
+# Flags for `make test-e2e`.
+E2E_TEST_FLAGS ?= -timeout 30m
+
+LOCALCLUSTER := $(CLUSTER_ROOT)/_output/bin/localcluster
+LOCALCLUSTER_FLAGS = --state-dir=$(CLUSTER_STATE_DIR) --log-dir=$(CLUSTER_LOG_DIR)
+
+.PHONY: localcluster cluster-build cluster-up cluster-down cluster-status
+
+# The e2e module is separate from the main one; go build is incremental, so
+# this is quick once built.
+localcluster:
+	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
+
+cluster-build: localcluster
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS)
+
+cluster-up: localcluster
+	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_UP_FLAGS)
+
+cluster-status: localcluster
+	$(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS)
+
+cluster-down: localcluster
+	$(LOCALCLUSTER) down $(LOCALCLUSTER_FLAGS)
