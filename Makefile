@@ -65,7 +65,7 @@ test-e2e: ## End-to-end tests on the local control plane (each test package star
 ##@ Run
 
 .PHONY: dev
-dev: cluster-up ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete.
+dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete.
 	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig
 
 include hack/cluster.mk

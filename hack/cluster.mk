@@ -6,6 +6,7 @@
 #
 #   make cluster-build     build the pinned binaries once into the cache
 #   make cluster-up        start a cluster in the background, return when ready
+#   make cluster-ensure    the same, unless a ready one is already running
 #   make cluster-status    show the running cluster
 #   make cluster-down      stop it (also after a crash) and remove its data
 #
@@ -31,7 +32,7 @@ E2E_TEST_FLAGS ?= -timeout 30m
 LOCALCLUSTER := $(CLUSTER_ROOT)/_output/bin/localcluster
 LOCALCLUSTER_FLAGS = --state-dir=$(CLUSTER_STATE_DIR) --log-dir=$(CLUSTER_LOG_DIR)
 
-.PHONY: localcluster cluster-build cluster-up cluster-down cluster-status
+.PHONY: localcluster cluster-build cluster-up cluster-ensure cluster-down cluster-status
 
 # The e2e module is separate from the main one; go build is incremental, so
 # this is quick once built.
@@ -43,6 +44,11 @@ cluster-build: localcluster
 
 cluster-up: localcluster
 	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_UP_FLAGS)
+
+# cluster-ensure starts a cluster unless a ready one is already recorded in the state dir.
+cluster-ensure: localcluster
+	@$(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null | grep -qx ready || \
+	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_UP_FLAGS)
 
 cluster-status: localcluster
 	$(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS)

@@ -400,11 +400,18 @@ func newLogger(format string, v int) (logr.Logger, error) {
 	zc.Level = zap.NewAtomicLevelAt(zapcore.Level(-v))
 	zc.Sampling = nil
 	zc.EncoderConfig.TimeKey, zc.EncoderConfig.EncodeTime = "ts", zapcore.ISO8601TimeEncoder
+	// logr verbosity v is zap level -v: print it as "info" and carry v in its own field.
+	zc.EncoderConfig.EncodeLevel = func(l zapcore.Level, enc zapcore.PrimitiveArrayEncoder) {
+		if l < zapcore.InfoLevel {
+			l = zapcore.InfoLevel
+		}
+		zapcore.LowercaseLevelEncoder(l, enc)
+	}
 	z, err := zc.Build()
 	if err != nil {
 		return logr.Logger{}, fmt.Errorf("building logger: %w", err)
 	}
-	return zapr.NewLogger(z), nil
+	return zapr.NewLoggerWithOptions(z, zapr.LogInfoLevel("v")), nil
 }
 
 // podNamespace is the namespace this pod runs in, "default" outside a cluster.

@@ -89,7 +89,7 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration) er
 		return fmt.Errorf("creating TrainJob: %w", err)
 	}
 	say("TrainJob %s/%s created: runtime %s, numNodes %d", tj.Namespace, tj.Name, tj.Spec.RuntimeRef.Name, *tj.Spec.Trainer.NumNodes)
-	go printStageTimeline(logs, tj.Namespace+"/"+tj.Name, say)
+	go printStageTimeline(logs, tj.Namespace, tj.Name, say)
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -162,20 +162,31 @@ func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, i
 	return cmd, r, nil
 }
 
-// printStageTimeline prints the controller's per-stage syncs of one TrainJob.
-func printStageTimeline(logs io.Reader, key string, say func(string, ...any)) {
+// printStageTimeline prints the controller's per-stage syncs of one TrainJob, from its
+// JSON log lines whose "trainJob" key is {"namespace": ns, "name": name}.
+func printStageTimeline(logs io.Reader, ns, name string, say func(string, ...any)) {
 	scanner := bufio.NewScanner(logs)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
 	for scanner.Scan() {
-		var line map[string]any
-		if json.Unmarshal(scanner.Bytes(), &line) != nil || line["trainJob"] != key {
+		var line struct {
+			Msg      string  `json:"msg"`
+			Stage    string  `json:"stage"`
+			Result   string  `json:"result"`
+			Duration float64 `json:"duration"`
+			Latency  float64 `json:"latency"`
+			TrainJob struct {
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+			} `json:"trainJob"`
+		}
+		if json.Unmarshal(scanner.Bytes(), &line) != nil || line.TrainJob.Namespace != ns || line.TrainJob.Name != name {
 			continue
 		}
-		switch line["msg"] {
+		switch line.Msg {
 		case "Synced":
-			say("  stage %-16v → %-15v (%v)", line["stage"], line["result"], line["duration"])
+			say("  stage %-16s → %-15s %v", line.Stage, line.Result, seconds(line.Duration))
 		case "Created JobSet":
-			say("  controller: JobSet created, %v after the TrainJob", line["latency"])
+			say("  controller: JobSet created, %v after the TrainJob", seconds(line.Latency))
 		}
 	}
 }
@@ -241,4 +252,9 @@ func describeJobSet(js *jobsetv1alpha2.JobSet) string {
 		state = "running"
 	}
 	return fmt.Sprintf("%s suspend=%v %s [%s]", js.Name, suspended, state, strings.Join(jobs, "; "))
+}
+
+// seconds turns a logged duration in seconds into a readable time.Duration.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
 }
