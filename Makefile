@@ -71,7 +71,7 @@ dev: cluster-ensure ## The main job: local control plane, torch-distributed runt
 include hack/cluster.mk
 
 .PHONY: check
-check: verify lint test test-e2e ## Everything CI runs: verify, lint, unit and e2e tests.
+check: verify verify-selftest lint test test-e2e ## Everything CI runs: verify (and proof it can fail), lint, unit and e2e tests.
 
 .PHONY: help
 help: ## Show this help.

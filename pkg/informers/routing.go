@@ -2,6 +2,7 @@ package informers
 
 import (
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -14,7 +15,16 @@ import (
 type Router interface {
 	// Enqueue adds key to the queue of the named stage.
 	Enqueue(stage string, key cache.ObjectName)
+	// EnqueueAfter adds key to the named stage's queue once d has passed; adds of a key
+	// already waiting coalesce into the earliest.
+	EnqueueAfter(stage string, key cache.ObjectName, d time.Duration)
 }
+
+// StatusBatchPeriod is how long JobSet status updates are collected before the status
+// stage runs: a JobSet's counts move several times a second while its pods start and
+// finish, and one status write per burst is enough (the Job controller batches pod
+// updates the same way). Creations and deletions are routed at once.
+const StatusBatchPeriod = time.Second
 
 // Routes names the stages events are routed to.
 type Routes struct {
@@ -44,7 +54,7 @@ func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, onDelete
 		"ClusterTrainingRuntime": {in.ClusterTrainingRuntimes, cache.ResourceEventHandlerFuncs{
 			AddFunc: h.addRuntime, UpdateFunc: h.updateRuntime}},
 		"JobSet": {in.JobSets, cache.ResourceEventHandlerFuncs{
-			AddFunc: h.ownedChanged, UpdateFunc: func(_, obj any) { h.ownedChanged(obj) }, DeleteFunc: h.ownedChanged}},
+			AddFunc: h.ownedChanged, UpdateFunc: h.ownedUpdated, DeleteFunc: h.ownedChanged}},
 	} {
 		if _, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: &logger}); err != nil {
 			return fmt.Errorf("informers: adding %s event handler: %w", name, err)
@@ -121,16 +131,30 @@ func (h *handlers) enqueueReferencing(obj any) {
 	}
 }
 
-// ownedChanged routes a change of an object a TrainJob controls (its JobSet) to the
-// status stage of that TrainJob.
+// ownedChanged routes the creation or deletion of an object a TrainJob controls (its
+// JobSet) to the status stage of that TrainJob at once.
 func (h *handlers) ownedChanged(obj any) {
+	if key, ok := ownerKey(obj); ok {
+		h.router.Enqueue(h.routes.Status, key)
+	}
+}
+
+// ownedUpdated routes an update of an owned object to the status stage after
+// StatusBatchPeriod, so a burst of updates costs one status sync.
+func (h *handlers) ownedUpdated(_, obj any) {
+	if key, ok := ownerKey(obj); ok {
+		h.router.EnqueueAfter(h.routes.Status, key, StatusBatchPeriod)
+	}
+}
+
+// ownerKey returns the key of the TrainJob controlling obj.
+func ownerKey(obj any) (cache.ObjectName, bool) {
 	m := metaOf(obj)
 	if m == nil {
-		return
+		return cache.ObjectName{}, false
 	}
-	if owner := ControllerTrainJob(m); owner != "" {
-		h.router.Enqueue(h.routes.Status, cache.ObjectName{Namespace: m.GetNamespace(), Name: owner})
-	}
+	owner := ControllerTrainJob(m)
+	return cache.ObjectName{Namespace: m.GetNamespace(), Name: owner}, owner != ""
 }
 
 // metaOf returns the object's metadata, unwrapping the tombstone a delete event carries

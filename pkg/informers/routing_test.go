@@ -54,6 +54,11 @@ func (r *fakeRouter) Enqueue(stage string, key cache.ObjectName) {
 	r.routes = append(r.routes, route{stage, key})
 }
 
+// EnqueueAfter records the route like Enqueue; delays are not modelled.
+func (r *fakeRouter) EnqueueAfter(stage string, key cache.ObjectName, _ time.Duration) {
+	r.Enqueue(stage, key)
+}
+
 func (r *fakeRouter) snapshot() []route {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -623,3 +628,34 @@ type indexerInformer struct {
 }
 
 func (i indexerInformer) GetIndexer() cache.Indexer { return i.indexer }
+
+// delayRouter records the delay of every route.
+type delayRouter map[string]time.Duration
+
+func (r delayRouter) Enqueue(stage string, key cache.ObjectName) { r[stage+":"+key.String()] = 0 }
+func (r delayRouter) EnqueueAfter(stage string, key cache.ObjectName, d time.Duration) {
+	r[stage+":"+key.String()] = d
+}
+
+// TestJobSetUpdatesAreBatched: JobSet updates reach the status stage after
+// StatusBatchPeriod (a burst costs one status write); creations and deletions at once.
+func TestJobSetUpdatesAreBatched(t *testing.T) {
+	owner := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-llm").Obj()
+	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(owner).Obj()
+	for name, tc := range map[string]struct {
+		call func(h *handlers)
+		want time.Duration
+	}{
+		"add":    {func(h *handlers) { h.ownedChanged(js) }, 0},
+		"update": {func(h *handlers) { h.ownedUpdated(js, js) }, StatusBatchPeriod},
+		"delete": {func(h *handlers) { h.ownedChanged(js) }, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := delayRouter{}
+			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}})
+			if got, ok := r[status+":team-a/llm"]; !ok || got != tc.want {
+				t.Errorf("routes %v, want status:team-a/llm after %v", r, tc.want)
+			}
+		})
+	}
+}
