@@ -32,19 +32,22 @@ func Eventually(t testing.TB, timeout time.Duration, what string, check func(ctx
 }
 
 // Consistently polls check every 250ms for the whole period and fails the test as soon
-// as it reports a violation.
+// as it reports a violation. Each check gets its own context (10s), not one bounded by
+// the period, so a check started near the end is not cut short and misread.
 func Consistently(t testing.TB, period time.Duration, what string, check func(ctx context.Context) (ok bool, state string)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), period)
-	defer cancel()
+	end := time.After(period)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
-		if ok, state := check(ctx); !ok && ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok, state := check(ctx)
+		cancel()
+		if !ok {
 			t.Fatalf("%s: violated: %s", what, state)
 		}
 		select {
-		case <-ctx.Done():
+		case <-end:
 			return
 		case <-tick.C:
 		}

@@ -170,6 +170,9 @@ func (tj testTrainJob) suspended() testTrainJob {
 func TestTorchTrainJobRunsToComplete(t *testing.T) {
 	e := newEnv(t)
 	e.ensureUpstreamTorchRuntime(t)
+	// The write counts below are the controller's, for all TrainJobs: let earlier tests'
+	// namespaces finish terminating so this TrainJob is the only one.
+	e.waitAloneInCluster(t)
 	ctrl := startController(t, e.c)
 
 	statusChanges := e.countStatusChanges(t, "torch")
@@ -384,4 +387,22 @@ func (e *env) controllerEvents(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// waitAloneInCluster waits until the only TrainJobs left in the cluster are the test's.
+func (e *env) waitAloneInCluster(t *testing.T) {
+	t.Helper()
+	cluster.Eventually(t, 3*time.Minute, "TrainJobs of other tests deleted", func(ctx context.Context) (bool, string) {
+		list, err := e.trainers.TrainerV1alpha1().TrainJobs(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var others []string
+		for _, tj := range list.Items {
+			if tj.Namespace != e.ns {
+				others = append(others, tj.Namespace+"/"+tj.Name)
+			}
+		}
+		return len(others) == 0, fmt.Sprintf("still there: %v", others)
+	})
 }
