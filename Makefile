@@ -31,8 +31,9 @@ generate: ## Regenerate deepcopy, defaults, clientset, listers, informers, apply
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Fail when generated code is stale or hand-edited.
+verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited.
 	hack/verify-codegen.sh
+	hack/verify-metricsdoc.sh
 
 .PHONY: verify-selftest
 verify-selftest: ## Prove verify fails on a hand-edited generated file.
@@ -50,6 +51,7 @@ lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, and the forbidden-depe
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
+	cd hack/charttest && $(GO) vet ./... && $(CURDIR)/$(TOOLS)/staticcheck ./...
 	hack/verify-deps.sh
 
 ##@ Test
@@ -70,8 +72,15 @@ dev: cluster-ensure ## The main job: local control plane, torch-distributed runt
 
 include hack/cluster.mk
 
+$(TOOLS)/promtool:
+	hack/charttest/install-promtool.sh
+
+.PHONY: test-chart
+test-chart: build $(TOOLS)/promtool ## Chart tests: lint, render, schema, RBAC, config vs binary, dashboard/alert PromQL, promtool.
+	cd hack/charttest && PROMTOOL=$(CURDIR)/$(TOOLS)/promtool TRAINYARD_BIN=$(CURDIR)/$(OUTPUT)/bin/trainyard $(GO) test -count=1 ./...
+
 .PHONY: check
-check: verify verify-selftest lint test test-e2e ## Everything CI runs: verify (and proof it can fail), lint, unit and e2e tests.
+check: verify verify-selftest lint test test-chart test-e2e ## Everything CI runs: verify (and proof it can fail), lint, unit, chart and e2e tests.
 
 .PHONY: help
 help: ## Show this help.

@@ -15,7 +15,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/yaml"
 )
 
 // Value combinations the acceptance criteria name; each must lint and render.
@@ -98,11 +97,6 @@ func TestLint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// helm lint renders without cluster capabilities, so the
-			// monitoring kinds are linted in the render tests instead.
-			if strings.Contains(values, "serviceMonitor") || strings.Contains(values, "prometheusRule") {
-				t.Skip("needs monitoring.coreos.com/v1, which helm lint cannot be given")
-			}
 			linter := lint.All(chartDir, vals, namespace, false)
 			for _, m := range linter.Messages {
 				// INFO is advice such as "icon is recommended".
@@ -112,6 +106,16 @@ func TestLint(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLintRejectsTypo(t *testing.T) {
+	linter := lint.All(chartDir, map[string]any{"replicaCount": 2}, namespace, false)
+	for _, m := range linter.Messages {
+		if m.Severity == support.ErrorSev && strings.Contains(m.Err.Error(), "replicaCount") {
+			return
+		}
+	}
+	t.Errorf("helm lint accepted replicaCount; messages: %v", linter.Messages)
 }
 
 func TestCombinationsRender(t *testing.T) {
@@ -504,9 +508,9 @@ func TestServiceAccount(t *testing.T) {
 
 func TestFullnameIsStable(t *testing.T) {
 	for release, want := range map[string]string{
-		"trainyard":      "trainyard",
-		"prod-trainyard": "prod-trainyard",
-		"prod":           "prod-trainyard",
+		"trainyard":             "trainyard",
+		"prod-trainyard":        "prod-trainyard",
+		"prod":                  "prod-trainyard",
 		strings.Repeat("x", 60): strings.Repeat("x", 55),
 	} {
 		r := mustRender(t, ``, withRelease(release))
@@ -525,13 +529,4 @@ func configFile(t *testing.T, r *rendered, name string) []byte {
 		t.Fatalf("ConfigMap %s has no config.yaml", name)
 	}
 	return []byte(data)
-}
-
-func mustYAML(t *testing.T, data []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := yaml.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

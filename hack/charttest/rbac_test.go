@@ -24,7 +24,8 @@ func (g grant) String() string {
 
 // controllerCalls are the API calls the controller makes, cluster-wide: the
 // ClusterRole must grant exactly these. Keep in step with templates/rbac.yaml
-// and with the code (pkg/informers, pkg/stages/status, the events recorder).
+// and with the code (pkg/informers, pkg/stages/status, pkg/stages/gang, the
+// events recorder).
 var controllerCalls = []grant{
 	// shared informers
 	{"trainer.kubeflow.org", "trainjobs", "get", ""},
@@ -48,6 +49,16 @@ var controllerCalls = []grant{
 	{"jobset.x-k8s.io", "jobsets", "delete", ""},
 	// blockOwnerDeletion on the JobSet's owner reference (OwnerReferencesPermissionEnforcement)
 	{"trainer.kubeflow.org", "trainjobs/finalizers", "update", ""},
+	// gang scheduling side objects, server-side applied by the status stage
+	// (pkg/stages/status/objects.go; backends in pkg/stages/gang)
+	{"scheduling.k8s.io", "workloads", "create", ""},
+	{"scheduling.k8s.io", "workloads", "patch", ""},
+	{"scheduling.k8s.io", "podgroups", "create", ""},
+	{"scheduling.k8s.io", "podgroups", "patch", ""},
+	{"scheduling.x-k8s.io", "podgroups", "create", ""},
+	{"scheduling.x-k8s.io", "podgroups", "patch", ""},
+	{"scheduling.volcano.sh", "podgroups", "create", ""},
+	{"scheduling.volcano.sh", "podgroups", "patch", ""},
 	// events.k8s.io/v1 recorder
 	{"events.k8s.io", "events", "create", ""},
 	{"events.k8s.io", "events", "patch", ""},
@@ -158,6 +169,9 @@ func TestRBACGrantsNothingDangerous(t *testing.T) {
 		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"delete"}},
 		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainingruntimes"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"scheduling.volcano.sh"}, Resources: []string{"queues"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update"}, ResourceNames: []string{"kube-scheduler"}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate"}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"create"}},

@@ -13,7 +13,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,8 +74,6 @@ type option func(*renderOptions)
 func withMonitoring() option {
 	return func(o *renderOptions) { o.apiVersions = append(o.apiVersions, monitoringAPIs...) }
 }
-
-func inNamespace(ns string) option { return func(o *renderOptions) { o.namespace = ns } }
 
 func withRelease(name string) option { return func(o *renderOptions) { o.releaseName = name } }
 
@@ -246,12 +243,4 @@ func errContains(t testing.TB, err error, parts ...string) {
 			t.Fatalf("error %q does not contain %q", err, p)
 		}
 	}
-}
-
-func yamlString(v any) string {
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprint(err))
-	}
-	return string(b)
 }

@@ -22,28 +22,28 @@ import (
 func TestSchemaRejectsMistakes(t *testing.T) {
 	for values, wantInError := range map[string]string{
 		// misspelt or invented keys, at every level
-		`replicaCount: 2`:                                       "replicaCount",
-		`metrics: {servicemonitor: {enabled: true}}`:            "servicemonitor",
-		`metrics: {serviceMonitor: {enable: true}}`:             "enable",
-		`config: {stages: {gangScheduling: {workers: 2}}}`:      "gangScheduling",
-		`config: {stages: {status: {worker: 2}}}`:               "worker",
-		`config: {clientConnection: {QPS: 10}}`:                 "QPS",
-		`securityContext: {readOnlyRootFileSystem: true}`:       "readOnlyRootFileSystem",
-		`podSecurityContext: {runAsNonroot: true}`:              "runAsNonroot",
-		`resources: {limit: {memory: 1Gi}}`:                     "limit",
-		`leaderElection: {leaseNamespace: x}`:                   "leaseNamespace",
-		`image: {tags: v1}`:                                     "tags",
+		`replicaCount: 2`: "replicaCount",
+		`metrics: {servicemonitor: {enabled: true}}`:       "servicemonitor",
+		`metrics: {serviceMonitor: {enable: true}}`:        "enable",
+		`config: {stages: {gangScheduling: {workers: 2}}}`: "gangScheduling",
+		`config: {stages: {status: {worker: 2}}}`:          "worker",
+		`config: {clientConnection: {QPS: 10}}`:            "QPS",
+		`securityContext: {readOnlyRootFileSystem: true}`:  "readOnlyRootFileSystem",
+		`podSecurityContext: {runAsNonroot: true}`:         "runAsNonroot",
+		`resources: {limit: {memory: 1Gi}}`:                "limit",
+		`leaderElection: {leaseNamespace: x}`:              "leaseNamespace",
+		`image: {tags: v1}`:                                "tags",
 		`metrics: {prometheusRule: {stageErrorRatio: {thresold: 0.1, enabled: true, threshold: 0.1, minSyncs: 1, for: 1m, severity: x}}}`: "thresold",
 		// wrong types and values
-		`replicas: "2"`:                                         "replicas",
-		`replicas: -1`:                                          "replicas",
-		`config: {stages: {status: {workers: 0}}}`:              "workers",
-		`config: {clientConnection: {qps: "50"}}`:               "qps",
-		`leaderElection: {leaseDuration: 15}`:                   "leaseDuration",
-		`leaderElection: {renewDeadline: ten seconds}`:          "renewDeadline",
-		`logging: {format: yaml}`:                               "format",
-		`image: {pullPolicy: Sometimes}`:                        "pullPolicy",
-		`image: {digest: "abc"}`:                                "digest",
+		`replicas: "2"`: "replicas",
+		`replicas: -1`:  "replicas",
+		`config: {stages: {status: {workers: 0}}}`:                             "workers",
+		`config: {clientConnection: {qps: "50"}}`:                              "qps",
+		`leaderElection: {leaseDuration: 15}`:                                  "leaseDuration",
+		`leaderElection: {renewDeadline: ten seconds}`:                         "renewDeadline",
+		`logging: {format: yaml}`:                                              "format",
+		`image: {pullPolicy: Sometimes}`:                                       "pullPolicy",
+		`image: {digest: "abc"}`:                                               "digest",
 		`metrics: {prometheusRule: {jobSetCreationSLO: {latencySeconds: 20}}}`: "latencySeconds",
 		`metrics: {prometheusRule: {jobSetCreationSLO: {objective: 99}}}`:      "objective",
 		`metrics: {prometheusRule: {selector: '{job="x"}'}}`:                   "selector",
@@ -185,7 +185,9 @@ func TestReleaseFitsInASecret(t *testing.T) {
 	}
 	without := encodedReleaseSize(t, rel(bare, manifest.String()))
 
-	pct := func(n int) string { return fmt.Sprintf("%d bytes (%.0f%% of 1 MiB)", n, 100*float64(n)/releaseSecretLimit) }
+	pct := func(n int) string {
+		return fmt.Sprintf("%d bytes (%.0f%% of 1 MiB)", n, 100*float64(n)/releaseSecretLimit)
+	}
 	t.Logf("release Secret, CRDs in crds/ (shipped):         %s", pct(shipped))
 	t.Logf("release Secret, CRDs also rendered as templates: %s", pct(templated))
 	t.Logf("release Secret, chart without CRDs:              %s", pct(without))

@@ -156,6 +156,7 @@ func meaning(ident, doc string) string {
 func gather() (map[string]*dto.MetricFamily, error) {
 	reg := prometheus.NewRegistry()
 	metrics.RegisterClientMetrics(reg)
+	metrics.RegisterLeaderElectionMetrics(reg, "trainyard-controller")
 	m := metrics.New(reg)
 	m.SetBuildInfo("v0.0.0", "0000000")
 	m.SetTrainJobPhaseCounts(func() map[string]int { return nil })

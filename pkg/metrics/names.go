@@ -175,3 +175,17 @@ const (
 	// tuning --kube-api-qps and --kube-api-burst. Buckets: 5 ms … 60 s.
 	RESTClientRateLimiterDurationSeconds = "rest_client_rate_limiter_duration_seconds"
 )
+
+// Leader election metrics, under client-go's standard names. Registered by
+// RegisterLeaderElectionMetrics.
+const (
+	// LeaderElectionMasterStatus is a gauge (0 or 1): whether this process holds the
+	// Lease. Followers export 0, so sum() over replicas counts leaders. Labels: name
+	// (the Lease).
+	LeaderElectionMasterStatus = "leader_election_master_status"
+
+	// LeaderElectionSlowpathTotal is a counter (renewals): Lease renewals that had to
+	// read the Lease from the API server instead of trusting the cached copy. Labels:
+	// name (the Lease).
+	LeaderElectionSlowpathTotal = "leader_election_slowpath_total"
+)

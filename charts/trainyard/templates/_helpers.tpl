@@ -1,0 +1,174 @@
+{{/*
+Chart name, shortened to the 63 characters a label value may hold.
+*/}}
+{{- define "trainyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Prefix of every object name: fullnameOverride, else the release name, followed
+by the chart name unless the release name already contains it. Object names
+derived from it add at most 8 characters ("-metrics"), hence 55.
+*/}}
+{{- define "trainyard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels that identify the controller pods. Part of the Deployment's selector,
+which is immutable: never add to them.
+*/}}
+{{- define "trainyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainyard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{/*
+Labels of every object: the recommended app.kubernetes.io set plus commonLabels.
+Objects other than the controller pods override app.kubernetes.io/component.
+*/}}
+{{- define "trainyard.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "trainyard.selectorLabels" . }}
+app.kubernetes.io/part-of: trainyard
+app.kubernetes.io/version: {{ include "trainyard.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the controller pods: trainyard.labels without helm.sh/chart and
+app.kubernetes.io/managed-by, so that a chart upgrade that changes nothing in
+the pod does not restart it.
+*/}}
+{{- define "trainyard.podLabels" -}}
+{{ include "trainyard.selectorLabels" . }}
+app.kubernetes.io/part-of: trainyard
+app.kubernetes.io/version: {{ include "trainyard.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of an object that is not the controller: trainyard.labels with another
+component. Call with (dict "root" $ "component" "metrics").
+*/}}
+{{- define "trainyard.componentLabels" -}}
+{{- $labels := include "trainyard.labels" .root | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" .component }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{- define "trainyard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "trainyard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "trainyard.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/*
+Image reference: repository:tag, or repository@digest (with the tag kept as
+documentation: repository:tag@digest) when a digest is set.
+*/}}
+{{- define "trainyard.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (include "trainyard.imageTag" .) }}
+{{- if .Values.image.digest }}
+{{- $ref = printf "%s@%s" $ref .Values.image.digest }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{- define "trainyard.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{- define "trainyard.configMapName" -}}
+{{- printf "%s-config" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{- define "trainyard.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.namespace }}
+{{- end }}
+
+{{/*
+"true" when the controller elects a leader. More than one replica without a
+Lease would run two pipelines against the same objects, so that combination
+fails the render instead of deploying.
+*/}}
+{{- define "trainyard.leaderElect" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicas is %d but leaderElection.enabled is false: every replica would run the pipeline. Enable leader election or set replicas to 1." (int .Values.replicas)) }}
+{{- end }}
+{{- ternary "true" "false" (.Values.leaderElection.enabled | default false) }}
+{{- end }}
+
+{{/*
+PromQL label matchers selecting this release's series in Prometheus.
+*/}}
+{{- define "trainyard.promSelector" -}}
+{{- with .Values.metrics.prometheusRule.selector }}
+{{- . }}
+{{- else }}
+{{- printf "job=%q,namespace=%q" (include "trainyard.metricsServiceName" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when the Prometheus Operator CRD of kind .kind is unknown to
+the cluster (or to `helm template`, which needs --api-versions). Call with
+(dict "root" $ "kind" "ServiceMonitor" "value" "metrics.serviceMonitor.enabled").
+*/}}
+{{- define "trainyard.requireMonitoringAPI" -}}
+{{- if not (.root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind)) }}
+{{- fail (printf "%s is true but the cluster has no monitoring.coreos.com/v1 %s (install the Prometheus Operator CRDs first; with `helm template`, pass --api-versions monitoring.coreos.com/v1/%s)." .value .kind .kind) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The controller's Configuration file. The controller decodes it strictly (an
+unknown field stops it), and hack/charttest decodes it the same way.
+*/}}
+{{- define "trainyard.config" -}}
+apiVersion: config.trainyard.dev/v1alpha1
+kind: Configuration
+clientConnection:
+  {{- toYaml .Values.config.clientConnection | nindent 2 }}
+leaderElection:
+  leaderElect: {{ include "trainyard.leaderElect" . }}
+  resourceLock: leases
+  resourceName: {{ .Values.leaderElection.leaseName | quote }}
+  resourceNamespace: {{ include "trainyard.leaseNamespace" . | quote }}
+  leaseDuration: {{ .Values.leaderElection.leaseDuration | quote }}
+  renewDeadline: {{ .Values.leaderElection.renewDeadline | quote }}
+  retryPeriod: {{ .Values.leaderElection.retryPeriod | quote }}
+metrics:
+  bindAddress: ":8080"
+health:
+  healthProbeBindAddress: ":8081"
+stages:
+  {{- toYaml .Values.config.stages | nindent 2 }}
+rateLimit:
+  {{- toYaml .Values.config.rateLimit | nindent 2 }}
+{{- with .Values.config.featureGates }}
+featureGates:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
