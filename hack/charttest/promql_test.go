@@ -2,16 +2,13 @@ package charttest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -19,7 +16,6 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 
 	"github.com/trainyard/trainyard/hack/charttest/dashboard"
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -60,26 +56,7 @@ var (
 func gatherExported() (map[string]family, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics.RegisterClientMetrics(reg)
-	metrics.RegisterLeaderElectionMetrics(reg, "trainyard-controller")
-	m := metrics.New(reg)
-	m.SetBuildInfo("v0.0.0", "0")
-	m.SetTrainJobPhaseCounts(func() map[string]int { return nil })
-	q := m.WorkqueueMetricsProvider()
-	for _, s := range stageNames {
-		m.Stage(s)
-		q.NewDepthMetric(s)
-		q.NewAddsMetric(s)
-		q.NewLatencyMetric(s)
-		q.NewWorkDurationMetric(s)
-		q.NewUnfinishedWorkSecondsMetric(s)
-		q.NewLongestRunningProcessorSecondsMetric(s)
-		q.NewRetriesMetric(s)
-	}
-	u := url.URL{Scheme: "https", Host: "apiserver:6443"}
-	clientmetrics.RequestResult.Increment(context.Background(), "200", "GET", u.Host)
-	clientmetrics.RequestLatency.Observe(context.Background(), "GET", u, time.Millisecond)
-	clientmetrics.RateLimiterLatency.Observe(context.Background(), "GET", u, time.Millisecond)
+	metrics.Catalogue(reg, stageNames)
 	mfs, err := reg.Gather()
 	if err != nil {
 		return nil, err

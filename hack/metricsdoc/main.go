@@ -16,23 +16,19 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
@@ -155,29 +151,7 @@ func meaning(ident, doc string) string {
 // gather builds the metrics as the binary does and returns every family by name.
 func gather() (map[string]*dto.MetricFamily, error) {
 	reg := prometheus.NewRegistry()
-	metrics.RegisterClientMetrics(reg)
-	metrics.RegisterLeaderElectionMetrics(reg, "trainyard-controller")
-	m := metrics.New(reg)
-	m.SetBuildInfo("v0.0.0", "0000000")
-	m.SetTrainJobPhaseCounts(func() map[string]int { return nil })
-	q := m.WorkqueueMetricsProvider()
-	for _, s := range stageNames {
-		m.Stage(s)
-		q.NewDepthMetric(s)
-		q.NewAddsMetric(s)
-		q.NewLatencyMetric(s)
-		q.NewWorkDurationMetric(s)
-		q.NewUnfinishedWorkSecondsMetric(s)
-		q.NewLongestRunningProcessorSecondsMetric(s)
-		q.NewRetriesMetric(s)
-	}
-	// The REST client metrics get children only when client-go reports a
-	// request; report one of each through the hooks RegisterClientMetrics set.
-	ctx := context.Background()
-	u := url.URL{Scheme: "https", Host: "apiserver:6443"}
-	clientmetrics.RequestResult.Increment(ctx, "200", "GET", u.Host)
-	clientmetrics.RequestLatency.Observe(ctx, "GET", u, time.Millisecond)
-	clientmetrics.RateLimiterLatency.Observe(ctx, "GET", u, time.Millisecond)
+	metrics.Catalogue(reg, stageNames)
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -1,10 +1,12 @@
 package gang
 
 import (
+	"context"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -28,6 +30,22 @@ func PodGroup(tj *trainer.TrainJob, apiVersion string, spec map[string]any) *uns
 		},
 		"spec": spec,
 	}}
+}
+
+// PodGroupSpec checks that the backend's PodGroup API is served and returns the spec
+// fields the coscheduling and Volcano PodGroups share: minMember and minResources of the
+// whole JobSet (Size). It returns *plan.UnsupportedError naming member and groupVersion
+// when served reports the API missing (nil served means assumed served).
+func PodGroupSpec(ctx context.Context, p *plan.Plan, served func(context.Context) bool, member, groupVersion string) (map[string]any, error) {
+	if served != nil && !served(ctx) {
+		return nil, NotServed(p, member, groupVersion)
+	}
+	minMember, minResources := Size(p.JobSet)
+	resources, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&minResources)
+	if err != nil {
+		return nil, fmt.Errorf("encoding minResources: %w", err)
+	}
+	return map[string]any{"minMember": int64(minMember), "minResources": resources}, nil
 }
 
 // NotServed is the error of a backend whose PodGroup CRD the cluster does not serve.

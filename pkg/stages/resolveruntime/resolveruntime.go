@@ -28,6 +28,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/step"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -53,16 +54,9 @@ func (s *Stage) Name() string { return Name }
 // stored, WaitForEvent when there is nothing to do or the runtime is missing, Terminal
 // for an unsupported runtime kind, and an error (retried) when a status write fails.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
-	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		s.Plans.Delete(key)
-		return stages.WaitForEvent(), nil
-	}
-	if err != nil {
-		return stages.Retry(), err
-	}
-	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
-		return stages.WaitForEvent(), nil
+	tj, res, err := step.Buildable(s.TrainJobs, s.Plans, key)
+	if tj == nil {
+		return res, err
 	}
 
 	kind, err := trainjob.RuntimeKind(tj)

@@ -54,16 +54,9 @@ func (s *Stage) Name() string { return s.StageName }
 // written), WaitForEvent when the TrainJob is gone or needs nothing, and Retry with the
 // error otherwise.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
-	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		s.Plans.Delete(key)
-		return stages.WaitForEvent(), nil
-	}
-	if err != nil {
-		return stages.Retry(), err
-	}
-	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
-		return stages.WaitForEvent(), nil
+	tj, res, err := Buildable(s.TrainJobs, s.Plans, key)
+	if tj == nil {
+		return res, err
 	}
 	current, ok := s.Plans.Get(key, tj.UID, tj.Generation)
 	if !ok || current.Stage != s.Index-1 {
@@ -119,4 +112,23 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:max] + " ..."
+}
+
+// Buildable returns the TrainJob at key when stages 1–5 should build for it. Otherwise
+// it returns nil with the result to return: WaitForEvent when the TrainJob is gone (its
+// plan is dropped), being deleted, managed by another controller, or finished; Retry
+// with the error when the lister fails.
+func Buildable(lister trainerlisters.TrainJobLister, plans *stages.Plans[plan.Plan], key cache.ObjectName) (*trainer.TrainJob, stages.Result, error) {
+	tj, err := lister.TrainJobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		plans.Delete(key)
+		return nil, stages.WaitForEvent(), nil
+	}
+	if err != nil {
+		return nil, stages.Retry(), err
+	}
+	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
+		return nil, stages.WaitForEvent(), nil
+	}
+	return tj, stages.Result{}, nil
 }

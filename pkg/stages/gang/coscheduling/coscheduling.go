@@ -9,7 +9,6 @@ package coscheduling
 import (
 	"context"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -39,20 +38,12 @@ func (Backend) Enabled(policy *trainer.PodGroupPolicy) bool { return policy.Cosc
 // Apply adds the PodGroup and labels the pods. It returns *plan.UnsupportedError when
 // the PodGroup CRD is not served.
 func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error {
-	if b.Served != nil && !b.Served(ctx) {
-		return gang.NotServed(p, b.Name(), GroupVersion)
-	}
-	minMember, minResources := gang.Size(p.JobSet)
-	resources, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&minResources)
+	spec, err := gang.PodGroupSpec(ctx, p, b.Served, b.Name(), GroupVersion)
 	if err != nil {
 		return err
 	}
-	timeout := ptr.Deref(p.Runtime.Spec.PodGroupPolicy.Coscheduling.ScheduleTimeoutSeconds, 60)
-	p.Objects = append(p.Objects, gang.PodGroup(tj, GroupVersion, map[string]any{
-		"minMember":              int64(minMember),
-		"minResources":           resources,
-		"scheduleTimeoutSeconds": int64(timeout),
-	}))
+	spec["scheduleTimeoutSeconds"] = int64(ptr.Deref(p.Runtime.Spec.PodGroupPolicy.Coscheduling.ScheduleTimeoutSeconds, 60))
+	p.Objects = append(p.Objects, gang.PodGroup(tj, GroupVersion, spec))
 	gang.SetPodLabel(p, LabelPodGroup, tj.Name)
 	return nil
 }

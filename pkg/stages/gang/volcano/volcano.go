@@ -9,8 +9,6 @@ package volcano
 import (
 	"context"
 
-	"k8s.io/apimachinery/pkg/runtime"
-
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -42,15 +40,10 @@ func (Backend) Enabled(policy *trainer.PodGroupPolicy) bool { return policy.Volc
 // when the PodGroup CRD is not served and *plan.InvalidInputError for an empty queue
 // annotation (upstream's admission check, "Volcano queue name must not be empty").
 func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error {
-	if b.Served != nil && !b.Served(ctx) {
-		return gang.NotServed(p, b.Name(), GroupVersion)
-	}
-	minMember, minResources := gang.Size(p.JobSet)
-	resources, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&minResources)
+	spec, err := gang.PodGroupSpec(ctx, p, b.Served, b.Name(), GroupVersion)
 	if err != nil {
 		return err
 	}
-	spec := map[string]any{"minMember": int64(minMember), "minResources": resources}
 	if queue, ok := p.JobSet.Annotations[AnnotationQueueName]; ok {
 		if queue == "" {
 			return &plan.InvalidInputError{Field: "spec.template.metadata.annotations[" + AnnotationQueueName + "]",
