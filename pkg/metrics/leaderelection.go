@@ -9,11 +9,15 @@ import (
 
 var registerLeaderOnce sync.Once
 
+var leaderMetric *leaderMetrics
+
 // RegisterLeaderElectionMetrics registers leader_election_master_status and
 // leader_election_slowpath_total on reg, hooks them into client-go's leader election,
 // and sets the status of lease to 0 so that a follower exports 0 before it ever leads.
-// client-go accepts one provider per process: only the first call has any effect.
-func RegisterLeaderElectionMetrics(reg prometheus.Registerer, lease string) {
+// It returns the metric, for a process that runs without leader election to report
+// itself as leader (On). client-go accepts one provider per process: only the first
+// call registers; later calls return the same metric.
+func RegisterLeaderElectionMetrics(reg prometheus.Registerer, lease string) leaderelection.LeaderMetric {
 	registerLeaderOnce.Do(func() {
 		m := &leaderMetrics{
 			status: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -29,7 +33,9 @@ func RegisterLeaderElectionMetrics(reg prometheus.Registerer, lease string) {
 		m.status.WithLabelValues(lease).Set(0)
 		m.slowpath.WithLabelValues(lease)
 		leaderelection.SetProvider(m)
+		leaderMetric = m
 	})
+	return leaderMetric
 }
 
 // leaderMetrics is client-go's leaderelection.MetricsProvider and LeaderMetric.

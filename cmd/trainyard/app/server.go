@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -126,6 +127,15 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
+	// DRA (stage 5): resource.k8s.io/v1 informers when the API server serves it (1.34+);
+	// otherwise nil, and TrainJobs with resource claims get an Unsupported condition.
+	var draInf *informers.DRAInformers
+	if gang.ServedCheck(kube.Discovery(), resourcev1.SchemeGroupVersion.String(),
+		"resourceclaimtemplates", "resourceclaims", "deviceclasses")(ctx) {
+		draInf = informers.NewDRA(kube, 0)
+	} else {
+		logger.Info("resource.k8s.io/v1 is not served: TrainJobs with resource claims will wait with a condition")
+	}
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), trainer.AddToScheme(scheme)); err != nil {
 		return err
@@ -141,6 +151,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
+		dra: draInf,
 		gangBackends: []gang.Backend{
 			workload.Backend{Served: gang.ServedCheck(kube.Discovery(), workload.GroupVersion.String(), "workloads", "podgroups")},
 			kai.Backend{},
@@ -152,17 +163,30 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-		func(key cache.ObjectName) {
-			plans.Delete(key)
-			statusStage.Forget(key)
-		}); err != nil {
-		return err
+	// Events are routed only once this process leads: a follower's queues stay empty,
+	// and the handlers added on leadership replay every cached object, so the leader
+	// starts with every TrainJob queued.
+	route := func() error {
+		if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
+			func(key cache.ObjectName) {
+				plans.Delete(key)
+				statusStage.Forget(key)
+			}); err != nil {
+			return err
+		}
+		if draInf != nil {
+			return draInf.Route(logger, pipeline, resolveruntime.Name, inf.TrainJobLister)
+		}
+		return nil
+	}
+	synced := inf.HasSynced
+	if draInf != nil {
+		synced = func() bool { return inf.HasSynced() && draInf.HasSynced() }
 	}
 
 	var leading atomic.Bool
 	servers := []*http.Server{
-		healthServer(cfg.Health.HealthProbeBindAddress, inf.HasSynced, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
+		healthServer(cfg.Health.HealthProbeBindAddress, synced, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
 	}
 	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
 		mux := http.NewServeMux()
@@ -183,14 +207,24 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	defer broadcaster.Shutdown()
 	inf.Start(ctx)
 	defer inf.Shutdown()
-	if !inf.WaitForCacheSync(ctx) {
+	if draInf != nil {
+		draInf.Start(ctx)
+		defer draInf.Shutdown()
+	}
+	if !inf.WaitForCacheSync(ctx) || (draInf != nil && !draInf.WaitForCacheSync(ctx)) {
 		return errors.New("informer caches did not sync before shutdown")
 	}
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))
 	logger.Info("Caches synced")
 
+	leaderMetric := metrics.RegisterLeaderElectionMetrics(reg, cfg.LeaderElection.ResourceName)
 	runPipeline := func(ctx context.Context) {
 		leading.Store(true)
+		if err := route(); err != nil {
+			// Only a wiring bug gets here; a leader that cannot route must not hold the Lease.
+			logger.Error(err, "Routing informer events to the pipeline")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
 		if err := pipeline.Run(ctx); err != nil {
 			logger.Error(err, "Pipeline stopped")
 		}
@@ -199,6 +233,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	go func() {
 		defer close(done)
 		if !ptrBool(cfg.LeaderElection.LeaderElect) {
+			leaderMetric.On(cfg.LeaderElection.ResourceName) // the only replica leads
 			runPipeline(ctx)
 			return
 		}
@@ -223,6 +258,8 @@ type pipelineDeps struct {
 	logger       klog.Logger
 	objects      status.ObjectApplier
 	gangBackends []gang.Backend
+	// dra holds the resource.k8s.io/v1 informers; nil when the API is not served.
+	dra *informers.DRAInformers
 }
 
 // newPipeline wires the six stages in order.
@@ -248,7 +285,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		stepStage(mergepatches.Name, mergepatches.Index, mergepatches.Step()),
 		stepStage(mlpolicy.Name, mlpolicy.Index, mlpolicy.Step(mlpolicy.DefaultPlugins())),
 		stepStage(gang.Name, gang.Index, gang.Step(deps.gangBackends)),
-		stepStage(dra.Name, dra.Index, dra.Step()),
+		stepStage(dra.Name, dra.Index, draClaims(deps.dra, recorder).Step()),
 		statusStage,
 	}
 	workers := map[string]int{}
@@ -426,3 +463,14 @@ func podNamespace() string {
 }
 
 func ptrBool(b *bool) bool { return b != nil && *b }
+
+// draClaims configures the DRA claims stage from the DRA informers (nil listers when
+// resource.k8s.io/v1 is not served) with the default GPU DeviceClass predicate.
+func draClaims(in *informers.DRAInformers, recorder events.EventRecorder) *dra.Claims {
+	c := &dra.Claims{Recorder: recorder}
+	if in != nil {
+		c.Templates, c.ResourceClaims, c.DeviceClasses =
+			in.ResourceClaimTemplateLister, in.ResourceClaimLister, in.DeviceClassLister
+	}
+	return c
+}

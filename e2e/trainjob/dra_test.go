@@ -1,0 +1,160 @@
+package trainjob
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+)
+
+// TestDRAClaimTemplatePerNode (KEP-2782): a runtime patch adds a ResourceClaimTemplate
+// for 2 fake GPUs to each of 2 trainer pods. Each pod gets its own claim, allocated 2
+// devices from its node's ResourceSlice; PET_NPROC_PER_NODE is 2 although the TrainJob
+// does not set numProcPerNode (derived from the template); the TrainJob completes.
+func TestDRAClaimTemplatePerNode(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createGPUClaimTemplate(t, "two-gpus", 2)
+	// Pods stay Running for a while: generated claims are deallocated once pods finish.
+	e.createRuntime(t, "torch-dra", map[string]string{cluster.AnnotationCompleteDelay: "10s"})
+	e.createTrainJob(t, trainJob("dra", trainer.TrainingRuntimeKind, "torch-dra").withNumNodes(2).withGPUClaim("two-gpus"))
+
+	var pods []corev1.Pod
+	cluster.Eventually(t, time.Minute, "2 Running pods with generated claims", func(ctx context.Context) (bool, string) {
+		list, err := e.c.Client().CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: jobsetv1alpha2.JobSetNameKey + "=dra"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods = list.Items
+		var states []string
+		ready := 0
+		for _, p := range pods {
+			states = append(states, fmt.Sprintf("%s %s claims %d", p.Name, p.Status.Phase, len(p.Status.ResourceClaimStatuses)))
+			if p.Status.Phase == corev1.PodRunning && len(p.Status.ResourceClaimStatuses) == 1 &&
+				p.Status.ResourceClaimStatuses[0].ResourceClaimName != nil {
+				ready++
+			}
+		}
+		return ready == 2 && len(pods) == 2, strings.Join(states, "; ")
+	})
+
+	claims := map[string]string{}
+	for _, pod := range pods {
+		if got := envOf(pod.Spec.Containers[0], "PET_NPROC_PER_NODE"); got != "2" {
+			t.Errorf("pod %s: PET_NPROC_PER_NODE = %q, want \"2\" (2 GPUs per node from the claim template)", pod.Name, got)
+		}
+		name := *pod.Status.ResourceClaimStatuses[0].ResourceClaimName
+		if other, dup := claims[name]; dup {
+			t.Errorf("pods %s and %s share claim %s, want one claim per pod", other, pod.Name, name)
+		}
+		claims[name] = pod.Name
+		claim, err := e.c.Client().ResourceV1().ResourceClaims(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("getting claim %s of pod %s: %v", name, pod.Name, err)
+		}
+		if claim.Status.Allocation == nil {
+			t.Errorf("claim %s of pod %s is not allocated", name, pod.Name)
+			continue
+		}
+		results := claim.Status.Allocation.Devices.Results
+		if len(results) != 2 {
+			t.Errorf("claim %s of pod %s allocated %d devices, want 2: %+v", name, pod.Name, len(results), results)
+		}
+		for _, r := range results {
+			if r.Driver != cluster.DeviceClassName || r.Pool != pod.Spec.NodeName {
+				t.Errorf("claim %s: device %s from driver %s pool %s, want driver %s pool %s (the pod's node)",
+					name, r.Device, r.Driver, r.Pool, cluster.DeviceClassName, pod.Spec.NodeName)
+			}
+		}
+	}
+
+	e.waitCondition(t, "dra", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+}
+
+// TestDRAMissingClaimTemplateWaitsThenProceeds: a TrainJob whose claim template does
+// not exist gets JobSetReady=False naming it and no JobSet; creating the template lets
+// it proceed by itself (the ResourceClaimTemplate informer routes it back to stage 1).
+func TestDRAMissingClaimTemplateWaitsThenProceeds(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createRuntime(t, "torch-dra", nil)
+	e.createTrainJob(t, trainJob("waits", trainer.TrainingRuntimeKind, "torch-dra").withNumNodes(2).withGPUClaim("late-gpus"))
+
+	waiting := e.waitCondition(t, "waits", "JobSetReady", metav1.ConditionFalse, time.Minute)
+	if !strings.Contains(waiting.Message, `ResourceClaimTemplate "late-gpus" not found`) ||
+		!strings.Contains(waiting.Message, "resourceClaimTemplateName") {
+		t.Errorf("JobSetReady = %s/%q, want a message naming ResourceClaimTemplate late-gpus and the field", waiting.Reason, waiting.Message)
+	}
+	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(context.Background(), "waits", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("JobSet of a TrainJob with a missing claim template: err = %v, want NotFound", err)
+	}
+
+	e.createGPUClaimTemplate(t, "late-gpus", 1)
+	e.waitCondition(t, "waits", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+}
+
+// createGPUClaimTemplate creates a ResourceClaimTemplate asking for n devices of the
+// fake driver's DeviceClass.
+func (e *env) createGPUClaimTemplate(t *testing.T, name string, n int64) {
+	t.Helper()
+	tmpl := &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{
+			Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+				Name: "gpus",
+				Exactly: &resourcev1.ExactDeviceRequest{
+					DeviceClassName: cluster.DeviceClassName,
+					AllocationMode:  resourcev1.DeviceAllocationModeExactCount,
+					Count:           n,
+				},
+			}}},
+		}},
+	}
+	if _, err := e.c.Client().ResourceV1().ResourceClaimTemplates(e.ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ResourceClaimTemplate %s: %v", name, err)
+	}
+}
+
+// withGPUClaim adds a runtime patch giving the trainer pods a claim "gpus" from the
+// ResourceClaimTemplate template, used by the "node" container.
+func (tj testTrainJob) withGPUClaim(template string) testTrainJob {
+	tj.Spec.RuntimePatches = append(tj.Spec.RuntimePatches, trainer.RuntimePatch{
+		Manager: "e2e.trainyard.dev/dra",
+		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{
+			Spec: &trainer.JobSetSpecPatch{ReplicatedJobs: []trainer.ReplicatedJobPatch{{
+				Name: trainer.ReplicatedJobNode,
+				Template: &trainer.JobTemplatePatch{Spec: &trainer.JobSpecPatch{Template: &trainer.PodTemplatePatch{
+					Spec: &trainer.PodSpecPatch{
+						ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(template)}},
+						Containers: []trainer.ContainerPatch{{
+							Name:      trainer.ContainerNode,
+							Resources: &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+						}},
+					},
+				}}},
+			}}},
+		}},
+	})
+	return tj
+}
+
+// envOf returns the literal value of env var name of c, "" when unset.
+func envOf(c corev1.Container, name string) string {
+	for _, v := range c.Env {
+		if v.Name == name {
+			return v.Value
+		}
+	}
+	return ""
+}

@@ -1,0 +1,159 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/trainjob"
+)
+
+// DRAInformers holds the resource.k8s.io/v1 informers the DRA claims stage reads
+// (KEP-4381 structured parameters): ResourceClaimTemplates and ResourceClaims, to check
+// that the claims a TrainJob's pods reference exist, and DeviceClasses, to check the
+// classes those templates request. Create it with NewDRA, register handlers with Route,
+// then Start and WaitForCacheSync, like Informers.
+//
+// Only the additions matter: a TrainJob waiting for a missing object proceeds when it
+// appears. Template and claim specs are immutable, so updates route nowhere, and a
+// deletion affects only pods not created yet, which the Job controller reports.
+type DRAInformers struct {
+	factory kubeinformers.SharedInformerFactory
+
+	ResourceClaimTemplates cache.SharedIndexInformer
+	ResourceClaims         cache.SharedIndexInformer
+	DeviceClasses          cache.SharedIndexInformer
+
+	ResourceClaimTemplateLister resourcelisters.ResourceClaimTemplateLister
+	ResourceClaimLister         resourcelisters.ResourceClaimLister
+	DeviceClassLister           resourcelisters.DeviceClassLister
+}
+
+// NewDRA creates the DRA informers, with managedFields stripped from the cache. resync
+// is the periodic resync interval (0 disables it). The caller must know that the API
+// server serves resource.k8s.io/v1 (Kubernetes 1.34+): against one that does not, the
+// informers never sync.
+func NewDRA(kube kubernetes.Interface, resync time.Duration) *DRAInformers {
+	f := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+		kubeinformers.WithTransform(StripManagedFields))
+	r := f.Resource().V1()
+	return &DRAInformers{
+		factory:                     f,
+		ResourceClaimTemplates:      r.ResourceClaimTemplates().Informer(),
+		ResourceClaims:              r.ResourceClaims().Informer(),
+		DeviceClasses:               r.DeviceClasses().Informer(),
+		ResourceClaimTemplateLister: r.ResourceClaimTemplates().Lister(),
+		ResourceClaimLister:         r.ResourceClaims().Lister(),
+		DeviceClassLister:           r.DeviceClasses().Lister(),
+	}
+}
+
+// Route registers the DRA event handlers: a ResourceClaimTemplate or ResourceClaim
+// added to a namespace sends that namespace's unfinished TrainJobs to the build stage,
+// a DeviceClass added sends every unfinished TrainJob there. TrainJobs are listed from
+// trainJobs (the TrainJob lister, by its namespace index), so routing costs no API call.
+//
+// Objects in the informers' initial list route nowhere: at start every TrainJob is
+// built anyway (the TrainJob informer's own initial adds). Neither do ResourceClaims
+// the resourceclaim controller generates for pods from a template (controlled by a
+// Pod): there is one per pod, and no TrainJob waits for them.
+func (d *DRAInformers) Route(logger klog.Logger, r Router, build string, trainJobs trainerlisters.TrainJobLister) error {
+	if build == "" || trainJobs == nil {
+		return fmt.Errorf("informers: DRA routes need a build stage and a TrainJob lister")
+	}
+	h := &draHandlers{router: r, build: build, trainJobs: trainJobs, logger: logger}
+	for name, reg := range map[string]struct {
+		informer cache.SharedIndexInformer
+		add      func(obj any, isInInitialList bool)
+	}{
+		"ResourceClaimTemplate": {d.ResourceClaimTemplates, h.addNamespaced},
+		"ResourceClaim":         {d.ResourceClaims, h.addClaim},
+		"DeviceClass":           {d.DeviceClasses, h.addDeviceClass},
+	} {
+		handler := cache.ResourceEventHandlerDetailedFuncs{AddFunc: reg.add}
+		if _, err := reg.informer.AddEventHandlerWithOptions(handler, cache.HandlerOptions{Logger: &logger}); err != nil {
+			return fmt.Errorf("informers: adding %s event handler: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Start starts the informers; they stop when ctx is done.
+func (d *DRAInformers) Start(ctx context.Context) { d.factory.Start(ctx.Done()) }
+
+// WaitForCacheSync blocks until every DRA informer has synced, and reports false if
+// ctx ended first.
+func (d *DRAInformers) WaitForCacheSync(ctx context.Context) bool {
+	return cache.WaitForNamedCacheSyncWithContext(ctx,
+		d.ResourceClaimTemplates.HasSynced, d.ResourceClaims.HasSynced, d.DeviceClasses.HasSynced)
+}
+
+// HasSynced reports whether every DRA informer has synced (for /readyz).
+func (d *DRAInformers) HasSynced() bool {
+	return d.ResourceClaimTemplates.HasSynced() && d.ResourceClaims.HasSynced() && d.DeviceClasses.HasSynced()
+}
+
+// Shutdown waits for the informers' goroutines to end after ctx was cancelled.
+func (d *DRAInformers) Shutdown() { d.factory.Shutdown() }
+
+type draHandlers struct {
+	router    Router
+	build     string
+	trainJobs trainerlisters.TrainJobLister
+	logger    klog.Logger
+}
+
+func (h *draHandlers) addNamespaced(obj any, isInInitialList bool) {
+	if m := metaOf(obj); m != nil && !isInInitialList {
+		h.enqueueUnfinished(m.GetNamespace())
+	}
+}
+
+func (h *draHandlers) addClaim(obj any, isInInitialList bool) {
+	claim, ok := obj.(*resourcev1.ResourceClaim)
+	if !ok || isInInitialList {
+		return
+	}
+	if ref := metav1.GetControllerOf(claim); ref != nil && ref.Kind == "Pod" && ref.APIVersion == "v1" {
+		return
+	}
+	h.enqueueUnfinished(claim.Namespace)
+}
+
+func (h *draHandlers) addDeviceClass(obj any, isInInitialList bool) {
+	if !isInInitialList {
+		h.enqueueUnfinished(metav1.NamespaceAll)
+	}
+}
+
+// enqueueUnfinished sends the TrainJobs of namespace (all namespaces for "") that are
+// not finished to the build stage.
+func (h *draHandlers) enqueueUnfinished(namespace string) {
+	var jobs []*trainer.TrainJob
+	var err error
+	if namespace == metav1.NamespaceAll {
+		jobs, err = h.trainJobs.List(labels.Everything())
+	} else {
+		jobs, err = h.trainJobs.TrainJobs(namespace).List(labels.Everything())
+	}
+	if err != nil {
+		h.logger.Error(err, "Listing TrainJobs for a DRA object", "namespace", namespace)
+		return
+	}
+	for _, tj := range jobs {
+		if tj.DeletionTimestamp == nil && !trainjob.IsFinished(tj) {
+			h.router.Enqueue(h.build, cache.MetaObjectToName(tj))
+		}
+	}
+}

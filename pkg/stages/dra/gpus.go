@@ -1,0 +1,221 @@
+package dra
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// envPETNProcPerNode is torchrun's --nproc-per-node, written by the ML policy stage.
+const envPETNProcPerNode = "PET_NPROC_PER_NODE"
+
+// claimDevices is what the trainer container's claims say about its GPUs.
+type claimDevices struct {
+	// gpus is the number of GPU devices every trainer pod is allocated, summed over the
+	// requests whose count is known.
+	gpus int64
+	// unknown explains each GPU request whose count cannot be known before allocation.
+	unknown []string
+}
+
+// applyProcsPerNode sets PET_NPROC_PER_NODE from the trainer's claims (KEP-2782 "GPU
+// count from claims"), when
+//   - the runtime uses mlPolicy.torch and spec.trainer.numProcPerNode is unset (an
+//     explicit value always wins), and
+//   - the trainer replicatedJob's "node" container uses claims of a GPU DeviceClass.
+//
+// The count is the sum, over the container's claims from ResourceClaimTemplates, of
+// exactly.count of each request of a GPU class (only the request the container names,
+// when its reference sets one). It replaces the ML policy's value ("auto" or a CPU
+// count) on the trainer container and on the envInjection targets that carry it.
+//
+// When a GPU request's count cannot be known — allocationMode All, firstAvailable
+// alternatives of different counts, or a shared ResourceClaim whose devices every pod
+// sees — the ML policy's value stays, as upstream falls back, and a Warning event says
+// why and that spec.trainer.numProcPerNode fixes it.
+//
+// Not covered: the torchtune recipe the ML policy chose from nvidia.com/gpu (single
+// device vs distributed) is not revisited; set numProcPerNode for torchtune with DRA.
+func (c *Claims) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
+	if p.Runtime.Spec == nil || p.Runtime.Spec.MLPolicy == nil || p.Runtime.Spec.MLPolicy.Torch == nil {
+		return nil
+	}
+	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
+		return nil
+	}
+	rj := plan.TrainerJob(p.JobSet)
+	if rj == nil {
+		return nil
+	}
+	pod := plan.PodSpec(rj)
+	ctr := plan.Container(pod.Containers, trainer.ContainerNode)
+	if ctr == nil || len(ctr.Resources.Claims) == 0 {
+		return nil
+	}
+	devices, err := c.trainerDevices(tj.Namespace, pod, ctr)
+	if err != nil {
+		return err
+	}
+	current := envValue(ctr.Env, envPETNProcPerNode)
+	switch {
+	case len(devices.unknown) > 0:
+		c.event(tj, corev1.EventTypeWarning, ReasonProcsPerNodeUnknown,
+			"Cannot derive GPUs per node from DRA claims (%s); PET_NPROC_PER_NODE stays %q: set spec.trainer.numProcPerNode",
+			strings.Join(devices.unknown, "; "), current)
+	case devices.gpus > 0:
+		value := strconv.FormatInt(devices.gpus, 10)
+		if value == current {
+			return nil
+		}
+		setProcsPerNode(p, ctr, value)
+		c.event(tj, corev1.EventTypeNormal, ReasonProcsPerNodeFromClaims,
+			"PET_NPROC_PER_NODE is %s, the GPUs each trainer pod claims through DRA (was %q)", value, current)
+	}
+	return nil
+}
+
+// trainerDevices sums the GPUs the claims of container ctr of pod give it. Claims were
+// validated: every reference names a pod claim, every template exists (a lister
+// NotFound here means it was deleted since, and is returned to be retried).
+func (c *Claims) trainerDevices(ns string, pod *corev1.PodSpec, ctr *corev1.Container) (claimDevices, error) {
+	var out claimDevices
+	for _, ref := range ctr.Resources.Claims {
+		var pc *corev1.PodResourceClaim
+		for i := range pod.ResourceClaims {
+			if pod.ResourceClaims[i].Name == ref.Name {
+				pc = &pod.ResourceClaims[i]
+			}
+		}
+		if pc == nil {
+			continue
+		}
+		if set(pc.ResourceClaimName) {
+			claim, err := c.ResourceClaims.ResourceClaims(ns).Get(*pc.ResourceClaimName)
+			if err != nil {
+				return out, err
+			}
+			var shared claimDevices
+			c.countRequests(&shared, "ResourceClaim "+claim.Name, claim.Spec.Devices.Requests, ref.Request)
+			if shared.gpus > 0 || len(shared.unknown) > 0 {
+				out.unknown = append(out.unknown, fmt.Sprintf(
+					"claim %q is the shared ResourceClaim %q: its devices are not per node", ref.Name, claim.Name))
+			}
+			continue
+		}
+		tmpl, err := c.Templates.ResourceClaimTemplates(ns).Get(*pc.ResourceClaimTemplateName)
+		if err != nil {
+			return out, err
+		}
+		c.countRequests(&out, "ResourceClaimTemplate "+tmpl.Name, tmpl.Spec.Spec.Devices.Requests, ref.Request)
+	}
+	return out, nil
+}
+
+// countRequests adds the GPU devices of requests (of the claim or template source) to
+// out: only the request named only, when set (a container claim reference may name one
+// request, "<request>" or "<request>/<subrequest>").
+func (c *Claims) countRequests(out *claimDevices, source string, requests []resourcev1.DeviceRequest, only string) {
+	only, _, _ = strings.Cut(only, "/")
+	for _, r := range requests {
+		if only != "" && r.Name != only {
+			continue
+		}
+		if r.Exactly != nil {
+			if !c.isGPUClass(r.Exactly.DeviceClassName) {
+				continue
+			}
+			if r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeAll {
+				out.unknown = append(out.unknown, fmt.Sprintf("%s request %q asks for all devices of class %q (allocationMode All)",
+					source, r.Name, r.Exactly.DeviceClassName))
+				continue
+			}
+			out.gpus += max(r.Exactly.Count, 1)
+			continue
+		}
+		// firstAvailable: the scheduler picks one alternative. The count is known only
+		// when every alternative is GPUs of one exact count; none being GPUs counts 0.
+		var counts []int64
+		var other bool
+		for _, sub := range r.FirstAvailable {
+			switch {
+			case !c.isGPUClass(sub.DeviceClassName):
+				other = true
+			case sub.AllocationMode == resourcev1.DeviceAllocationModeAll:
+				counts = append(counts, -1)
+			default:
+				counts = append(counts, max(sub.Count, 1))
+			}
+		}
+		if len(counts) == 0 {
+			continue
+		}
+		if other || slices.Min(counts) != slices.Max(counts) || counts[0] < 0 {
+			out.unknown = append(out.unknown, fmt.Sprintf("%s request %q has firstAvailable alternatives of different GPU counts",
+				source, r.Name))
+			continue
+		}
+		out.gpus += counts[0]
+	}
+}
+
+// setProcsPerNode writes value as PET_NPROC_PER_NODE on the trainer container ctr and
+// on every envInjection target container that the ML policy gave the variable.
+func setProcsPerNode(p *plan.Plan, ctr *corev1.Container, value string) {
+	v := corev1.EnvVar{Name: envPETNProcPerNode, Value: value}
+	ctr.Env = plan.UpsertEnv(ctr.Env, v)
+	inj := p.Runtime.Spec.MLPolicy.Torch.EnvInjection
+	if inj == nil {
+		return
+	}
+	for _, target := range inj.Targets {
+		rj := plan.ReplicatedJob(p.JobSet, target.JobName)
+		if rj == nil {
+			continue
+		}
+		for _, name := range target.ContainerNames {
+			if c := targetContainer(rj, name); c != nil && envIndex(c.Env, envPETNProcPerNode) >= 0 {
+				c.Env = plan.UpsertEnv(c.Env, v)
+			}
+		}
+	}
+}
+
+// targetContainer is the container, else init container, named name of rj.
+func targetContainer(rj *jobsetv1alpha2.ReplicatedJob, name string) *corev1.Container {
+	pod := plan.PodSpec(rj)
+	if c := plan.Container(pod.Containers, name); c != nil {
+		return c
+	}
+	return plan.Container(pod.InitContainers, name)
+}
+
+func envIndex(env []corev1.EnvVar, name string) int {
+	for i := range env {
+		if env[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func envValue(env []corev1.EnvVar, name string) string {
+	if i := envIndex(env, name); i >= 0 {
+		return env[i].Value
+	}
+	return ""
+}
+
+// event records an event about tj when the stage has a recorder.
+func (c *Claims) event(tj *trainer.TrainJob, eventType, reason, note string, args ...any) {
+	if c.Recorder != nil {
+		c.Recorder.Eventf(tj, nil, eventType, reason, "Building", note, args...)
+	}
+}
