@@ -1,0 +1,243 @@
+// Package installtest installs the Helm chart on the local control plane and runs the
+// controller with the chart's ServiceAccount credentials: proof that the chart's RBAC
+// is enough for a TrainJob to run to Complete, and no broader than needed.
+package installtest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+)
+
+const (
+	release   = "trainyard"
+	namespace = "trainyard-system"
+)
+
+func TestMain(m *testing.M) { os.Exit(cluster.ForTests(m)) }
+
+func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
+	c := cluster.Shared(t)
+	ctx := context.Background()
+	root, err := cluster.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// helm install, without CRDs (the cluster has them) and without the Deployment: the
+	// controller runs out of cluster below, as the chart's ServiceAccount.
+	getter := genericclioptions.NewConfigFlags(false)
+	getter.KubeConfig, getter.Namespace = ptr.To(c.Kubeconfig()), ptr.To(namespace)
+	cfg := new(action.Configuration)
+	if err := cfg.Init(getter, namespace, "secret", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	chart, err := loader.Load(filepath.Join(root, "charts", "trainyard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.SkipCRDs = release, namespace, true
+	if _, err := install.Run(chart, map[string]any{"replicas": 0}); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+
+	// The ServiceAccount's credentials and the chart's configuration file.
+	sa := serviceAccount(t, c)
+	token, err := c.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	writeKubeconfig(t, c, token.Status.Token, kubeconfig)
+	configPath := filepath.Join(dir, "config.yaml")
+	writeChartConfig(t, c, configPath)
+
+	health := freeAddr(t)
+	controller := exec.Command(binary(t, root), "--config="+configPath, "--kubeconfig="+kubeconfig,
+		"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--log-format=text")
+	controller.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	logFile, err := os.Create(filepath.Join(c.LogDir(), "trainyard-chart-rbac.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller.Stdout, controller.Stderr = logFile, logFile
+	controller.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := controller.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = controller.Process.Signal(syscall.SIGTERM)
+		_ = controller.Wait()
+		logFile.Close()
+	})
+	cluster.Eventually(t, time.Minute, "controller ready as the chart's ServiceAccount (log: "+logFile.Name()+")", func(context.Context) (bool, string) {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+
+	// As an admin: a runtime and a TrainJob; the controller must take it to Complete.
+	trainers := trainerclient.NewForConfigOrDie(c.RESTConfig())
+	runtime := &trainer.ClusterTrainingRuntime{}
+	data, err := os.ReadFile(filepath.Join(root, "examples", "torch-distributed-runtime.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, runtime); err != nil {
+		t.Fatal(err)
+	}
+	runtime.Name = "chart-rbac-torch"
+	if _, err := trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(ctx, runtime, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tj := &trainer.TrainJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "rbac", Namespace: namespace},
+		Spec: trainer.TrainJobSpec{
+			RuntimeRef: trainer.RuntimeRef{Name: runtime.Name},
+			Trainer:    &trainer.Trainer{NumNodes: ptr.To[int32](2)},
+		},
+	}
+	if _, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Create(ctx, tj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, 2*time.Minute, "TrainJob Complete (controller log: "+logFile.Name()+")", func(ctx context.Context) (bool, string) {
+		got, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Get(ctx, tj.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete), conditionsOf(got)
+	})
+
+	// And no more than needed: what the ServiceAccount must not do.
+	user := "system:serviceaccount:" + namespace + ":" + sa
+	for _, attrs := range []authorizationv1.ResourceAttributes{
+		{Verb: "get", Resource: "secrets"},
+		{Verb: "list", Resource: "secrets", Namespace: namespace},
+		{Verb: "list", Resource: "pods"},
+		{Verb: "create", Resource: "pods", Namespace: namespace},
+		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
+		{Verb: "update", Group: trainer.GroupName, Resource: "trainingruntimes", Namespace: namespace},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: "kube-scheduler", Namespace: namespace},
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: namespace},
+		{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
+	} {
+		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed {
+			t.Errorf("the chart's ServiceAccount may %s %s/%s %q in %q; it must not", attrs.Verb, attrs.Group, attrs.Resource, attrs.Name, attrs.Namespace)
+		}
+	}
+}
+
+// serviceAccount returns the name of the ServiceAccount the chart created.
+func serviceAccount(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	list, err := c.Client().CoreV1().ServiceAccounts(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the chart's ServiceAccount: %v (found %d)", err, len(list.Items))
+	}
+	return list.Items[0].Name
+}
+
+// writeChartConfig writes the Configuration file the chart renders into its ConfigMap.
+func writeChartConfig(t *testing.T, c *cluster.Cluster, path string) {
+	t.Helper()
+	list, err := c.Client().CoreV1().ConfigMaps(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range list.Items {
+		if data, ok := cm.Data["config.yaml"]; ok {
+			if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no ConfigMap with config.yaml among the chart's %d ConfigMaps", len(list.Items))
+}
+
+// writeKubeconfig writes a kubeconfig for the cluster's API server that authenticates
+// with token.
+func writeKubeconfig(t *testing.T, c *cluster.Cluster, token, path string) {
+	t.Helper()
+	rc := c.RESTConfig()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, InsecureSkipTLSVerify: rc.Insecure}
+	cfg.AuthInfos["trainyard"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "trainyard", Namespace: namespace}
+	cfg.CurrentContext = "trainyard"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// binary returns $TRAINYARD_BIN or builds cmd/trainyard.
+func binary(t *testing.T, root string) string {
+	t.Helper()
+	if bin := os.Getenv("TRAINYARD_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "trainyard")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/trainyard")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the controller: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func conditionsOf(tj *trainer.TrainJob) string {
+	out := ""
+	for _, c := range tj.Status.Conditions {
+		out += c.Type + "=" + string(c.Status) + "(" + c.Reason + ") "
+	}
+	return out
+}
