@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -52,4 +54,15 @@ func Consistently(t testing.TB, period time.Duration, what string, check func(ct
 		case <-tick.C:
 		}
 	}
+}
+
+// FreeAddr returns a 127.0.0.1:port address that was free a moment ago, for a process a
+// test starts beside the cluster (e.g. the controller's metrics and probe endpoints).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }

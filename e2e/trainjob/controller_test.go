@@ -3,7 +3,6 @@ package trainjob
 import (
 	"bufio"
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,8 +31,8 @@ type controller struct {
 func startController(t *testing.T, c *cluster.Cluster) *controller {
 	t.Helper()
 	ctrl := &controller{
-		metricsAddr: freeAddr(t),
-		healthAddr:  freeAddr(t),
+		metricsAddr: cluster.FreeAddr(t),
+		healthAddr:  cluster.FreeAddr(t),
 		logPath:     filepath.Join(c.LogDir(), "trainyard-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"),
 		exited:      make(chan error, 1),
 	}
@@ -138,14 +137,4 @@ func labelValue(line, label string) string {
 	}
 	rest := line[i+len(label)+2:]
 	return rest[:strings.IndexByte(rest, '"')]
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -5,7 +5,6 @@ package installtest
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -81,7 +80,7 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	configPath := filepath.Join(dir, "config.yaml")
 	writeChartConfig(t, c, configPath)
 
-	health := freeAddr(t)
+	health := cluster.FreeAddr(t)
 	controller := exec.Command(binary(t, root), "--config="+configPath, "--kubeconfig="+kubeconfig,
 		"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--log-format=text")
 	controller.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
@@ -222,16 +221,6 @@ func binary(t *testing.T, root string) string {
 		t.Fatalf("building the controller: %v\n%s", err, out)
 	}
 	return bin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func conditionsOf(tj *trainer.TrainJob) string {
