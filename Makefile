@@ -70,6 +70,20 @@ test-e2e: ## End-to-end tests on the local control plane (each test package star
 dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete.
 	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig
 
+##@ Benchmarks
+
+BENCH_N           ?= 2000
+BENCH_LIFECYCLE_N ?= 500
+
+.PHONY: bench
+bench: ## Scale benchmark on its own local control plane (issue 9): admission of BENCH_N TrainJobs vs the raw-create limit, then BENCH_LIFECYCLE_N to Complete. Results: bench/results/.
+	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N)
+	cd e2e && $(GO) run ./cmd/bench --mode=lifecycle --n=$(BENCH_LIFECYCLE_N)
+
+.PHONY: bench-micro
+bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
 include hack/cluster.mk
 
 $(TOOLS)/promtool:

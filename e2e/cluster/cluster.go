@@ -43,8 +43,9 @@ type Cluster struct {
 
 // Up builds (or reuses) the binaries and starts a cluster as described in the
 // package documentation. It returns once the API server is ready, every CRD
-// is established, the JobSet webhooks admit requests and opts.Nodes fake
-// nodes are Ready and untainted: about 10s on 2 cores with cached binaries.
+// is established, the JobSet webhooks admit requests (unless
+// opts.WithoutJobSetController) and opts.Nodes fake nodes are Ready and
+// untainted: about 10s on 2 cores with cached binaries.
 //
 // Up refuses to start when StateDir's state file names a live cluster (run
 // DownFromState or `localcluster down` first); a stale one, left by a
@@ -125,6 +126,9 @@ func (c *Cluster) start(ctx context.Context) error {
 			if err := c.installCRDs(ctx); err != nil {
 				return err
 			}
+			if c.opts.WithoutJobSetController {
+				return nil
+			}
 			if err := c.startJobSet(ctx); err != nil {
 				return err
 			}
@@ -194,6 +198,19 @@ func (c *Cluster) Pids() []int {
 	pids := make([]int, 0, len(c.procs))
 	for _, p := range c.procs {
 		pids = append(pids, p.pid)
+	}
+	return pids
+}
+
+// ComponentPids maps each running component's name (Etcd, KubeAPIServer,
+// ...) to its process id, e.g. to account the CPU each one uses. A
+// Cluster from Attach has none.
+func (c *Cluster) ComponentPids() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pids := make(map[string]int, len(c.procs))
+	for _, p := range c.procs {
+		pids[p.name] = p.pid
 	}
 	return pids
 }

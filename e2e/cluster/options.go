@@ -85,6 +85,12 @@ type Options struct {
 	// --detach`); they are then stopped with DownFromState. Without it they
 	// are killed when this process dies.
 	Detach bool
+	// WithoutJobSetController installs the JobSet CRD but runs neither the
+	// JobSet controller nor its admission webhooks, so nothing acts on a
+	// JobSet once it is created. The scale benchmark uses it to time
+	// TrainJob → JobSet alone (issue 9: "the JobSet controller stopped and
+	// its webhooks removed").
+	WithoutJobSetController bool
 	// StartTimeout bounds how long each component may take to become ready.
 	// Default: 90s.
 	StartTimeout time.Duration

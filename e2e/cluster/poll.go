@@ -60,9 +60,23 @@ func Consistently(t testing.TB, period time.Duration, what string, check func(ct
 // test starts beside the cluster (e.g. the controller's metrics and probe endpoints).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ports, err := freePorts(1)
+	addrs, err := FreeAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	return addrs[0]
+}
+
+// FreeAddrs returns n distinct 127.0.0.1:port addresses that were free a moment ago.
+// Errors: the kernel gave no free port.
+func FreeAddrs(n int) ([]string, error) {
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	return addrs, nil
 }

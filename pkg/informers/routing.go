@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -140,11 +142,27 @@ func (h *handlers) ownedChanged(obj any) {
 }
 
 // ownedUpdated routes an update of an owned object to the status stage after
-// StatusBatchPeriod, so a burst of updates costs one status sync.
-func (h *handlers) ownedUpdated(_, obj any) {
-	if key, ok := ownerKey(obj); ok {
-		h.router.EnqueueAfter(h.routes.Status, key, StatusBatchPeriod)
+// StatusBatchPeriod, so a burst of updates costs one status sync; a JobSet that has
+// just finished (Completed or Failed) is routed at once, so the TrainJob's terminal
+// condition is not delayed and the pending batched sync finds nothing left to write.
+func (h *handlers) ownedUpdated(oldObj, newObj any) {
+	key, ok := ownerKey(newObj)
+	if !ok {
+		return
 	}
+	if jobSetFinished(newObj) && !jobSetFinished(oldObj) {
+		h.router.Enqueue(h.routes.Status, key)
+		return
+	}
+	h.router.EnqueueAfter(h.routes.Status, key, StatusBatchPeriod)
+}
+
+// jobSetFinished reports whether obj is a JobSet with a true Completed or Failed
+// condition.
+func jobSetFinished(obj any) bool {
+	js, ok := obj.(*jobsetv1alpha2.JobSet)
+	return ok && (meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) ||
+		meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetFailed)))
 }
 
 // ownerKey returns the key of the TrainJob controlling obj.

@@ -638,17 +638,27 @@ func (r delayRouter) EnqueueAfter(stage string, key cache.ObjectName, d time.Dur
 }
 
 // TestJobSetUpdatesAreBatched: JobSet updates reach the status stage after
-// StatusBatchPeriod (a burst costs one status write); creations and deletions at once.
+// StatusBatchPeriod (a burst costs one status write); creations, deletions and the
+// update that finishes the JobSet at once.
 func TestJobSetUpdatesAreBatched(t *testing.T) {
 	owner := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-llm").Obj()
 	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(owner).Obj()
+	finished := func(condType jobsetv1alpha2.JobSetConditionType) *jobsetv1alpha2.JobSet {
+		out := js.DeepCopy()
+		out.Status.Conditions = []metav1.Condition{{Type: string(condType), Status: metav1.ConditionTrue}}
+		return out
+	}
+	completed, failed := finished(jobsetv1alpha2.JobSetCompleted), finished(jobsetv1alpha2.JobSetFailed)
 	for name, tc := range map[string]struct {
 		call func(h *handlers)
 		want time.Duration
 	}{
-		"add":    {func(h *handlers) { h.ownedChanged(js) }, 0},
-		"update": {func(h *handlers) { h.ownedUpdated(js, js) }, StatusBatchPeriod},
-		"delete": {func(h *handlers) { h.ownedChanged(js) }, 0},
+		"add":                    {func(h *handlers) { h.ownedChanged(js) }, 0},
+		"update":                 {func(h *handlers) { h.ownedUpdated(js, js) }, StatusBatchPeriod},
+		"update to Completed":    {func(h *handlers) { h.ownedUpdated(js, completed) }, 0},
+		"update to Failed":       {func(h *handlers) { h.ownedUpdated(js, failed) }, 0},
+		"update after Completed": {func(h *handlers) { h.ownedUpdated(completed, completed) }, StatusBatchPeriod},
+		"delete":                 {func(h *handlers) { h.ownedChanged(js) }, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := delayRouter{}

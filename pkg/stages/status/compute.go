@@ -1,6 +1,7 @@
 package status
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,9 +64,14 @@ func mirrorTerminal(st *trainer.TrainJobStatus, js *jobsetv1alpha2.JobSet, tjTyp
 }
 
 // jobsStatus maps the JobSet's replicatedJobsStatus 1:1, keeping zero counts (every
-// field of JobStatus is required).
+// field of JobStatus is required). While every count is zero (the JobSet controller
+// has created the Jobs but no pod exists yet) it returns nil: such a list says
+// nothing a missing one does not, and writing it would cost a status patch per
+// TrainJob (issue 9: at most 3 writes per lifecycle). Upstream writes the zeros.
 func jobsStatus(js *jobsetv1alpha2.JobSet) []trainer.JobStatus {
-	if len(js.Status.ReplicatedJobsStatus) == 0 {
+	if !slices.ContainsFunc(js.Status.ReplicatedJobsStatus, func(r jobsetv1alpha2.ReplicatedJobStatus) bool {
+		return r.Ready != 0 || r.Succeeded != 0 || r.Failed != 0 || r.Active != 0 || r.Suspended != 0
+	}) {
 		return nil
 	}
 	out := make([]trainer.JobStatus, 0, len(js.Status.ReplicatedJobsStatus))

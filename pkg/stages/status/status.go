@@ -49,8 +49,6 @@ const (
 	// AnnotationJobSetHash on a JobSet is the hash of the desired JobSet last applied.
 	AnnotationJobSetHash = "trainyard.dev/jobset-hash"
 
-	// ReasonJobSetCreated is the Normal event recorded when the JobSet is created.
-	ReasonJobSetCreated = "JobSetCreated"
 	// ReasonApplyFailed is the Warning event recorded when applying fails (upstream's
 	// TrainJobResourcesCreationFailed).
 	ReasonApplyFailed = "TrainJobResourcesCreationFailed"
@@ -205,7 +203,10 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 		if s.Metrics != nil {
 			s.Metrics.ObserveJobSetCreation(tj.UID, p.Runtime.Kind, latency)
 		}
-		s.Recorder.Eventf(tj, nil, corev1.EventTypeNormal, ReasonJobSetCreated, "Applying", "Created JobSet %s", tj.Name)
+		// No Normal event: like upstream, Trainyard records events only for
+		// failures. An event per TrainJob would be a second API write at
+		// admission and an etcd object per TrainJob (issue 9); the JobSet
+		// itself, this log line and the latency metric say the same.
 		logger.V(2).Info("Created JobSet", "latency", latency)
 	} else {
 		logger.V(2).Info("Updated JobSet", "hash", hash)

@@ -1,0 +1,615 @@
+// Package bench is Trainyard's scale benchmark (issue 9): on the local
+// control plane it creates N TrainJobs on the upstream torch-distributed
+// runtime as one burst and measures, from the outside and from the
+// controller's /metrics, how fast and how cheaply the controller turns them
+// into JobSets (admission) and, in a second mode, drives them to Complete
+// (lifecycle). In admission mode it also measures the physical limit: the
+// time the API server alone needs for the same N TrainJob creates and N
+// creates of the JobSets the controller produced, at the same parallelism,
+// with no controller running.
+//
+// Each run writes result.json, report.md and plot.svg to its output folder.
+// `make bench` runs it; see e2e/cmd/bench for the flags.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/metrics"
+)
+
+// Modes.
+const (
+	// ModeAdmission times TrainJob → JobSet alone: the JobSet controller and
+	// its webhooks are not running, so nothing else acts on the JobSets.
+	ModeAdmission = "admission"
+	// ModeLifecycle runs everything (JobSet, Job controller, scheduler, kwok
+	// completing pods) and counts the controller's API writes per TrainJob
+	// until every TrainJob is Complete.
+	ModeLifecycle = "lifecycle"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	// Mode is ModeAdmission or ModeLifecycle.
+	Mode string
+	// N is the number of TrainJobs in the burst.
+	N int
+	// Parallelism is the number of creates the benchmark keeps in flight,
+	// for the burst and for the raw-create limit alike.
+	Parallelism int
+	// NumNodes is spec.trainer.numNodes of every TrainJob (pods per TrainJob).
+	NumNodes int32
+	// QPS and Burst are the controller's client limits.
+	QPS   float32
+	Burst int32
+	// RepoRoot is the Trainyard checkout; the controller is built from it.
+	RepoRoot string
+	// OutDir receives result.json, report.md, plot.svg and the logs.
+	OutDir string
+	// Timeout bounds the wait for admissions or completions.
+	Timeout time.Duration
+	// Progress receives one line per step.
+	Progress io.Writer
+}
+
+func (c *Config) defaults() error {
+	switch c.Mode {
+	case ModeAdmission, ModeLifecycle:
+	default:
+		return fmt.Errorf("mode %q: want %q or %q", c.Mode, ModeAdmission, ModeLifecycle)
+	}
+	if c.N <= 0 || c.Parallelism <= 0 || c.NumNodes <= 0 {
+		return fmt.Errorf("n, parallelism and numNodes must be positive (got %d, %d, %d)", c.N, c.Parallelism, c.NumNodes)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 20 * time.Minute
+	}
+	return os.MkdirAll(c.OutDir, 0o755)
+}
+
+const (
+	benchNamespace   = "bench"
+	rawTrainJobsNS   = "bench-raw-trainjobs"
+	rawJobSetsNS     = "bench-raw-jobsets"
+	runtimeName      = "torch-distributed"
+	trainJobNameFmt  = "tj-%05d"
+	idleScrapePeriod = time.Second
+)
+
+// Run runs one benchmark on a cluster of its own (started here and stopped
+// at the end) and writes its results into cfg.OutDir. It returns the
+// result even when a target is missed; errors are for runs that could not
+// measure (the cluster did not start, creates failed wholesale, the wait
+// timed out).
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	say := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", args...)
+	}
+	binary, err := buildController(ctx, cfg.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	opts := cluster.Options{
+		StateDir: filepath.Join(cfg.RepoRoot, "_output", "bench", "cluster-"+cfg.Mode),
+		LogDir:   filepath.Join(cfg.OutDir, "logs"),
+		Progress: cfg.Progress,
+		Nodes:    -1,
+	}
+	opts.Build.RepoRoot = cfg.RepoRoot
+	if cfg.Mode == ModeAdmission {
+		opts.WithoutJobSetController = true
+	} else {
+		// Room for every pod at once: kwok nodes are free, and the run
+		// measures the controller, not a scheduling backlog.
+		pods := cfg.N * int(cfg.NumNodes)
+		opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resourceQuantity("1000"), Memory: resourceQuantity("4Ti")}
+		opts.Nodes = (pods + 499) / 500
+	}
+	c, err := cluster.Up(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := c.Down(); err != nil {
+			say("stopping the cluster: %v", err)
+		}
+	}()
+	r := &runner{cfg: cfg, say: say, cluster: c, binary: binary}
+	if err := r.connect(); err != nil {
+		return nil, err
+	}
+	res, err := r.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeOutputs(cfg.OutDir, res, r.timeline); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+type runner struct {
+	cfg      Config
+	say      func(string, ...any)
+	cluster  *cluster.Cluster
+	binary   string
+	kube     kubernetes.Interface
+	trainers trainerclient.Interface
+	jobsets  jobsetclient.Interface
+	timeline *timeline
+}
+
+func (r *runner) connect() error {
+	cfg := r.cluster.RESTConfig()
+	// The benchmark's own client must never be the throttle.
+	cfg.QPS, cfg.Burst = 5000, 10000
+	var err error
+	if r.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if r.trainers, err = trainerclient.NewForConfig(cfg); err != nil {
+		return err
+	}
+	r.jobsets, err = jobsetclient.NewForConfig(cfg)
+	return err
+}
+
+func (r *runner) run(ctx context.Context) (*Result, error) {
+	res := &Result{
+		Mode: r.cfg.Mode, N: r.cfg.N, Parallelism: r.cfg.Parallelism, NumNodes: r.cfg.NumNodes,
+		ControllerQPS: r.cfg.QPS, ControllerBurst: r.cfg.Burst,
+		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+	}
+	if err := r.installRuntime(ctx); err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{benchNamespace, rawTrainJobsNS, rawJobSetsNS} {
+		if err := r.createNamespace(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst)
+	if err != nil {
+		return nil, err
+	}
+	defer ctrl.Stop()
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	jobSetsSeen, err := watchArrivals(watchCtx, r.jobsets.JobsetV1alpha2().RESTClient(), "jobsets", benchNamespace, &jobsetv1alpha2.JobSet{},
+		func(obj any) (string, bool) { return obj.(*jobsetv1alpha2.JobSet).Name, true })
+	if err != nil {
+		return nil, err
+	}
+	finished, err := watchArrivals(watchCtx, r.trainers.TrainerV1alpha1().RESTClient(), "trainjobs", benchNamespace, &trainer.TrainJob{},
+		func(obj any) (string, bool) {
+			tj := obj.(*trainer.TrainJob)
+			return tj.Name, meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+				meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
+		})
+	if err != nil {
+		return nil, err
+	}
+
+	sampler := newSampler(ctrl, r.cluster.ComponentPids())
+	before, err := sampler.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.say("creating %d TrainJobs with %d in flight (%s mode)", r.cfg.N, r.cfg.Parallelism, r.cfg.Mode)
+	created := burst(ctx, r.cfg.N, r.cfg.Parallelism, r.createTrainJob(benchNamespace))
+	if created.Errors == r.cfg.N {
+		return nil, fmt.Errorf("every TrainJob create failed: %w", created.FirstError)
+	}
+	r.say("created in %.1fs (%d errors)", created.Seconds(), created.Errors)
+
+	target, waitFor := jobSetsSeen, "JobSets"
+	if r.cfg.Mode == ModeLifecycle {
+		target, waitFor = finished, "finished TrainJobs"
+	}
+	want := r.cfg.N - created.Errors
+	if err := waitCount(ctx, r.cfg.Timeout, target, want, func(n int) { r.say("%d/%d %s", n, want, waitFor) }); err != nil {
+		return nil, err
+	}
+	allArrived := time.Now()
+	after, err := sampler.untilIdle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.say("controller idle; %s", after.describe())
+
+	res.Admission = admissionFigures(created, jobSetsSeen, r.cfg.N)
+	if r.cfg.Mode == ModeLifecycle {
+		res.Lifecycle = lifecycleFigures(created, finished, allArrived)
+		if res.Lifecycle.Failed, err = r.countFailed(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res.Controller = controllerFigures(before, after, r.cfg.N)
+	res.Stages = stageFigures(before.metrics, after.metrics)
+	res.Components = after.componentCPU(before)
+	res.Machine = machineFigures(before, after, res.CPUs)
+	r.timeline = newTimeline(created, jobSetsSeen, finished, r.cfg.Mode)
+
+	if r.cfg.Mode == ModeAdmission {
+		stopWatch()
+		ctrl.Stop()
+		if res.Limit, err = r.measureLimit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res.Targets = evaluateTargets(res)
+	return res, nil
+}
+
+// measureLimit times, with no controller running, the same N TrainJob
+// creates and N creates of the JobSets the controller produced (listed from
+// the API, owner references dropped so the garbage collector leaves them
+// alone), each at the benchmark's parallelism, each into a fresh namespace.
+func (r *runner) measureLimit(ctx context.Context) (*Limit, error) {
+	list, err := r.jobsets.JobsetV1alpha2().JobSets(benchNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	produced := make([]*jobsetv1alpha2.JobSet, 0, len(list.Items))
+	for i := range list.Items {
+		js := &list.Items[i]
+		produced = append(produced, &jobsetv1alpha2.JobSet{
+			ObjectMeta: metav1.ObjectMeta{Name: js.Name, Namespace: rawJobSetsNS, Labels: js.Labels, Annotations: js.Annotations},
+			Spec:       js.Spec,
+		})
+	}
+	r.say("raw limit: %d TrainJob creates with no controller", r.cfg.N)
+	tjs := burst(ctx, r.cfg.N, r.cfg.Parallelism, r.createTrainJob(rawTrainJobsNS))
+	r.say("raw limit: %d JobSet creates", len(produced))
+	jss := burst(ctx, len(produced), r.cfg.Parallelism, func(ctx context.Context, i int) error {
+		_, err := r.jobsets.JobsetV1alpha2().JobSets(rawJobSetsNS).Create(ctx, produced[i], metav1.CreateOptions{})
+		return err
+	})
+	l := &Limit{
+		TrainJobCreateSeconds: tjs.Seconds(), TrainJobCreateErrors: tjs.Errors,
+		JobSetCreateSeconds: jss.Seconds(), JobSetCreateErrors: jss.Errors,
+	}
+	l.TrainJobCreatesPerSecond = float64(r.cfg.N-tjs.Errors) / tjs.Seconds()
+	l.JobSetCreatesPerSecond = float64(len(produced)-jss.Errors) / jss.Seconds()
+	l.TrainJobsPerSecond = float64(r.cfg.N) / (tjs.Seconds() + jss.Seconds())
+	return l, nil
+}
+
+func (r *runner) installRuntime(ctx context.Context) error {
+	path := filepath.Join(r.cfg.RepoRoot, "..", "shared", "upstream", "runtimes", "torch_distributed.yaml")
+	if _, err := os.Stat(path); err != nil {
+		path = filepath.Join(r.cfg.RepoRoot, "examples", "torch-distributed-runtime.yaml")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	rt := &trainer.ClusterTrainingRuntime{}
+	if err := yaml.UnmarshalStrict(data, rt); err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	if rt.Name != runtimeName {
+		return fmt.Errorf("%s: runtime %q, want %q", path, rt.Name, runtimeName)
+	}
+	_, err = r.trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(ctx, rt, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	r.say("runtime %s installed from %s", runtimeName, path)
+	return nil
+}
+
+func (r *runner) createNamespace(ctx context.Context, name string) error {
+	_, err := r.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// createTrainJob returns a create function for burst: TrainJob i, the
+// minimal spec a user writes for torch-distributed (runtimeRef, numNodes,
+// command), so the figures are about the controller, not a big template.
+func (r *runner) createTrainJob(namespace string) func(ctx context.Context, i int) error {
+	client := r.trainers.TrainerV1alpha1().TrainJobs(namespace)
+	return func(ctx context.Context, i int) error {
+		tj := &trainer.TrainJob{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf(trainJobNameFmt, i), Namespace: namespace},
+			Spec: trainer.TrainJobSpec{
+				RuntimeRef: trainer.RuntimeRef{Name: runtimeName},
+				Trainer: &trainer.Trainer{
+					NumNodes: ptr.To(r.cfg.NumNodes),
+					Command:  []string{"torchrun", "train.py"},
+				},
+			},
+		}
+		_, err := client.Create(ctx, tj, metav1.CreateOptions{})
+		return err
+	}
+}
+
+func (r *runner) countFailed(ctx context.Context) (int, error) {
+	list, err := r.trainers.TrainerV1alpha1().TrainJobs(benchNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	failed := 0
+	for i := range list.Items {
+		if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, trainer.TrainJobFailed) {
+			failed++
+		}
+	}
+	return failed, nil
+}
+
+// waitCount polls until a holds want names, reporting progress every 10s.
+func waitCount(ctx context.Context, timeout time.Duration, a *arrivals, want int, progress func(int)) error {
+	last := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if time.Since(last) > 10*time.Second {
+			progress(a.Len())
+			last = time.Now()
+		}
+		return a.Len() >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d arrivals (have %d): %w", want, a.Len(), err)
+	}
+	return nil
+}
+
+// sample is the controller's metrics and the processes' CPU at one moment.
+type sample struct {
+	metrics    *Snapshot
+	procCPU    map[string]float64
+	machineCPU float64
+	peakRSS    int64
+}
+
+func (s *sample) describe() string {
+	return fmt.Sprintf("controller CPU %.2fs, peak RSS %.1f MiB", s.procCPU["trainyard"], float64(s.peakRSS)/(1<<20))
+}
+
+func (s *sample) componentCPU(before *sample) map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range s.procCPU {
+		out[name] = round3(v - before.procCPU[name])
+	}
+	return out
+}
+
+type sampler struct {
+	ctrl *controllerProcess
+	pids map[string]int
+}
+
+func newSampler(ctrl *controllerProcess, components map[string]int) *sampler {
+	pids := map[string]int{"trainyard": ctrl.Pid()}
+	for name, pid := range components {
+		pids[name] = pid
+	}
+	return &sampler{ctrl: ctrl, pids: pids}
+}
+
+func (s *sampler) take(ctx context.Context) (*sample, error) {
+	m, err := s.ctrl.Scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &sample{metrics: m, procCPU: map[string]float64{}}
+	for name, pid := range s.pids {
+		if cpu, err := ProcCPUSeconds(pid); err == nil {
+			out.procCPU[name] = cpu
+		}
+	}
+	if out.machineCPU, err = MachineCPUSeconds(); err != nil {
+		return nil, err
+	}
+	if out.peakRSS, err = ProcPeakRSSBytes(s.ctrl.Pid()); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *sampler) begin(ctx context.Context) (*sample, error) { return s.take(ctx) }
+
+// untilIdle samples every second until the controller has made no API
+// request, has no key queued and no worker busy for three samples in a row
+// (status updates are batched for a second, so a shorter quiet spell could
+// cut off its last writes), and returns the last sample.
+func (s *sampler) untilIdle(ctx context.Context) (*sample, error) {
+	var prev float64 = -1
+	quiet := 0
+	for {
+		cur, err := s.take(ctx)
+		if err != nil {
+			return nil, err
+		}
+		requests := cur.metrics.Value(metrics.RESTClientRequestsTotal, nil)
+		busy := cur.metrics.Value(metrics.WorkqueueDepth, nil) + cur.metrics.Value(metrics.StageInflight, nil)
+		if requests == prev && busy == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet >= 3 {
+			return cur, nil
+		}
+		prev = requests
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(idleScrapePeriod):
+		}
+	}
+}
+
+// percentile returns the p-th percentile (0–100) of sorted xs by the
+// nearest-rank method; NaN for none.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+func admissionFigures(created burstResult, seen *arrivals, n int) *Admission {
+	a := &Admission{CreateSeconds: round3(created.Seconds()), CreateErrors: created.Errors}
+	if created.FirstError != nil {
+		a.FirstCreateError = created.FirstError.Error()
+	}
+	a.TrainJobCreatesPerSecond = round3(float64(n-created.Errors) / created.Seconds())
+	var latencies []float64
+	var last time.Time
+	for i, done := range created.Done {
+		at, ok := seen.At(fmt.Sprintf(trainJobNameFmt, i))
+		if done.IsZero() || !ok {
+			continue
+		}
+		latencies = append(latencies, at.Sub(done).Seconds())
+		if at.After(last) {
+			last = at
+		}
+	}
+	sort.Float64s(latencies)
+	a.Admitted = len(latencies)
+	if a.Admitted == 0 {
+		return a
+	}
+	a.Seconds = round3(last.Sub(created.Start).Seconds())
+	a.TrainJobsPerSecond = round3(float64(a.Admitted) / a.Seconds)
+	a.LatencyP50 = round3(percentile(latencies, 50))
+	a.LatencyP99 = round3(percentile(latencies, 99))
+	a.LatencyMax = round3(latencies[len(latencies)-1])
+	return a
+}
+
+func lifecycleFigures(created burstResult, finished *arrivals, allDone time.Time) *Lifecycle {
+	l := &Lifecycle{Seconds: round3(allDone.Sub(created.Start).Seconds())}
+	var latencies []float64
+	for i, done := range created.Done {
+		if at, ok := finished.At(fmt.Sprintf(trainJobNameFmt, i)); ok && !done.IsZero() {
+			latencies = append(latencies, at.Sub(done).Seconds())
+		}
+	}
+	sort.Float64s(latencies)
+	l.Finished = len(latencies)
+	l.LatencyP50 = round3(percentile(latencies, 50))
+	l.LatencyP99 = round3(percentile(latencies, 99))
+	return l
+}
+
+func controllerFigures(before, after *sample, n int) Controller {
+	c := Controller{
+		CPUSeconds:   round3(after.procCPU["trainyard"] - before.procCPU["trainyard"]),
+		PeakRSSBytes: after.peakRSS,
+		HeapBytes:    int64(after.metrics.Value("go_memstats_heap_inuse_bytes", nil)),
+		Requests:     map[string]float64{},
+		Errors:       map[string]float64{},
+		Retries:      map[string]float64{},
+	}
+	c.CPUSecondsPer1000 = round3(c.CPUSeconds * 1000 / float64(n))
+	reqBefore := before.metrics.ByLabel(metrics.RESTClientRequestsTotal, "method", nil)
+	for method, v := range after.metrics.ByLabel(metrics.RESTClientRequestsTotal, "method", nil) {
+		if d := v - reqBefore[method]; d > 0 {
+			c.Requests[method] = d
+			if isWrite(method) {
+				c.Writes += d
+			}
+		}
+	}
+	c.WritesPerTrainJob = round3(c.Writes / float64(n))
+	for _, stage := range after.metrics.LabelValues(metrics.StageErrorsTotal, metrics.LabelStage) {
+		for _, reason := range after.metrics.LabelValues(metrics.StageErrorsTotal, metrics.LabelReason) {
+			sel := Labels{metrics.LabelStage: stage, metrics.LabelReason: reason}
+			if d := after.metrics.Value(metrics.StageErrorsTotal, sel) - before.metrics.Value(metrics.StageErrorsTotal, sel); d > 0 {
+				c.Errors[stage+"/"+reason] = d
+			}
+		}
+		sel := Labels{metrics.LabelStage: stage}
+		if d := after.metrics.Value(metrics.StageRetriesTotal, sel) - before.metrics.Value(metrics.StageRetriesTotal, sel); d > 0 {
+			c.Retries[stage] = d
+		}
+	}
+	// A controller that reads its own writes from a lagging cache sees
+	// "not found" for what it just created, or conflicts on stale versions.
+	for key, v := range c.Errors {
+		if strings.HasSuffix(key, "/"+metrics.ReasonNotFound) || strings.HasSuffix(key, "/"+metrics.ReasonConflict) {
+			c.CacheLagErrors += v
+		}
+	}
+	return c
+}
+
+func stageFigures(before, after *Snapshot) []Stage {
+	var out []Stage
+	for _, name := range after.LabelValues(metrics.WorkqueueQueueDurationSeconds, metrics.LabelName) {
+		q := after.Histogram(metrics.WorkqueueQueueDurationSeconds, Labels{metrics.LabelName: name}).
+			Sub(before.Histogram(metrics.WorkqueueQueueDurationSeconds, Labels{metrics.LabelName: name}))
+		s := after.Histogram(metrics.StageDurationSeconds, Labels{metrics.LabelStage: name}).
+			Sub(before.Histogram(metrics.StageDurationSeconds, Labels{metrics.LabelStage: name}))
+		out = append(out, Stage{
+			Name: name, Syncs: s.Count,
+			QueueP50: round4(q.Quantile(0.5)), QueueP99: round4(q.Quantile(0.99)),
+			SyncP50: round4(s.Quantile(0.5)), SyncP99: round4(s.Quantile(0.99)),
+		})
+	}
+	order := []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status"}
+	sort.SliceStable(out, func(i, j int) bool {
+		return slices.Index(order, out[i].Name) < slices.Index(order, out[j].Name)
+	})
+	return out
+}
+
+func machineFigures(before, after *sample, cpus int) Machine {
+	wall := after.metrics.At.Sub(before.metrics.At).Seconds()
+	busy := after.machineCPU - before.machineCPU
+	return Machine{WallSeconds: round3(wall), BusyCPUSeconds: round3(busy), Utilisation: round3(busy / (wall * float64(cpus)))}
+}
+
+func round3(x float64) float64 { return roundTo(x, 1e3) }
+func round4(x float64) float64 { return roundTo(x, 1e4) }
+
+func roundTo(x, scale float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return math.Round(x*scale) / scale
+}
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const exposition = `# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="201",host="h",method="POST"} 3
+rest_client_requests_total{code="200",host="h",method="PATCH"} 7
+rest_client_requests_total{code="200",host="h",method="GET"} 11
+# TYPE workqueue_queue_duration_seconds histogram
+workqueue_queue_duration_seconds_bucket{name="status",le="0.001"} 10
+workqueue_queue_duration_seconds_bucket{name="status",le="0.01"} 60
+workqueue_queue_duration_seconds_bucket{name="status",le="0.1"} 100
+workqueue_queue_duration_seconds_bucket{name="status",le="+Inf"} 100
+workqueue_queue_duration_seconds_sum{name="status"} 1.5
+workqueue_queue_duration_seconds_count{name="status"} 100
+workqueue_queue_duration_seconds_bucket{name="gang",le="0.001"} 4
+workqueue_queue_duration_seconds_bucket{name="gang",le="0.01"} 4
+workqueue_queue_duration_seconds_bucket{name="gang",le="0.1"} 4
+workqueue_queue_duration_seconds_bucket{name="gang",le="+Inf"} 5
+workqueue_queue_duration_seconds_sum{name="gang"} 9
+workqueue_queue_duration_seconds_count{name="gang"} 5
+`
+
+func parse(t *testing.T, text string) *Snapshot {
+	t.Helper()
+	s, err := ParseSnapshot(strings.NewReader(text), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSnapshotValuesAndHistograms(t *testing.T) {
+	s := parse(t, exposition)
+	if got := s.Value("rest_client_requests_total", nil); got != 21 {
+		t.Errorf("all requests = %v, want 21", got)
+	}
+	if got := s.Value("rest_client_requests_total", Labels{"method": "PATCH"}); got != 7 {
+		t.Errorf("PATCH = %v, want 7", got)
+	}
+	if got := s.ByLabel("rest_client_requests_total", "method", nil); got["POST"] != 3 || got["GET"] != 11 || len(got) != 3 {
+		t.Errorf("by method = %v", got)
+	}
+	if got := s.LabelValues("workqueue_queue_duration_seconds", "name"); strings.Join(got, ",") != "gang,status" {
+		t.Errorf("label values = %v", got)
+	}
+	h := s.Histogram("workqueue_queue_duration_seconds", Labels{"name": "status"})
+	// rank 50 of 100 lies in (0.001, 0.01] holding 50 observations, 40 of them below it.
+	if got, want := h.Quantile(0.5), 0.001+(0.01-0.001)*40/50; math.Abs(got-want) > 1e-12 {
+		t.Errorf("p50 = %v, want %v", got, want)
+	}
+	// rank 5 lies in the first bucket: interpolated from 0.
+	if got, want := h.Quantile(0.05), 0.001*5/10; math.Abs(got-want) > 1e-12 {
+		t.Errorf("p5 = %v, want %v", got, want)
+	}
+	gang := s.Histogram("workqueue_queue_duration_seconds", Labels{"name": "gang"})
+	if got := gang.Quantile(0.99); got != 0.1 {
+		t.Errorf("a quantile in the +Inf bucket = %v, want the highest finite bound 0.1", got)
+	}
+	both := s.Histogram("workqueue_queue_duration_seconds", nil)
+	if both.Count != 105 || both.Counts[len(both.Counts)-1] != 105 {
+		t.Errorf("merged histogram count = %v / %v, want 105", both.Count, both.Counts)
+	}
+	if d := h.Sub(h); d.Count != 0 || !math.IsNaN(d.Quantile(0.5)) {
+		t.Errorf("h - h = %+v, quantile %v; want empty and NaN", d, d.Quantile(0.5))
+	}
+	if d := h.Sub(Histogram{}); d.Count != 100 {
+		t.Errorf("h - absent = %v observations, want 100", d.Count)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// Field 2 holds spaces and a ')', which must not shift the fields.
+	line := "1234 (kube apiserver)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 12 0 100 0 0"
+	got, err := parseStatCPU(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3.25 {
+		t.Errorf("cpu = %v s, want (250+75)/100 = 3.25", got)
+	}
+	if _, err := parseStatCPU("garbage"); err == nil {
+		t.Error("no error for a malformed line")
+	}
+}
+
+func TestParseVmHWM(t *testing.T) {
+	status := "Name:\ttrainyard\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n"
+	got, err := parseVmHWM(bufio.NewScanner(strings.NewReader(status)))
+	if err != nil || got != 51200*1024 {
+		t.Errorf("VmHWM = %d, %v; want %d", got, err, 51200*1024)
+	}
+	if _, err := parseVmHWM(bufio.NewScanner(strings.NewReader("Name:\tx\n"))); err == nil {
+		t.Error("no error without a VmHWM line")
+	}
+}
+
+func TestBurstRunsEveryIndexOnceWithBoundedConcurrency(t *testing.T) {
+	const n, parallelism = 500, 7
+	var inFlight, peak atomic.Int64
+	calls := make([]atomic.Int32, n)
+	res := burst(context.Background(), n, parallelism, func(_ context.Context, i int) error {
+		cur := inFlight.Add(1)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		defer inFlight.Add(-1)
+		calls[i].Add(1)
+		if i%100 == 0 {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	for i := range calls {
+		if c := calls[i].Load(); c != 1 {
+			t.Fatalf("index %d called %d times", i, c)
+		}
+	}
+	if res.Errors != 5 || res.FirstError == nil {
+		t.Errorf("errors = %d (%v), want 5", res.Errors, res.FirstError)
+	}
+	if !res.Done[0].IsZero() || res.Done[1].IsZero() {
+		t.Error("Done must be zero exactly for failed creates")
+	}
+	if p := peak.Load(); p > parallelism {
+		t.Errorf("peak concurrency %d > %d", p, parallelism)
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, tc := range []struct{ p, want float64 }{{50, 5}, {99, 10}, {10, 1}, {0, 1}, {100, 10}} {
+		if got := percentile(xs, tc.p); got != tc.want {
+			t.Errorf("p%v = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if !math.IsNaN(percentile(nil, 50)) {
+		t.Error("percentile of nothing must be NaN")
+	}
+}
+
+func TestAdmissionFiguresFromArrivals(t *testing.T) {
+	start := time.Unix(1000, 0)
+	created := burstResult{Start: start, End: start.Add(2 * time.Second), Done: make([]time.Time, 4)}
+	seen := newArrivals()
+	for i := range 3 { // TrainJob 3's JobSet never appears
+		created.Done[i] = start.Add(time.Duration(i) * 500 * time.Millisecond)
+		seen.record(name(i), created.Done[i].Add(time.Duration(i+1)*time.Second))
+	}
+	created.Done[3] = start.Add(2 * time.Second)
+	a := admissionFigures(created, seen, 4)
+	if a.Admitted != 3 {
+		t.Fatalf("admitted = %d, want 3", a.Admitted)
+	}
+	// Last JobSet seen at 1.0 + 3 s = 4 s after the start.
+	if a.Seconds != 4 || a.TrainJobsPerSecond != 0.75 {
+		t.Errorf("seconds = %v, rate = %v; want 4 and 0.75", a.Seconds, a.TrainJobsPerSecond)
+	}
+	if a.LatencyP50 != 2 || a.LatencyMax != 3 {
+		t.Errorf("p50 = %v, max = %v; want 2 and 3", a.LatencyP50, a.LatencyMax)
+	}
+}
+
+func name(i int) string { return strings.Replace("tj-0000X", "X", string(rune('0'+i)), 1) }
+
+func TestTargetsAndReport(t *testing.T) {
+	r := &Result{
+		Mode: ModeAdmission, N: 2000,
+		Admission:  &Admission{TrainJobsPerSecond: 200, LatencyP99: 6},
+		Limit:      &Limit{TrainJobsPerSecond: 220, TrainJobCreatesPerSecond: 360},
+		Controller: Controller{WritesPerTrainJob: 1, Requests: map[string]float64{"PATCH": 2000, "GET": 3}, CPUSecondsPer1000: 1.2, PeakRSSBytes: 60 << 20, Errors: map[string]float64{"status/not_found": 2}, CacheLagErrors: 2},
+	}
+	r.Targets = evaluateTargets(r)
+	met := map[string]bool{}
+	for _, tg := range r.Targets {
+		met[tg.Name] = tg.Met
+	}
+	want := map[string]bool{
+		"admission throughput":                         true, // 200/220 = 0.91
+		"admission latency p99":                        false,
+		"API writes per TrainJob at admission":         true,
+		"controller CPU per 1,000 TrainJobs":           true,
+		"failed syncs from the controller's cache lag": false,
+		"errors":              false,
+		"controller peak RSS": true,
+	}
+	for k, v := range want {
+		if got, ok := met[k]; !ok || got != v {
+			t.Errorf("target %q met = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+	report := Report(r)
+	for _, s := range []string{"| admission latency p99 | ≤ 5 s | 6.00 s | **no** |", "PATCH 2000", "status/not_found 2"} {
+		if !strings.Contains(report, s) {
+			t.Errorf("report lacks %q:\n%s", s, report)
+		}
+	}
+	CompareThroughput(r, &Result{N: 100, Admission: &Admission{TrainJobsPerSecond: 300}})
+	if last := r.Targets[len(r.Targets)-1]; last.Met {
+		t.Errorf("200/s vs a 300/s baseline is not within 20%%: %+v", last)
+	}
+}

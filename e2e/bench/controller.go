@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+)
+
+// controllerProcess is the trainyard binary run as its own process, as in
+// production, so its CPU, RSS and /metrics are its own.
+type controllerProcess struct {
+	cmd        *exec.Cmd
+	metricsURL string
+	healthURL  string
+	LogPath    string
+	exited     chan error
+}
+
+// buildController builds cmd/trainyard of the checkout at root into
+// <root>/_output/bench/bin/trainyard and returns its path.
+func buildController(ctx context.Context, root string) (string, error) {
+	out := filepath.Join(root, "_output", "bench", "bin", "trainyard")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/trainyard")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the controller: %v\n%s", err, output)
+	}
+	return out, nil
+}
+
+// startControllerProcess starts binary against kubeconfig with the client
+// QPS and burst given (issue 9 measures with 2000/4000 so that the
+// controller, not its throttle, is measured) and waits until /readyz
+// answers 200 (caches synced). Its log goes to logPath.
+func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32) (*controllerProcess, error) {
+	addrs, err := cluster.FreeAddrs(2)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &controllerProcess{
+		metricsURL: "http://" + addrs[0] + "/metrics",
+		healthURL:  "http://" + addrs[1] + "/readyz",
+		LogPath:    logPath,
+		exited:     make(chan error, 1),
+	}
+	p.cmd = exec.Command(binary,
+		"--kubeconfig="+kubeconfig,
+		"--metrics-bind-address="+addrs[0],
+		"--health-probe-bind-address="+addrs[1],
+		fmt.Sprintf("--kube-api-qps=%g", qps),
+		fmt.Sprintf("--kube-api-burst=%d", burst),
+		"--log-format=json", "--v=0")
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting the controller: %w", err)
+	}
+	go func() {
+		p.exited <- p.cmd.Wait()
+		logFile.Close()
+	}()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			return nil, fmt.Errorf("controller exited during start-up: %v (log: %s)", err, logPath)
+		case <-ctx.Done():
+			p.Stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if resp, err := http.Get(p.healthURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("controller not ready after 2m (log: %s)", logPath)
+		}
+	}
+}
+
+// Pid is the controller's process id.
+func (p *controllerProcess) Pid() int { return p.cmd.Process.Pid }
+
+// Scrape reads the controller's /metrics.
+func (p *controllerProcess) Scrape(ctx context.Context) (*Snapshot, error) {
+	return Scrape(ctx, p.metricsURL)
+}
+
+// Stop sends SIGTERM and waits up to 30s for a graceful exit, then kills.
+func (p *controllerProcess) Stop() {
+	if p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+	}
+}

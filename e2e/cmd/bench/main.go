@@ -1,0 +1,78 @@
+// Command bench is Trainyard's scale benchmark (issue 9) on the local control
+// plane: it starts a cluster of its own, creates N TrainJobs on the upstream
+// torch-distributed runtime as one burst, and writes result.json, report.md
+// and plot.svg under --out (default bench/results/<mode>-n<N>).
+//
+//	go run ./cmd/bench --mode=admission --n=2000
+//	go run ./cmd/bench --mode=lifecycle --n=500
+//	go run ./cmd/bench --mode=admission --n=10000 --baseline=../bench/results/admission-n2000/result.json
+//
+// `make bench` runs the admission and lifecycle modes with the defaults.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/trainyard/trainyard/e2e/bench"
+	"github.com/trainyard/trainyard/e2e/cluster"
+)
+
+func main() {
+	cfg := bench.Config{Progress: os.Stderr}
+	var numNodes int
+	var out, baseline string
+	var qps float64
+	var burst int
+	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off) or "lifecycle" (to Complete, everything on)`)
+	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst")
+	flag.IntVar(&cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
+	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob")
+	flag.Float64Var(&qps, "controller-qps", 2000, "the controller's --kube-api-qps")
+	flag.IntVar(&burst, "controller-burst", 4000, "the controller's --kube-api-burst")
+	flag.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "how long to wait for every admission or completion")
+	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
+	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
+	flag.Parse()
+	cfg.NumNodes, cfg.QPS, cfg.Burst = int32(numNodes), float32(qps), int32(burst)
+
+	root, err := cluster.FindRepoRoot()
+	if err != nil {
+		fail(err)
+	}
+	cfg.RepoRoot = root
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", fmt.Sprintf("%s-n%d", cfg.Mode, cfg.N))
+	}
+	cfg.OutDir = out
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fail(err)
+	}
+	if baseline != "" {
+		base, err := bench.ReadResult(baseline)
+		if err != nil {
+			fail(err)
+		}
+		bench.CompareThroughput(res, base)
+		if err := bench.WriteOutputs(out, res); err != nil {
+			fail(err)
+		}
+	}
+	fmt.Print(bench.Report(res))
+	fmt.Printf("\nresults in %s\n", out)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
