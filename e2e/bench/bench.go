@@ -74,6 +74,10 @@ type Config struct {
 	OutDir string
 	// Timeout bounds the wait for admissions or completions.
 	Timeout time.Duration
+	// CPUProfile, when non-zero, runs the controller with --profiling and
+	// takes a CPU profile of that long from the start of the burst into
+	// <OutDir>/cpu.pprof.
+	CPUProfile time.Duration
 	// Progress receives one line per step.
 	Progress io.Writer
 }
@@ -200,7 +204,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +232,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	profiled := make(chan error, 1)
+	if r.cfg.CPUProfile > 0 {
+		go func() { profiled <- ctrl.CPUProfile(ctx, r.cfg.CPUProfile, filepath.Join(r.cfg.OutDir, "cpu.pprof")) }()
+	} else {
+		profiled <- nil
+	}
 	r.say("creating %d TrainJobs with %d in flight (%s mode)", r.cfg.N, r.cfg.Parallelism, r.cfg.Mode)
 	created := burst(ctx, r.cfg.N, r.cfg.Parallelism, r.createTrainJob(benchNamespace))
 	if created.Errors == r.cfg.N {
@@ -249,6 +259,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	r.say("controller idle; %s", after.describe())
+	if err := <-profiled; err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
 
 	res.Admission = admissionFigures(created, jobSetsSeen, r.cfg.N)
 	if r.cfg.Mode == ModeLifecycle {

@@ -212,3 +212,29 @@ func TestTargetsAndReport(t *testing.T) {
 		t.Errorf("200/s vs a 300/s baseline is not within 20%%: %+v", last)
 	}
 }
+
+func TestLatencyNoteNamesTheAPIServerOnlyWhenItBounds(t *testing.T) {
+	r := &Result{
+		Mode: ModeAdmission, N: 2000,
+		Admission:  &Admission{TrainJobsPerSecond: 108, LatencyP99: 10},
+		Limit:      &Limit{TrainJobsPerSecond: 108, TrainJobCreatesPerSecond: 250},
+		Components: map[string]float64{"kube-apiserver": 30, "etcd": 4, "trainyard": 3},
+		Machine:    Machine{Utilisation: 0.99},
+	}
+	note := func() string {
+		for _, tg := range evaluateTargets(r) {
+			if tg.Name == "admission latency p99" {
+				return tg.Note
+			}
+		}
+		t.Fatal("no latency target")
+		return ""
+	}
+	if got := note(); !strings.Contains(got, "bounded by the API server") || !strings.Contains(got, "≥ 18.5 s") {
+		t.Errorf("saturated run at the limit: note = %q", got)
+	}
+	r.Machine.Utilisation = 0.5
+	if got := note(); got != "" {
+		t.Errorf("idle machine: note = %q, want none (the controller is the bound)", got)
+	}
+}

@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +42,7 @@ func buildController(ctx context.Context, root string) (string, error) {
 // QPS and burst given (issue 9 measures with 2000/4000 so that the
 // controller, not its throttle, is measured) and waits until /readyz
 // answers 200 (caches synced). Its log goes to logPath.
-func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32) (*controllerProcess, error) {
+func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool) (*controllerProcess, error) {
 	addrs, err := cluster.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -64,7 +66,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 		"--health-probe-bind-address="+addrs[1],
 		fmt.Sprintf("--kube-api-qps=%g", qps),
 		fmt.Sprintf("--kube-api-burst=%d", burst),
-		"--log-format=json", "--v=0")
+		"--log-format=json", "--v=0", fmt.Sprintf("--profiling=%t", profiling))
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -98,6 +100,34 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 			return nil, fmt.Errorf("controller not ready after 2m (log: %s)", logPath)
 		}
 	}
+}
+
+// CPUProfile takes a CPU profile of d (whole seconds) from the controller's
+// /debug/pprof (it must run with --profiling) and writes it to path, for
+// `go tool pprof`.
+func (p *controllerProcess) CPUProfile(ctx context.Context, d time.Duration, path string) error {
+	url := strings.TrimSuffix(p.metricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Pid is the controller's process id.

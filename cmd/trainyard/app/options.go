@@ -37,6 +37,7 @@ type Options struct {
 	StageWorkers           map[string]string
 	LogFormat              string
 	Verbosity              int
+	Profiling              bool
 }
 
 // NewOptions returns Options holding the defaults shown in --help.
@@ -63,6 +64,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: resolve_runtime, merge_patches, ml_policy, gang_scheduling, dra_claims, status).")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's /debug/pprof profiles on the metrics endpoint. Off by default: profiles expose internals and cost CPU while taken.")
 }
 
 // Config loads the --config file (strictly: unknown fields are errors), applies

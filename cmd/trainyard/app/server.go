@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -191,6 +192,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+		if opts.Profiling {
+			registerProfiling(mux)
+		}
 		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 	}
 	serveErrs := make(chan error, len(servers))
@@ -460,6 +464,16 @@ func podNamespace() string {
 		return strings.TrimSpace(string(data))
 	}
 	return "default"
+}
+
+// registerProfiling serves net/http/pprof's handlers under /debug/pprof/ on mux
+// (not on http.DefaultServeMux, which nothing here serves).
+func registerProfiling(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func ptrBool(b *bool) bool { return b != nil && *b }
