@@ -770,17 +770,23 @@ func TestMergeInvalidSteps(t *testing.T) {
 		wantMsg   string
 	}{
 		"no trainer step": {
-			mutate:    func(rjs []jobsetv1alpha2.ReplicatedJob) { delete(rjs[2].Template.Labels, trainer.LabelTrainJobAncestor) },
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				delete(rjs[2].Template.Labels, trainer.LabelTrainJobAncestor)
+			},
 			wantField: "spec.template.spec.replicatedJobs",
 			wantMsg:   `no replicatedJob is the trainer step (replicatedJobs [dataset-initializer model-initializer node]): label the Job template of the one that trains, usually "node", with trainer.kubeflow.org/trainjob-ancestor-step: trainer`,
 		},
 		"trainer step without node container": {
-			mutate:    func(rjs []jobsetv1alpha2.ReplicatedJob) { rjs[2].Template.Spec.Template.Spec.Containers[0].Name = "main" },
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				rjs[2].Template.Spec.Template.Spec.Containers[0].Name = "main"
+			},
 			wantField: "spec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers",
 			wantMsg:   `must contain the required container for the ancestor: trainer (a container named "node"; it has [main])`,
 		},
 		"dataset initializer without its container": {
-			mutate:    func(rjs []jobsetv1alpha2.ReplicatedJob) { rjs[0].Template.Spec.Template.Spec.Containers[0].Name = "fetch" },
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				rjs[0].Template.Spec.Template.Spec.Containers[0].Name = "fetch"
+			},
 			wantField: "spec.template.spec.replicatedJobs[name=dataset-initializer].template.spec.template.spec.containers",
 			wantMsg:   `must contain the required container for the ancestor: dataset-initializer (a container named "dataset-initializer"; it has [fetch])`,
 		},
