@@ -126,14 +126,14 @@ func normalize(t *testing.T, objs []map[string]any) []any {
 func TestObjectsRedactSecrets(t *testing.T) {
 	secret := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Secret",
-		"metadata":   map[string]any{"name": "llm-mpi-ssh-auth", "namespace": "default"},
-		"type":       "kubernetes.io/ssh-auth",
-		"data":       map[string]any{"ssh-privatekey": "LS0tLS1CRUdJTi...", "ssh-publickey": "ZWNkc2Et..."},
+		"metadata": map[string]any{"name": "llm-mpi-ssh-auth", "namespace": "default"},
+		"type":     "kubernetes.io/ssh-auth",
+		"data":     map[string]any{"ssh-privatekey": "LS0tLS1CRUdJTi...", "ssh-publickey": "ZWNkc2Et..."},
 	}}
 	configMap := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata":   map[string]any{"name": "llm-mpi-hostfile", "namespace": "default"},
-		"data":       map[string]any{"hostfile": "llm-node-0-0.llm slots=1\n"},
+		"metadata": map[string]any{"name": "llm-mpi-hostfile", "namespace": "default"},
+		"data":     map[string]any{"hostfile": "llm-node-0-0.llm slots=1\n"},
 	}}
 	js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "default"}}
 	p := &plan.Plan{JobSet: js, Objects: []*unstructured.Unstructured{configMap, secret}, Stage: 5}
