@@ -45,12 +45,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
-	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
-	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
-	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
-	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -153,12 +150,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
 		dra: draInf,
-		gangBackends: []gang.Backend{
-			workload.Backend{Served: gang.ServedCheck(kube.Discovery(), workload.GroupVersion.String(), "workloads", "podgroups")},
-			kai.Backend{},
-			coscheduling.Backend{Served: gang.ServedCheck(kube.Discovery(), coscheduling.GroupVersion, "podgroups")},
-			volcano.Backend{Served: gang.ServedCheck(kube.Discovery(), volcano.GroupVersion, "podgroups")},
-		},
+		gangBackends: build.GangBackends(func(groupVersion string, resources ...string) func(context.Context) bool {
+			return gang.ServedCheck(kube.Discovery(), groupVersion, resources...)
+		}),
 	}
 	pipeline, statusStage, plans, err := newPipeline(cfg, inf, deps)
 	if err != nil {
@@ -286,12 +280,11 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
 			Plans:                   plans, Status: writer, Recorder: recorder,
 		},
-		stepStage(mergepatches.Name, mergepatches.Index, mergepatches.Step()),
-		stepStage(mlpolicy.Name, mlpolicy.Index, mlpolicy.Step(mlpolicy.DefaultPlugins())),
-		stepStage(gang.Name, gang.Index, gang.Step(deps.gangBackends)),
-		stepStage(dra.Name, dra.Index, draClaims(deps.dra, recorder).Step()),
-		statusStage,
 	}
+	for _, s := range build.Steps(deps.gangBackends, draClaims(deps.dra, recorder)) {
+		all = append(all, stepStage(s.Name, s.Index, s.Func))
+	}
+	all = append(all, statusStage)
 	workers := map[string]int{}
 	for _, name := range stageNames {
 		workers[name] = int(*stageConfig(cfg, name).Workers)

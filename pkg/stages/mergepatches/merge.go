@@ -7,9 +7,11 @@ package mergepatches
 
 import (
 	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -39,11 +41,15 @@ import (
 // Neither tj nor rt.Spec (shared with the informer cache) is modified: everything taken
 // from them is copied.
 //
-// Errors: *plan.InvalidInputError when a runtimePatch names a replicatedJob or container
-// the runtime does not have; any other error is a bug.
+// Errors: *plan.InvalidInputError when the runtime has no trainer step or a step lacks
+// its container (see validateSteps), or a runtimePatch names a replicatedJob or
+// container the runtime does not have; any other error is a bug.
 func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error) {
 	if tj == nil || rt.Spec == nil {
 		return nil, errors.New("mergepatches: nil TrainJob or runtime spec")
+	}
+	if err := validateSteps(rt); err != nil {
+		return nil, err
 	}
 	js := &jobsetv1alpha2.JobSet{
 		TypeMeta: metav1.TypeMeta{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet"},
@@ -227,4 +233,57 @@ func applyTrainerContainer(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJo
 	if t.Args != nil {
 		c.Args = append([]string{}, t.Args...)
 	}
+}
+
+// stepContainers maps each trainjob-ancestor-step value to the container a replicatedJob
+// with that label must have (trainer-compat §1.9, §6.4).
+var stepContainers = map[string]string{
+	trainer.AncestorTrainer:            trainer.ContainerNode,
+	trainer.AncestorDatasetInitializer: trainer.ContainerDatasetInitializer,
+	trainer.AncestorModelInitializer:   trainer.ContainerModelInitializer,
+}
+
+// validateSteps checks that rt has a trainer step (a replicatedJob labelled
+// trainer.kubeflow.org/trainjob-ancestor-step=trainer) and that every labelled step has
+// its container: "node" for the trainer, "dataset-initializer" and "model-initializer"
+// for the initializers. Without them spec.trainer and spec.initializer would silently
+// apply to nothing.
+//
+// Upstream's runtime admission webhook rejects a step without its container when the
+// runtime is created (trainer-compat §6.4) and builds a JobSet without a trainer.
+// Trainyard has no webhook: the TrainJob gets a condition naming the runtime field, and
+// a runtime without a trainer step is refused too, since no ML policy, count or
+// spec.trainer field could reach any pod.
+func validateSteps(rt plan.Runtime) error {
+	rjs := rt.Spec.Template.Spec.ReplicatedJobs
+	path := field.NewPath("spec", "template", "spec", "replicatedJobs")
+	hasTrainer := false
+	for i := range rjs {
+		step := plan.Ancestor(&rjs[i])
+		want, ok := stepContainers[step]
+		if !ok {
+			continue
+		}
+		hasTrainer = hasTrainer || step == trainer.AncestorTrainer
+		containers := plan.PodSpec(&rjs[i]).Containers
+		if plan.Container(containers, want) != nil {
+			continue
+		}
+		return &plan.InvalidInputError{
+			Object: rt.Ref(),
+			Field:  path.Key("name="+rjs[i].Name).Child("template", "spec", "template", "spec", "containers").String(),
+			Message: fmt.Sprintf("must contain the required container for the ancestor: %s (a container named %q; it has %v): "+
+				"rename the container in the runtime", step, want, plan.ContainerNames(containers)),
+		}
+	}
+	if !hasTrainer {
+		return &plan.InvalidInputError{
+			Object: rt.Ref(),
+			Field:  path.String(),
+			Message: fmt.Sprintf("no replicatedJob is the trainer step (replicatedJobs %v): label the Job template of the one "+
+				"that trains, usually %q, with %s: %s", replicatedJobNames(&rt.Spec.Template.Spec), trainer.ReplicatedJobNode,
+				trainer.LabelTrainJobAncestor, trainer.AncestorTrainer),
+		}
+	}
+	return nil
 }

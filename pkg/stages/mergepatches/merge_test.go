@@ -760,3 +760,55 @@ func TestMergeUpstreamRuntimePatchesExample(t *testing.T) {
 		t.Errorf("node resources (-want +got):\n%s", diff)
 	}
 }
+
+// A runtime without a trainer step, or whose steps lack their containers, is bad input
+// naming the runtime field (issue #5 acceptance); nothing is built.
+func TestMergeInvalidSteps(t *testing.T) {
+	cases := map[string]struct {
+		mutate    func(rjs []jobsetv1alpha2.ReplicatedJob)
+		wantField string
+		wantMsg   string
+	}{
+		"no trainer step": {
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				delete(rjs[2].Template.Labels, trainer.LabelTrainJobAncestor)
+			},
+			wantField: "spec.template.spec.replicatedJobs",
+			wantMsg:   `no replicatedJob is the trainer step (replicatedJobs [dataset-initializer model-initializer node]): label the Job template of the one that trains, usually "node", with trainer.kubeflow.org/trainjob-ancestor-step: trainer`,
+		},
+		"trainer step without node container": {
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				rjs[2].Template.Spec.Template.Spec.Containers[0].Name = "main"
+			},
+			wantField: "spec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers",
+			wantMsg:   `must contain the required container for the ancestor: trainer (a container named "node"; it has [main])`,
+		},
+		"dataset initializer without its container": {
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				rjs[0].Template.Spec.Template.Spec.Containers[0].Name = "fetch"
+			},
+			wantField: "spec.template.spec.replicatedJobs[name=dataset-initializer].template.spec.template.spec.containers",
+			wantMsg:   `must contain the required container for the ancestor: dataset-initializer (a container named "dataset-initializer"; it has [fetch])`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := plantest.SkeletonRuntime(nil)
+			tc.mutate(rt.Spec.Template.Spec.ReplicatedJobs)
+			js, err := Merge(plantest.TrainJob(rt.Name, nil), rt)
+			var invalid *plan.InvalidInputError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("Merge() = %v, %v; want *plan.InvalidInputError", js, err)
+			}
+			if js != nil {
+				t.Errorf("Merge() returned a JobSet with its error")
+			}
+			if invalid.Object != "TrainingRuntime/test-runtime" || invalid.Field != tc.wantField {
+				t.Errorf("Object, Field = %q, %q; want %q, %q", invalid.Object, invalid.Field, "TrainingRuntime/test-runtime", tc.wantField)
+			}
+			if !strings.HasPrefix(invalid.Message, tc.wantMsg) {
+				t.Errorf("Message = %q, want prefix %q", invalid.Message, tc.wantMsg)
+			}
+		})
+	}
+}

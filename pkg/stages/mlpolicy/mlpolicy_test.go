@@ -83,11 +83,20 @@ func TestXGBoost(t *testing.T) {
 	}
 }
 
-// XGBoost without a trainer replicatedJob is a no-op (trainer-compat §3.5).
+// XGBoost without a trainer replicatedJob is a no-op (trainer-compat §3.5). Stage 2
+// refuses such runtimes (mergepatches.validateSteps); the plugin must still not fail on
+// a JobSet without a trainer.
 func TestXGBoostWithoutTrainer(t *testing.T) {
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{XGBoost: &trainer.XGBoostMLPolicySource{}}})
-	delete(rt.Spec.Template.Spec.ReplicatedJobs[2].Template.Labels, trainer.LabelTrainJobAncestor)
-	js := mustBuild(t, plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](3)}), rt)
+	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](3)})
+	js, err := mergepatches.Merge(tj, rt)
+	if err != nil {
+		t.Fatalf("Merge: %v", err)
+	}
+	delete(js.Spec.ReplicatedJobs[2].Template.Labels, trainer.LabelTrainJobAncestor)
+	if err := Apply(tj, &plan.Plan{Runtime: rt, JobSet: js}, DefaultPlugins()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
 	c := plan.Container(plan.PodSpec(plan.ReplicatedJob(js, "node")).Containers, "node")
 	if len(c.Env) != 0 || len(c.Ports) != 0 {
 		t.Errorf("node env %v, ports %v; want none", c.Env, c.Ports)

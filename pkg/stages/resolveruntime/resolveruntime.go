@@ -14,6 +14,7 @@ package resolveruntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,41 +60,57 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		return res, err
 	}
 
-	kind, err := trainjob.RuntimeKind(tj)
-	if err != nil {
-		return s.failUnsupported(ctx, tj, err.Error())
-	}
-	spec, err := s.lookup(kind, tj.Namespace, tj.Spec.RuntimeRef.Name)
-	if apierrors.IsNotFound(err) {
-		return s.waitForRuntime(ctx, tj, kind)
-	}
-	if err != nil {
+	rt, err := Resolve(tj, s.TrainingRuntimes, s.ClusterTrainingRuntimes)
+	var unsupported *UnsupportedKindError
+	switch {
+	case errors.As(err, &unsupported):
+		return s.failUnsupported(ctx, tj, unsupported.Error())
+	case apierrors.IsNotFound(err):
+		return s.waitForRuntime(ctx, tj, rt.Kind)
+	case err != nil:
 		return stages.Retry(), err
 	}
+	kind := rt.Kind
 	if err := s.markResolved(ctx, tj, kind); err != nil {
 		return stages.Retry(), err
 	}
-	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{
-		Runtime: plan.Runtime{Kind: kind, Name: tj.Spec.RuntimeRef.Name, Spec: spec},
-		Stage:   1,
-	})
+	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{Runtime: rt, Stage: 1})
 	return stages.Continue(), nil
 }
 
-// lookup returns the spec of the runtime from the informer cache (read only).
-func (s *Stage) lookup(kind, namespace, name string) (*trainer.TrainingRuntimeSpec, error) {
-	if kind == trainer.TrainingRuntimeKind {
-		rt, err := s.TrainingRuntimes.TrainingRuntimes(namespace).Get(name)
-		if err != nil {
-			return nil, err
-		}
-		return &rt.Spec, nil
-	}
-	rt, err := s.ClusterTrainingRuntimes.Get(name)
+// UnsupportedKindError is Resolve's error for a runtimeRef naming a kind or group other
+// than trainer.kubeflow.org TrainingRuntime or ClusterTrainingRuntime. Its text is the
+// upstream condition message "unsupported runtime: <Kind>.<group>".
+type UnsupportedKindError struct{ Message string }
+
+func (e *UnsupportedKindError) Error() string { return e.Message }
+
+// Resolve finds the runtime tj references (TrainingRuntimes in tj's namespace) through
+// the listers, whose objects it shares: the returned Spec is read only. Errors: an
+// *UnsupportedKindError for a runtimeRef of another kind or group; the listers' NotFound
+// (apierrors.IsNotFound) when the runtime does not exist, with the returned Runtime's
+// Kind and Name set; any other lister error as is. The controller's stage 1 and the
+// offline renderer (package render) both resolve with it.
+func Resolve(tj *trainer.TrainJob, trs trainerlisters.TrainingRuntimeLister, ctrs trainerlisters.ClusterTrainingRuntimeLister) (plan.Runtime, error) {
+	kind, err := trainjob.RuntimeKind(tj)
 	if err != nil {
-		return nil, err
+		return plan.Runtime{}, &UnsupportedKindError{Message: err.Error()}
 	}
-	return &rt.Spec, nil
+	rt := plan.Runtime{Kind: kind, Name: tj.Spec.RuntimeRef.Name}
+	if kind == trainer.TrainingRuntimeKind {
+		obj, err := trs.TrainingRuntimes(tj.Namespace).Get(rt.Name)
+		if err != nil {
+			return rt, err
+		}
+		rt.Spec = &obj.Spec
+		return rt, nil
+	}
+	obj, err := ctrs.Get(rt.Name)
+	if err != nil {
+		return rt, err
+	}
+	rt.Spec = &obj.Spec
+	return rt, nil
 }
 
 func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, message string) (stages.Result, error) {

@@ -10,8 +10,6 @@ package status
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -21,8 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -165,25 +161,25 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if !mayApply(tj, js) {
 		return false, nil
 	}
-	desired := p.JobSet.DeepCopy()
-	hash, err := hashOf(desired, p.Objects)
+	desired, err := DesiredOf(p)
 	if err != nil {
 		return false, err
 	}
+	hash := desired.Hash
 	key := cache.MetaObjectToName(tj)
 	if s.lastApplied(key, tj.UID) == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
 		return false, nil
 	}
-	if desired.Annotations == nil {
-		desired.Annotations = map[string]string{}
-	}
-	desired.Annotations[AnnotationJobSetHash] = hash
-	body, err := applyBody(desired)
+	applyObj, err := desired.JobSetObject()
 	if err != nil {
 		return false, err
 	}
+	body, err := json.Marshal(applyObj)
+	if err != nil {
+		return false, fmt.Errorf("encoding JobSet: %w", err)
+	}
 	// Side objects first: pods must find their PodGroup or Workload when they appear.
-	for _, obj := range p.Objects {
+	for _, obj := range desired.Objects {
 		if s.Objects == nil {
 			return false, fmt.Errorf("the plan holds a %s but the status stage has no ObjectApplier", obj.GetKind())
 		}
@@ -275,38 +271,4 @@ func (s *Stage) now() time.Time {
 		return time.Now()
 	}
 	return s.Clock.Now()
-}
-
-// hashOf returns a hex SHA-256 (128 bits) of the JobSet's and the side objects' JSON,
-// excluding the hash annotation itself: what the plan would apply.
-func hashOf(js *jobsetv1alpha2.JobSet, objects []*unstructured.Unstructured) (string, error) {
-	copy := js.DeepCopy()
-	delete(copy.Annotations, AnnotationJobSetHash)
-	h := sha256.New()
-	enc := json.NewEncoder(h)
-	if err := enc.Encode(copy); err != nil {
-		return "", fmt.Errorf("hashing JobSet: %w", err)
-	}
-	for _, obj := range objects {
-		if err := enc.Encode(obj.Object); err != nil {
-			return "", fmt.Errorf("hashing %s: %w", obj.GetKind(), err)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
-}
-
-// applyBody is the server-side apply request for js: its JSON without status and
-// without the null creationTimestamp a typed object carries, so the field manager owns
-// exactly the fields the controller sets.
-func applyBody(js *jobsetv1alpha2.JobSet) ([]byte, error) {
-	js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(js)
-	if err != nil {
-		return nil, fmt.Errorf("encoding JobSet: %w", err)
-	}
-	delete(obj, "status")
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		delete(md, "creationTimestamp")
-	}
-	return json.Marshal(obj)
 }

@@ -1,0 +1,131 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trainyard/trainyard/pkg/render"
+)
+
+// RenderCommand is the subcommand name of the offline renderer: `trainyard render`.
+const RenderCommand = "render"
+
+// Exit codes of RunRender.
+const (
+	ExitOK         = 0
+	ExitBadInput   = 1 // a file, an object or a TrainJob cannot be rendered
+	ExitBadCommand = 2 // unknown flag, missing -f
+)
+
+const renderUsage = `Usage: trainyard render -f FILE [-f FILE ...] [flags]
+
+Prints, as YAML, every object Trainyard would apply for each TrainJob in the files
+(PodGroups, Workloads, ConfigMaps, Secrets with their data redacted, then the JobSet),
+built offline by the controller's own stages. Pass the TrainJob, its TrainingRuntime or
+ClusterTrainingRuntime, and the ResourceClaimTemplates, ResourceClaims and DeviceClasses
+its pods claim. A TrainJob that cannot be built prints the error the controller would
+put in its condition, naming the file, the object and the field, and exits 1.
+
+Flags:
+`
+
+// RunRender runs `trainyard render` with args (the arguments after "render"), reading
+// "-f -" from stdin and writing the YAML to stdout and errors to stderr. It returns the
+// process exit code: ExitOK, ExitBadInput or ExitBadCommand. Nothing is written to
+// stdout unless every TrainJob rendered.
+func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var (
+		files       []string
+		namespace   string
+		apiVersions []string
+	)
+	fs := pflag.NewFlagSet("trainyard render", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringArrayVarP(&files, "filename", "f", nil, `File of YAML or JSON documents to read; "-" reads stdin. Repeatable.`)
+	fs.StringVarP(&namespace, "namespace", "n", "default", "Namespace of the namespaced inputs that set none.")
+	fs.StringSliceVar(&apiVersions, "api-versions", nil, "Group versions the cluster serves, as discovery would report them, e.g. "+
+		"scheduling.x-k8s.io/v1alpha1,resource.k8s.io/v1 (gang backends: scheduling.k8s.io/v1alpha2, scheduling.x-k8s.io/v1alpha1, "+
+		"scheduling.volcano.sh/v1beta1; DRA: resource.k8s.io/v1). Default: every API is served.")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, renderUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return ExitOK
+		}
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return ExitBadCommand
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "trainyard render: unexpected arguments %q: pass files with -f\n", fs.Args())
+		return ExitBadCommand
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "trainyard render: no input: pass the TrainJob and its runtime with -f FILE (-f - for stdin)")
+		return ExitBadCommand
+	}
+
+	sources, err := readSources(files, stdin)
+	if err != nil {
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return ExitBadInput
+	}
+	opts := render.Options{}
+	if fs.Changed("api-versions") {
+		opts.APIVersions = append([]string{}, apiVersions...)
+	}
+	in, err := render.Load(sources, namespace)
+	if err != nil {
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return ExitBadInput
+	}
+	results, err := render.Render(ctx, in, opts)
+	if err != nil {
+		// One line per TrainJob that failed.
+		errs := []error{err}
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = joined.Unwrap()
+		}
+		for _, e := range errs {
+			fmt.Fprintln(stderr, "trainyard render:", e)
+		}
+		return ExitBadInput
+	}
+	if err := render.WriteYAML(stdout, results); err != nil {
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return ExitBadInput
+	}
+	return ExitOK
+}
+
+// readSources reads each file, "-" once from stdin.
+func readSources(files []string, stdin io.Reader) ([]render.Source, error) {
+	sources := make([]render.Source, 0, len(files))
+	readStdin := false
+	for _, f := range files {
+		if f == "-" {
+			if readStdin {
+				return nil, errors.New(`-f -: stdin can be read only once`)
+			}
+			readStdin = true
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("reading stdin: %w", err)
+			}
+			sources = append(sources, render.Source{Name: "<stdin>", Data: data})
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, render.Source{Name: f, Data: data})
+	}
+	return sources, nil
+}

@@ -1,0 +1,55 @@
+// Package build lists pipeline stages 2–5, the steps that build a TrainJob's plan after
+// stage 1 resolved its runtime (merge patches, ML policy, gang scheduling, DRA claims), in
+// pipeline order and with their backends. The controller (cmd/trainyard) wraps each in a
+// step.Stage; the offline renderer (package render) calls them in a loop. Both get the
+// list from here, so they run the same code in the same order.
+package build
+
+import (
+	"context"
+
+	"github.com/trainyard/trainyard/pkg/stages/dra"
+	"github.com/trainyard/trainyard/pkg/stages/gang"
+	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
+	"github.com/trainyard/trainyard/pkg/stages/gang/kai"
+	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
+	"github.com/trainyard/trainyard/pkg/stages/gang/workload"
+	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
+	"github.com/trainyard/trainyard/pkg/stages/step"
+)
+
+// Step is one plan-building stage.
+type Step struct {
+	// Name is the stage's name (its queue and metrics label); Index its 1-based position.
+	Name  string
+	Index int
+	Func  step.Func
+}
+
+// ServedFunc returns a check of whether the API server serves all of resources in
+// groupVersion (e.g. "scheduling.x-k8s.io/v1alpha1", "podgroups"). The controller
+// answers from discovery (gang.ServedCheck), the renderer from its flags.
+type ServedFunc func(groupVersion string, resources ...string) func(context.Context) bool
+
+// GangBackends returns the gang-scheduling backends in the order stage 4 tries them,
+// each backend that creates objects asking served whether its API exists.
+func GangBackends(served ServedFunc) []gang.Backend {
+	return []gang.Backend{
+		workload.Backend{Served: served(workload.GroupVersion.String(), "workloads", "podgroups")},
+		kai.Backend{},
+		coscheduling.Backend{Served: served(coscheduling.GroupVersion, "podgroups")},
+		volcano.Backend{Served: served(volcano.GroupVersion, "podgroups")},
+	}
+}
+
+// Steps returns stages 2–5 in pipeline order: merge patches, the ML policy with
+// mlpolicy.DefaultPlugins, gang scheduling over backends, and DRA claims.
+func Steps(backends []gang.Backend, claims *dra.Claims) []Step {
+	return []Step{
+		{Name: mergepatches.Name, Index: mergepatches.Index, Func: mergepatches.Step()},
+		{Name: mlpolicy.Name, Index: mlpolicy.Index, Func: mlpolicy.Step(mlpolicy.DefaultPlugins())},
+		{Name: gang.Name, Index: gang.Index, Func: gang.Step(backends)},
+		{Name: dra.Name, Index: dra.Index, Func: claims.Step()},
+	}
+}
