@@ -280,7 +280,8 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		&resolveruntime.Stage{
 			TrainJobs: inf.TrainJobLister, TrainingRuntimes: inf.TrainingRuntimeLister,
 			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
-			Plans:                   plans, Status: writer, Recorder: recorder,
+			JobSets:                 inf.JobSetLister, JobSetAPI: jobsets,
+			Plans: plans, Status: writer, Recorder: recorder,
 		},
 		stepStage(mergepatches.Name, mergepatches.Index, mergepatches.Step()),
 		stepStage(mlpolicy.Name, mlpolicy.Index, mlpolicy.Step(mlpolicy.DefaultPlugins())),
