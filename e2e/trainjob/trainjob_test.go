@@ -55,18 +55,27 @@ func newEnv(t *testing.T) *env {
 // ClusterTrainingRuntime, unmodified, from shared/upstream.
 func (e *env) ensureUpstreamTorchRuntime(t *testing.T) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(utiltesting.UpstreamDir(t), "runtimes", "torch_distributed.yaml"))
+	e.ensureUpstreamRuntime(t, "torch_distributed.yaml")
+}
+
+// ensureUpstreamRuntime installs the upstream ClusterTrainingRuntime in
+// shared/upstream/runtimes/<file>, unmodified (a copy already installed by an earlier
+// test is kept), and returns its name.
+func (e *env) ensureUpstreamRuntime(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(utiltesting.UpstreamDir(t), "runtimes", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt := &trainer.ClusterTrainingRuntime{}
 	if err := yaml.UnmarshalStrict(data, rt); err != nil {
-		t.Fatalf("decoding the upstream runtime: %v", err)
+		t.Fatalf("decoding the upstream runtime %s: %v", file, err)
 	}
 	_, err = e.trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(context.Background(), rt, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating ClusterTrainingRuntime %s: %v", rt.Name, err)
 	}
+	return rt.Name
 }
 
 // createRuntime creates a namespaced TrainingRuntime shaped like torch-distributed,
@@ -184,22 +193,12 @@ func TestTorchTrainJobRunsToComplete(t *testing.T) {
 	}
 	pods := e.waitPods(t, "torch", 2)
 	for _, pod := range pods {
-		env := map[string]corev1.EnvVar{}
-		for _, v := range pod.Spec.Containers[0].Env {
-			env[v.Name] = v
-		}
-		for name, want := range map[string]string{
+		node := podContainer(t, pod, trainer.ContainerNode)
+		expectEnv(t, pod.Name, node, map[string]string{
 			"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1",
 			"PET_MASTER_ADDR": "torch-node-0-0.torch", "PET_MASTER_PORT": "29500",
-		} {
-			if got := env[name].Value; got != want {
-				t.Errorf("pod %s: %s = %q, want %q", pod.Name, name, got, want)
-			}
-		}
-		if ref := env["PET_NODE_RANK"].ValueFrom; ref == nil || ref.FieldRef == nil ||
-			ref.FieldRef.FieldPath != "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
-			t.Errorf("pod %s: PET_NODE_RANK = %+v, want the Job completion index", pod.Name, env["PET_NODE_RANK"])
-		}
+		})
+		expectCompletionIndex(t, pod.Name, node, "PET_NODE_RANK")
 	}
 
 	complete := e.waitCondition(t, "torch", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)

@@ -12,6 +12,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -156,6 +157,7 @@ func fullJobSet() *jobsetv1alpha2.JobSet {
 	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
 	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(true).
 		Annotation("trainyard.dev/jobset-hash", "abc").
+		Annotation(plan.AnnotationRuntimeSnapshot, `{"kind":"ClusterTrainingRuntime"}`).
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "initializer", Replicas: 1, Template: jobTemplate("init")}).
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 4, Template: jobTemplate("node")}).
 		Condition(utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")).
@@ -177,6 +179,7 @@ func TestTrimJobSet(t *testing.T) {
 	in := fullJobSet()
 	want := in.DeepCopy()
 	want.ManagedFields = nil
+	delete(want.Annotations, plan.AnnotationRuntimeSnapshot)
 	for i := range want.Spec.ReplicatedJobs {
 		want.Spec.ReplicatedJobs[i].Template = batchv1.JobTemplateSpec{}
 	}

@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // Router takes the keys the event handlers route: the pipeline.
@@ -95,15 +98,13 @@ func (h *handlers) deleteTrainJob(obj any) {
 	}
 }
 
-// addRuntime sends every TrainJob referencing a runtime that appeared to the build
+// addRuntime sends the TrainJobs referencing a runtime that appeared to the build
 // stage: TrainJobs waiting for a missing runtime proceed by themselves.
 func (h *handlers) addRuntime(obj any) {
 	h.enqueueReferencing(obj)
 }
 
-// updateRuntime does the same on a spec change. Running JobSets are never modified
-// (the status stage's gate), so this only affects TrainJobs not yet started or
-// suspended ones.
+// updateRuntime does the same on a spec change (a new generation).
 func (h *handlers) updateRuntime(oldObj, newObj any) {
 	o, n := metaOf(oldObj), metaOf(newObj)
 	if o != nil && n != nil && o.GetGeneration() != n.GetGeneration() {
@@ -111,6 +112,9 @@ func (h *handlers) updateRuntime(oldObj, newObj any) {
 	}
 }
 
+// enqueueReferencing sends to the build stage the TrainJobs that reference the runtime
+// (the IndexRuntimeRef index, never a list of all TrainJobs) and that a runtime change
+// can still affect (RuntimeMayAffect).
 func (h *handlers) enqueueReferencing(obj any) {
 	var key string
 	switch rt := obj.(type) {
@@ -127,10 +131,23 @@ func (h *handlers) enqueueReferencing(obj any) {
 		return
 	}
 	for _, obj := range jobs {
-		if tj, ok := obj.(*trainer.TrainJob); ok {
+		if tj, ok := obj.(*trainer.TrainJob); ok && RuntimeMayAffect(tj, h.in.JobSetLister) {
 			h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(tj))
 		}
 	}
+}
+
+// RuntimeMayAffect reports whether a change of tj's runtime can change what is built
+// for tj: not when tj is finished (never rebuilt, trainer-compat §2.1), managed by
+// another controller, being deleted, or has a JobSet (its runtime is the snapshot the
+// JobSet records, trainer-compat §2.2; a JobSet of the same name that tj does not
+// control blocks tj whatever its runtime says). It reads only the caches.
+func RuntimeMayAffect(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
+	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
+		return false
+	}
+	_, err := jobSets.JobSets(tj.Namespace).Get(tj.Name)
+	return apierrors.IsNotFound(err)
 }
 
 // ownedChanged routes the creation or deletion of an object a TrainJob controls (its

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetfake "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
@@ -560,16 +561,42 @@ func TestHandlersTombstones(t *testing.T) {
 }
 
 // TestHandlersRuntimeFanOut calls the runtime handlers directly over a TrainJob indexer
-// seeded with the real indexer function.
+// seeded with the real indexer function and a JobSet cache: a runtime event reaches
+// only the TrainJobs that reference the runtime and that the change may still affect.
 func TestHandlersRuntimeFanOut(t *testing.T) {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{IndexRuntimeRef: indexByRuntimeRef})
+	jobSets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	torch := func(ns, name string) *utiltesting.TrainJobWrapper {
+		return utiltesting.MakeTrainJob(ns, name).RuntimeRef(trainer.TrainingRuntimeKind, "torch")
+	}
+	done := func(typ string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: "x"}
+	}
+	running := torch("team-a", "running").UID("uid-running").Obj()
+	suspended := torch("team-a", "suspended").UID("uid-suspended").Suspend(true).Obj()
+	blocked := torch("team-a", "blocked").Obj()
 	for _, tj := range []runtime.Object{
-		utiltesting.MakeTrainJob("team-a", "a").RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
-		utiltesting.MakeTrainJob("team-b", "b").RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
+		torch("team-a", "a").Obj(),
+		torch("team-b", "b").Obj(),
 		utiltesting.MakeTrainJob("team-a", "c").RuntimeRef("", "torch").Obj(),
 		utiltesting.MakeTrainJob("team-b", "d").RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+		torch("team-a", "queued").Suspend(true).Obj(),
+		torch("team-a", "complete").Condition(done(trainer.TrainJobComplete)).Obj(),
+		torch("team-a", "failed").Condition(done(trainer.TrainJobFailed)).Obj(),
+		torch("team-a", "multikueue").ManagedBy("kueue.x-k8s.io/multikueue").Obj(),
+		torch("team-a", "deleting").Deleting(time.Unix(1, 0)).Obj(),
+		running, suspended, blocked,
 	} {
 		if err := indexer.Add(tj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, js := range []*jobsetv1alpha2.JobSet{
+		utiltesting.MakeJobSet("team-a", "running").ControlledBy(running).Suspend(false).Obj(),
+		utiltesting.MakeJobSet("team-a", "suspended").ControlledBy(suspended).Suspend(true).Obj(),
+		utiltesting.MakeJobSet("team-a", "blocked").Obj(), // someone else's
+	} {
+		if err := jobSets.Add(js); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -580,6 +607,8 @@ func TestHandlersRuntimeFanOut(t *testing.T) {
 	ctrSame := ctr.DeepCopy()
 	ctrSame.Labels = map[string]string{"x": "y"}
 	key := func(ns, name string) cache.ObjectName { return cache.ObjectName{Namespace: ns, Name: name} }
+	// Not started (no JobSet), queued or not: what a runtime change still affects.
+	unstarted := []route{{build, key("team-a", "a")}, {build, key("team-a", "queued")}}
 
 	cases := map[string]struct {
 		call func(h *handlers)
@@ -587,7 +616,7 @@ func TestHandlersRuntimeFanOut(t *testing.T) {
 	}{
 		"TrainingRuntime added": {
 			call: func(h *handlers) { h.addRuntime(tr) },
-			want: []route{{build, key("team-a", "a")}},
+			want: unstarted,
 		},
 		"ClusterTrainingRuntime added": {
 			call: func(h *handlers) { h.addRuntime(ctr) },
@@ -595,7 +624,7 @@ func TestHandlersRuntimeFanOut(t *testing.T) {
 		},
 		"TrainingRuntime spec changed": {
 			call: func(h *handlers) { h.updateRuntime(tr, trNew) },
-			want: []route{{build, key("team-a", "a")}},
+			want: unstarted,
 		},
 		"ClusterTrainingRuntime metadata changed": {
 			call: func(h *handlers) { h.updateRuntime(ctr, ctrSame) },
@@ -608,8 +637,8 @@ func TestHandlersRuntimeFanOut(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			logger, _ := ktesting.NewTestContext(t)
 			r := &fakeRouter{}
-			h := &handlers{in: &Informers{TrainJobs: indexerInformer{indexer: indexer}}, router: r,
-				routes: Routes{Build: build, Status: status}, logger: logger}
+			h := &handlers{in: &Informers{TrainJobs: indexerInformer{indexer: indexer}, JobSetLister: jobsetlisters.NewJobSetLister(jobSets)},
+				router: r, routes: Routes{Build: build, Status: status}, logger: logger}
 			tc.call(h)
 			got := r.snapshot()
 			slices.SortFunc(got, func(a, b route) int { return strings.Compare(a.String(), b.String()) })

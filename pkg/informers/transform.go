@@ -4,6 +4,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
 // StripManagedFields is a cache.TransformFunc that drops metadata.managedFields, which
@@ -19,14 +21,17 @@ func StripManagedFields(obj any) (any, error) {
 // TrimJobSet is the JobSet cache transform. Besides managedFields it drops the
 // replicatedJobs' Job templates — most of a JobSet's bytes, and never read from the cache:
 // the desired JobSet comes from the plan and is compared through the
-// trainyard.dev/jobset-hash annotation. Kept: metadata, spec.suspend, replicatedJob
-// names and replicas, and status.
+// trainyard.dev/jobset-hash annotation — and the runtime snapshot annotation
+// (plan.AnnotationRuntimeSnapshot), about as large and read from the API only when a
+// TrainJob that has a JobSet is rebuilt. Kept: the rest of metadata, spec.suspend,
+// replicatedJob names and replicas, and status.
 func TrimJobSet(obj any) (any, error) {
 	js, ok := obj.(*jobsetv1alpha2.JobSet)
 	if !ok {
 		return StripManagedFields(obj)
 	}
 	js.ManagedFields = nil
+	delete(js.Annotations, plan.AnnotationRuntimeSnapshot)
 	for i := range js.Spec.ReplicatedJobs {
 		js.Spec.ReplicatedJobs[i].Template = jobTemplateTrimmed
 	}

@@ -309,6 +309,9 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 			t.Errorf("JobSet labels (-want +got):\n%s", diff)
 		}
 	}
+	if snapshot := js.Annotations[plan.AnnotationRuntimeSnapshot]; snapshot == "" {
+		t.Errorf("JobSet has no %s annotation", plan.AnnotationRuntimeSnapshot)
+	}
 	if want.annotations != nil {
 		if diff := cmp.Diff(want.annotations, withoutHash(js.Annotations)); diff != "" {
 			t.Errorf("JobSet annotations besides the hash (-want +got):\n%s", diff)
@@ -370,10 +373,12 @@ var emptyMapIsNil = cmp.Transformer("emptyIsNil", func(m map[string]string) map[
 	return m
 })
 
+// withoutHash drops Trainyard's bookkeeping annotations: the hash and the runtime
+// snapshot (checked on their own in checkFacts).
 func withoutHash(m map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if k != "trainyard.dev/jobset-hash" {
+		if k != "trainyard.dev/jobset-hash" && k != plan.AnnotationRuntimeSnapshot {
 			out[k] = v
 		}
 	}

@@ -278,7 +278,8 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		&resolveruntime.Stage{
 			TrainJobs: inf.TrainJobLister, TrainingRuntimes: inf.TrainingRuntimeLister,
 			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
-			Plans:                   plans, Status: writer, Recorder: recorder,
+			JobSets:                 inf.JobSetLister, JobSetAPI: jobsets,
+			Plans: plans, Status: writer, Recorder: recorder,
 		},
 	}
 	for _, s := range build.Steps(deps.gangBackends, draClaims(deps.dra, recorder)) {

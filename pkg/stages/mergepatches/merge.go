@@ -24,7 +24,9 @@ import (
 //
 //   - TypeMeta jobset.x-k8s.io/v1alpha2 JobSet; name and namespace of tj; a controller
 //     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
-//     each runtimePatch's template metadata, in list order (§2.3 step 1);
+//     each runtimePatch's template metadata, in list order (§2.3 step 1), plus
+//     plan.AnnotationRuntimeSnapshot = rt.Snapshot when set (the runtime snapshot,
+//     §2.2, which no runtimePatch overrides);
 //   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge patch,
 //     in list order, keeping the runtime's replicatedJobs order (§2.3 step 2);
 //   - spec.trainer.resourcesPerNode merged into the trainer "node" container (§2.3 step 4);
@@ -60,6 +62,12 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 			Annotations:     overlayMetadata(rt.Spec.Template.Annotations, tj, annotationsOf),
 			OwnerReferences: []metav1.OwnerReference{ownerReference(tj)},
 		},
+	}
+	if rt.Snapshot != "" {
+		if js.Annotations == nil {
+			js.Annotations = map[string]string{}
+		}
+		js.Annotations[plan.AnnotationRuntimeSnapshot] = rt.Snapshot
 	}
 	rt.Spec.Template.Spec.DeepCopyInto(&js.Spec)
 	if err := applyRuntimePatches(tj, rt, &js.Spec); err != nil {

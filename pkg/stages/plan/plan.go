@@ -42,6 +42,10 @@ type Runtime struct {
 	Name string
 	// Spec is the runtime's spec. It is shared with the informer cache: read only.
 	Spec *trainer.TrainingRuntimeSpec
+	// Snapshot is the AnnotationRuntimeSnapshot value the JobSet carries: Spec as
+	// recorded when the TrainJob was first built (EncodeSnapshot, DecodeSnapshot).
+	// Empty leaves the JobSet without one (tests, offline tools).
+	Snapshot string
 }
 
 // DeepCopy returns a copy of p that shares only Runtime.Spec (read-only by contract).

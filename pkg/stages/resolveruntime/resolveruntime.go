@@ -10,11 +10,21 @@
 //     the TrainJob waits, and the runtime's creation event brings it back (no retry loop).
 //     (Upstream only retries with backoff and emits events.)
 //   - found: the plan for this TrainJob generation is stored and the key moves on.
+//
+// Runtime snapshots (trainer-compat §2.2, KEP-2599): once a TrainJob has a JobSet, its
+// runtime comes from the JobSet's trainyard.dev/runtime-snapshot annotation
+// (plan.AnnotationRuntimeSnapshot), which records the runtime the first build used, and
+// never from the live runtime again: editing or deleting a runtime changes no TrainJob
+// that has started, not even a suspended one on resume (upstream's behaviour). The
+// JobSet informer's cache drops the annotation (it is as large as the Job templates the
+// cache already drops), so a rebuild of a TrainJob that has a JobSet costs one GET of
+// the JobSet. Recording the snapshot costs no write: it rides on the JobSet apply that
+// happens anyway. A JobSet without the annotation (built before snapshots existed)
+// gets the live runtime recorded the next time it may be written (while suspended).
 package resolveruntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +33,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
@@ -41,9 +53,13 @@ type Stage struct {
 	TrainJobs               trainerlisters.TrainJobLister
 	TrainingRuntimes        trainerlisters.TrainingRuntimeLister
 	ClusterTrainingRuntimes trainerlisters.ClusterTrainingRuntimeLister
-	Plans                   *stages.Plans[plan.Plan]
-	Status                  *status.Writer
-	Recorder                events.EventRecorder
+	// JobSets (the cache) says whether a TrainJob has a JobSet; JobSetAPI reads its
+	// runtime snapshot, which the cache does not hold.
+	JobSets   jobsetlisters.JobSetLister
+	JobSetAPI jobsetclient.Interface
+	Plans     *stages.Plans[plan.Plan]
+	Status    *status.Writer
+	Recorder  events.EventRecorder
 }
 
 var _ stages.Stage = (*Stage)(nil)
@@ -53,29 +69,69 @@ func (s *Stage) Name() string { return Name }
 
 // Sync resolves the runtime of the TrainJob at key. It returns Continue with the plan
 // stored, WaitForEvent when there is nothing to do or the runtime is missing, Terminal
-// for an unsupported runtime kind, and an error (retried) when a status write fails.
+// for an unsupported runtime kind, a corrupt snapshot or a runtime too large to record
+// (each with a condition), and an error (retried) when an API call fails.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
 	tj, res, err := step.Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
 		return res, err
 	}
 
-	rt, err := Resolve(tj, s.TrainingRuntimes, s.ClusterTrainingRuntimes)
-	var unsupported *UnsupportedKindError
+	kind, err := trainjob.RuntimeKind(tj)
+	if err != nil {
+		return s.failUnsupported(ctx, tj, err.Error())
+	}
+	rt, err := s.snapshot(ctx, tj, kind)
+	if err == nil && rt == nil {
+		var live plan.Runtime
+		live, err = Resolve(tj, s.TrainingRuntimes, s.ClusterTrainingRuntimes)
+		rt = &live
+	}
 	switch {
-	case errors.As(err, &unsupported):
-		return s.failUnsupported(ctx, tj, unsupported.Error())
 	case apierrors.IsNotFound(err):
-		return s.waitForRuntime(ctx, tj, rt.Kind)
+		return s.waitForRuntime(ctx, tj, kind)
+	case plan.IsInputError(err):
+		return step.Reject(ctx, s.Status, s.Recorder, tj, err)
 	case err != nil:
 		return stages.Retry(), err
 	}
-	kind := rt.Kind
 	if err := s.markResolved(ctx, tj, kind); err != nil {
 		return stages.Retry(), err
 	}
-	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{Runtime: rt, Stage: 1})
+	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{
+		Runtime: *rt,
+		Stage:   1,
+	})
 	return stages.Continue(), nil
+}
+
+// snapshot returns the runtime recorded on the JobSet of tj, or nil when tj has no
+// JobSet it controls (a foreign one is the status stage's to report) or the JobSet has
+// no snapshot. Errors: the API's, and *plan.InvalidInputError for a corrupt snapshot.
+func (s *Stage) snapshot(ctx context.Context, tj *trainer.TrainJob, kind string) (*plan.Runtime, error) {
+	cached, err := s.JobSets.JobSets(tj.Namespace).Get(tj.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil || !metav1.IsControlledBy(cached, tj) {
+		return nil, err
+	}
+	js, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Get(ctx, tj.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the runtime snapshot of JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
+	}
+	value, ok := js.Annotations[plan.AnnotationRuntimeSnapshot]
+	if !ok || !metav1.IsControlledBy(js, tj) {
+		return nil, nil
+	}
+	rt, err := plan.DecodeSnapshot(value, kind, tj.Spec.RuntimeRef.Name, js.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &rt, nil
 }
 
 // UnsupportedKindError is Resolve's error for a runtimeRef naming a kind or group other
@@ -89,27 +145,36 @@ func (e *UnsupportedKindError) Error() string { return e.Message }
 // the listers, whose objects it shares: the returned Spec is read only. Errors: an
 // *UnsupportedKindError for a runtimeRef of another kind or group; the listers' NotFound
 // (apierrors.IsNotFound) when the runtime does not exist, with the returned Runtime's
-// Kind and Name set; any other lister error as is. The controller's stage 1 and the
-// offline renderer (package render) both resolve with it.
+// Kind and Name set; *plan.UnsupportedError for a runtime too large to record as the
+// snapshot (plan.EncodeSnapshot); any other lister error as is. The returned Runtime
+// carries the snapshot to record on the JobSet. The controller's stage 1 (for a
+// TrainJob without a JobSet) and the offline renderer (package render) both resolve
+// with it.
 func Resolve(tj *trainer.TrainJob, trs trainerlisters.TrainingRuntimeLister, ctrs trainerlisters.ClusterTrainingRuntimeLister) (plan.Runtime, error) {
 	kind, err := trainjob.RuntimeKind(tj)
 	if err != nil {
 		return plan.Runtime{}, &UnsupportedKindError{Message: err.Error()}
 	}
 	rt := plan.Runtime{Kind: kind, Name: tj.Spec.RuntimeRef.Name}
+	var objMeta metav1.ObjectMeta
 	if kind == trainer.TrainingRuntimeKind {
 		obj, err := trs.TrainingRuntimes(tj.Namespace).Get(rt.Name)
 		if err != nil {
 			return rt, err
 		}
-		rt.Spec = &obj.Spec
-		return rt, nil
+		rt.Spec, objMeta = &obj.Spec, obj.ObjectMeta
+	} else {
+		obj, err := ctrs.Get(rt.Name)
+		if err != nil {
+			return rt, err
+		}
+		rt.Spec, objMeta = &obj.Spec, obj.ObjectMeta
 	}
-	obj, err := ctrs.Get(rt.Name)
+	snapshot, err := plan.EncodeSnapshot(rt, objMeta)
 	if err != nil {
 		return rt, err
 	}
-	rt.Spec = &obj.Spec
+	rt.Snapshot = snapshot
 	return rt, nil
 }
 

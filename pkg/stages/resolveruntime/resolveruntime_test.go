@@ -7,16 +7,22 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetfake "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
@@ -42,9 +48,17 @@ type fixture struct {
 	// trainingRuntimes is the TrainingRuntime cache, for runtimes that appear later.
 	trainingRuntimes cache.Indexer
 	plans            *stages.Plans[plan.Plan]
+	// jobSetAPI holds the JobSets the fixture was given.
+	jobSetAPI *jobsetfake.Clientset
 }
 
 func newFixture(t *testing.T, tj *trainer.TrainJob, runtimes ...runtime.Object) *fixture {
+	return newFixtureWithJobSets(t, tj, nil, runtimes...)
+}
+
+// newFixtureWithJobSets also holds jobSets, in the cache trimmed as the informer trims
+// them (no snapshot annotation) and whole in the API.
+func newFixtureWithJobSets(t *testing.T, tj *trainer.TrainJob, jobSets []*jobsetv1alpha2.JobSet, runtimes ...runtime.Object) *fixture {
 	t.Helper()
 	var clientObjs, tjObjs, trObjs, ctrObjs []runtime.Object
 	if tj != nil {
@@ -66,11 +80,24 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, runtimes ...runtime.Object) 
 	trainingRuntimes := utiltesting.Indexer(t, trObjs...)
 	recorder := events.NewFakeRecorder(10)
 	plans := &stages.Plans[plan.Plan]{}
+	var cached, stored []runtime.Object
+	for _, js := range jobSets {
+		stored = append(stored, js.DeepCopy())
+		trimmed, err := informers.TrimJobSet(js.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached = append(cached, trimmed.(runtime.Object))
+	}
+	jobSetAPI := jobsetfake.NewSimpleClientset(stored...)
 	return &fixture{
+		jobSetAPI: jobSetAPI,
 		stage: &resolveruntime.Stage{
 			TrainJobs:               trainerlisters.NewTrainJobLister(trainJobs),
 			TrainingRuntimes:        trainerlisters.NewTrainingRuntimeLister(trainingRuntimes),
 			ClusterTrainingRuntimes: trainerlisters.NewClusterTrainingRuntimeLister(utiltesting.Indexer(t, ctrObjs...)),
+			JobSets:                 jobsetlisters.NewJobSetLister(utiltesting.Indexer(t, cached...)),
+			JobSetAPI:               jobSetAPI,
 			Plans:                   plans,
 			Status:                  &status.Writer{Client: client},
 			Recorder:                recorder,
@@ -113,11 +140,33 @@ func TestSync(t *testing.T) {
 	notFoundTR := `TrainingRuntime "torch" referenced by spec.runtimeRef not found in namespace "team-a": create it and the TrainJob proceeds by itself (spec.runtimeRef is immutable: to use another runtime, recreate the TrainJob)`
 	unsupportedHint := `: spec.runtimeRef must name a TrainingRuntime or ClusterTrainingRuntime of apiGroup trainer.kubeflow.org; runtimeRef is immutable, so recreate the TrainJob`
 	completed := utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully")
+
+	// The runtime as a TrainJob first built it, then edited (image) after that build.
+	ctrV1 := utiltesting.MakeClusterTrainingRuntime("torch")
+	ctrV1.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []corev1.Container{{Name: "node", Image: "torch:v1"}}
+	ctrV2 := ctrV1.DeepCopy()
+	ctrV2.Generation = 2
+	ctrV2.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image = "torch:v2"
+	snapV1, snapV2 := snapshotOf(t, ctrV1.Kind, ctrV1.ObjectMeta, &ctrV1.Spec), snapshotOf(t, ctrV2.Kind, ctrV2.ObjectMeta, &ctrV2.Spec)
+	owner := base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+	jobSet := func(snapshot string) *jobsetv1alpha2.JobSet {
+		w := utiltesting.MakeJobSet(ns, tjName).ControlledBy(owner).Suspend(true)
+		if snapshot != "" {
+			w.Annotation(plan.AnnotationRuntimeSnapshot, snapshot)
+		}
+		return w.Obj()
+	}
+	badSnapshot := func(message string) []metav1.Condition {
+		return []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
+			Reason: trainjob.ReasonInvalidSpec, ObservedGeneration: 3,
+			Message: "JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: " + message}}
+	}
 	waiting := utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionFalse, trainjob.ReasonRuntimeNotFound, notFoundCTR)
 
 	cases := map[string]struct {
 		trainJob  *trainer.TrainJob // nil: not in the cache
 		runtimes  []runtime.Object
+		jobSets   []*jobsetv1alpha2.JobSet
 		plan      *plan.Plan // stored for key before Sync
 		patchErr  error
 		want      stages.Result
@@ -200,9 +249,69 @@ func TestSync(t *testing.T) {
 			runtimes: []runtime.Object{ctr, tr},
 			want:     stages.Continue(),
 			wantPlan: &plan.Plan{
-				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec},
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec,
+					Snapshot: snapshotOf(t, ctr.Kind, ctr.ObjectMeta, &ctr.Spec)},
+				Stage: 1,
+			},
+		},
+		"JobSet records the runtime: built from the snapshot, not the edited runtime": {
+			trainJob: owner,
+			runtimes: []runtime.Object{ctrV2},
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSet(snapV1)},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
 			},
+		},
+		"JobSet records the runtime, runtime deleted since: built from the snapshot, no waiting": {
+			trainJob: owner,
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSet(snapV1)},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
+				Stage:   1,
+			},
+		},
+		"JobSet from before snapshots: the live runtime, recorded from now on": {
+			trainJob: owner,
+			runtimes: []runtime.Object{ctrV2},
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSet("")},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},
+				Stage:   1,
+			},
+		},
+		"someone else's JobSet: its annotation is ignored, the live runtime": {
+			trainJob: owner,
+			runtimes: []runtime.Object{ctrV2},
+			jobSets:  []*jobsetv1alpha2.JobSet{utiltesting.MakeJobSet(ns, tjName).Annotation(plan.AnnotationRuntimeSnapshot, snapV1).Obj()},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},
+				Stage:   1,
+			},
+		},
+		"corrupt snapshot: JobSetReady=False naming the annotation, terminal": {
+			trainJob:       owner,
+			runtimes:       []runtime.Object{ctrV2},
+			jobSets:        []*jobsetv1alpha2.JobSet{jobSet("{")},
+			want:           stages.Terminal(),
+			wantWrite:      []string{"patch trainjobs/status"},
+			wantConditions: badSnapshot("not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"),
+			wantEvents:     []string{"Warning " + trainjob.ReasonInvalidSpec + " JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"},
+		},
+		"snapshot of another runtime: JobSetReady=False, terminal": {
+			trainJob:  owner,
+			runtimes:  []runtime.Object{ctrV2},
+			jobSets:   []*jobsetv1alpha2.JobSet{jobSet(snapshotOf(t, trainer.TrainingRuntimeKind, tr.ObjectMeta, &tr.Spec))},
+			want:      stages.Terminal(),
+			wantWrite: []string{"patch trainjobs/status"},
+			wantConditions: badSnapshot("the snapshot records trainer.kubeflow.org/v1alpha1 TrainingRuntime/torch but spec.runtimeRef names " +
+				"ClusterTrainingRuntime/torch; restore the annotation's value"),
+			wantEvents: []string{"Warning " + trainjob.ReasonInvalidSpec + " JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: the snapshot records trainer.kubeflow.org/v1alpha1 TrainingRuntime/torch but spec.runtimeRef names " +
+				"ClusterTrainingRuntime/torch; restore the annotation's value"},
 		},
 		"TrainingRuntime found: plan stored, replacing a stale one": {
 			trainJob: base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
@@ -210,8 +319,9 @@ func TestSync(t *testing.T) {
 			plan:     stalePlan,
 			want:     stages.Continue(),
 			wantPlan: &plan.Plan{
-				Runtime: plan.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tr.Spec},
-				Stage:   1,
+				Runtime: plan.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tr.Spec,
+					Snapshot: snapshotOf(t, tr.Kind, tr.ObjectMeta, &tr.Spec)},
+				Stage: 1,
 			},
 		},
 		"runtime appeared: RuntimeResolved flipped to True, plan stored": {
@@ -222,8 +332,9 @@ func TestSync(t *testing.T) {
 			wantConditions: []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,
 				trainjob.ReasonRuntimeFound, `ClusterTrainingRuntime "torch" found`)},
 			wantPlan: &plan.Plan{
-				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec},
-				Stage:   1,
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec,
+					Snapshot: snapshotOf(t, ctr.Kind, ctr.ObjectMeta, &ctr.Spec)},
+				Stage: 1,
 			},
 		},
 		"runtime appeared but the status write fails: retried, no plan": {
@@ -240,7 +351,7 @@ func TestSync(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			f := newFixture(t, tc.trainJob, tc.runtimes...)
+			f := newFixtureWithJobSets(t, tc.trainJob, tc.jobSets, tc.runtimes...)
 			uid, gen := base.Obj().UID, base.Obj().Generation
 			if tc.plan != nil {
 				f.plans.Put(key, uid, gen, tc.plan)
@@ -261,6 +372,9 @@ func TestSync(t *testing.T) {
 			if diff := cmp.Diff(tc.wantWrite, utiltesting.Writes(f.client.Actions())); diff != "" {
 				t.Errorf("API writes (-want +got):\n%s", diff)
 			}
+			if w := utiltesting.Writes(f.jobSetAPI.Actions()); len(w) != 0 {
+				t.Errorf("JobSet writes %v, want none (the stage only reads)", w)
+			}
 			if diff := cmp.Diff(tc.wantEvents, utiltesting.Events(f.recorder)); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
@@ -270,7 +384,7 @@ func TestSync(t *testing.T) {
 				}
 			}
 			gotPlan, _ := f.plans.Get(key, uid, gen)
-			if diff := cmp.Diff(tc.wantPlan, gotPlan); diff != "" {
+			if diff := cmp.Diff(tc.wantPlan, gotPlan, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("stored plan (-want +got):\n%s", diff)
 			}
 			if tc.trainJob == nil && f.plans.Len() != 0 {
@@ -278,6 +392,16 @@ func TestSync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// snapshotOf is the snapshot annotation value for a runtime.
+func snapshotOf(t *testing.T, kind string, meta metav1.ObjectMeta, spec *trainer.TrainingRuntimeSpec) string {
+	t.Helper()
+	s, err := plan.EncodeSnapshot(plan.Runtime{Kind: kind, Name: meta.Name, Spec: spec}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestSyncWritesConditionOnce: a TrainJob synced again after its condition reached the

@@ -80,13 +80,21 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 // when the condition changed, so a resync does not repeat it). The TrainJob waits for
 // a change to itself or its runtime: both route it back to stage 1.
 func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (stages.Result, error) {
+	return Reject(ctx, s.Status, s.Recorder, tj, input)
+}
+
+// Reject is what a stage does with bad input (plan.IsInputError): JobSetReady=False,
+// reason InvalidSpec or NotSupported, with the error as message, and a Warning event
+// when the condition changed. It returns Terminal, or Retry with the status write's
+// error.
+func Reject(ctx context.Context, w *status.Writer, recorder events.EventRecorder, tj *trainer.TrainJob, input error) (stages.Result, error) {
 	reason := trainjob.ReasonInvalidSpec
 	var unsupported *plan.UnsupportedError
 	if errors.As(input, &unsupported) {
 		reason = trainjob.ReasonUnsupported
 	}
 	message := truncate(input.Error())
-	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+	wrote, err := w.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type:               trainjob.ConditionJobSetReady,
 			Status:             metav1.ConditionFalse,
@@ -99,7 +107,7 @@ func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (
 		return stages.Retry(), err
 	}
 	if wrote {
-		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, "Building", "%s", message)
+		recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, "Building", "%s", message)
 	}
 	return stages.Terminal(), nil
 }
