@@ -2,6 +2,7 @@ package informers
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -77,9 +79,27 @@ type handlers struct {
 }
 
 func (h *handlers) addTrainJob(obj any) {
-	if tj, ok := obj.(*trainer.TrainJob); ok {
-		h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(tj))
+	tj, ok := obj.(*trainer.TrainJob)
+	if !ok {
+		return
 	}
+	if Built(tj, h.in.JobSetLister) {
+		h.router.Enqueue(h.routes.Status, cache.MetaObjectToName(tj))
+		return
+	}
+	h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(tj))
+}
+
+// Built reports whether tj's JobSet in the cache was built from tj's current spec: tj
+// controls it and its plan.AnnotationTrainJobGeneration is tj's generation. Such a
+// TrainJob has nothing to rebuild (its runtime is the JobSet's snapshot), so the add
+// events of a controller start or an informer relist route it to the status stage:
+// a restart with thousands of running or suspended TrainJobs builds nothing and
+// reads no snapshot.
+func Built(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
+	js, err := jobSets.JobSets(tj.Namespace).Get(tj.Name)
+	return err == nil && metav1.IsControlledBy(js, tj) &&
+		js.Annotations[plan.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10)
 }
 
 // updateTrainJob rebuilds only on a spec change (a new generation). Status and metadata

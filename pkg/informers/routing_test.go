@@ -24,6 +24,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -694,6 +695,42 @@ func TestJobSetUpdatesAreBatched(t *testing.T) {
 			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}})
 			if got, ok := r[status+":team-a/llm"]; !ok || got != tc.want {
 				t.Errorf("routes %v, want status:team-a/llm after %v", r, tc.want)
+			}
+		})
+	}
+}
+
+// TestTrainJobAddRoutesBuiltToStatus: a TrainJob whose JobSet was built from its current
+// generation goes to the status stage on add (a controller restart rebuilds nothing);
+// any other goes to the build stage.
+func TestTrainJobAddRoutesBuiltToStatus(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-llm").Generation(3).Obj()
+	other := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-other").Obj()
+	generation := func(g string) *utiltesting.JobSetWrapper {
+		return utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Annotation(plan.AnnotationTrainJobGeneration, g)
+	}
+	for name, tc := range map[string]struct {
+		jobSet *jobsetv1alpha2.JobSet
+		want   string
+	}{
+		"no JobSet":                              {nil, build},
+		"JobSet of the current generation":       {generation("3").Obj(), status},
+		"JobSet of an older generation":          {generation("2").Obj(), build},
+		"JobSet without the annotation":          {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Obj(), build},
+		"someone else's JobSet, same generation": {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(other).Annotation(plan.AnnotationTrainJobGeneration, "3").Obj(), build},
+	} {
+		t.Run(name, func(t *testing.T) {
+			jobSets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if tc.jobSet != nil {
+				if err := jobSets.Add(tc.jobSet); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := delayRouter{}
+			h := &handlers{in: &Informers{JobSetLister: jobsetlisters.NewJobSetLister(jobSets)}, router: r, routes: Routes{Build: build, Status: status}}
+			h.addTrainJob(tj)
+			if _, ok := r[tc.want+":team-a/llm"]; !ok || len(r) != 1 {
+				t.Errorf("routes %v, want only %s:team-a/llm", r, tc.want)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ package mergepatches
 
 import (
 	"errors"
+	"strconv"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,8 @@ import (
 //     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
 //     each runtimePatch's template metadata, in list order (§2.3 step 1), plus
 //     plan.AnnotationRuntimeSnapshot = rt.Snapshot when set (the runtime snapshot,
-//     §2.2, which no runtimePatch overrides);
+//     §2.2) and plan.AnnotationTrainJobGeneration = tj's generation when it has one
+//     (objects from the API always do), neither of which a runtimePatch overrides;
 //   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge patch,
 //     in list order, keeping the runtime's replicatedJobs order (§2.3 step 2);
 //   - spec.trainer.resourcesPerNode merged into the trainer "node" container (§2.3 step 4);
@@ -63,11 +65,16 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 			OwnerReferences: []metav1.OwnerReference{ownerReference(tj)},
 		},
 	}
-	if rt.Snapshot != "" {
+	if rt.Snapshot != "" || tj.Generation > 0 {
 		if js.Annotations == nil {
 			js.Annotations = map[string]string{}
 		}
+	}
+	if rt.Snapshot != "" {
 		js.Annotations[plan.AnnotationRuntimeSnapshot] = rt.Snapshot
+	}
+	if tj.Generation > 0 {
+		js.Annotations[plan.AnnotationTrainJobGeneration] = strconv.FormatInt(tj.Generation, 10)
 	}
 	rt.Spec.Template.Spec.DeepCopyInto(&js.Spec)
 	if err := applyRuntimePatches(tj, rt, &js.Spec); err != nil {

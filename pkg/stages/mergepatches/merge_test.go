@@ -832,3 +832,22 @@ func TestMergeRuntimeSnapshot(t *testing.T) {
 		t.Errorf("annotations (-want +got):\n%s", diff)
 	}
 }
+
+// The JobSet records the TrainJob generation it is built from (the informers' routing
+// reads it to skip rebuilding a built TrainJob); a TrainJob without one (a file given to
+// `trainyard render`) leaves no annotation.
+func TestMergeTrainJobGeneration(t *testing.T) {
+	rt := plantest.SkeletonRuntime(nil)
+	tj := plantest.TrainJob(rt.Name, nil)
+	tj.Generation = 0
+	if js := mustMerge(t, tj, rt); js.Annotations[plan.AnnotationTrainJobGeneration] != "" {
+		t.Errorf("generation 0: annotations %v, want no %s", js.Annotations, plan.AnnotationTrainJobGeneration)
+	}
+	tj.Generation = 4
+	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "a.io/one", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
+		Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{plan.AnnotationTrainJobGeneration: "99"}}},
+	}}}
+	if got := mustMerge(t, tj, rt).Annotations[plan.AnnotationTrainJobGeneration]; got != "4" {
+		t.Errorf("%s = %q, want the TrainJob's generation 4 (not the patch's)", plan.AnnotationTrainJobGeneration, got)
+	}
+}

@@ -17,6 +17,15 @@ import (
 // JobSet annotations to Jobs or Pods.
 const AnnotationRuntimeSnapshot = "trainyard.dev/runtime-snapshot"
 
+// AnnotationTrainJobGeneration on a JobSet is the generation of the TrainJob it was
+// last built from (decimal). A JobSet that carries its TrainJob's current generation
+// has nothing left to rebuild — the runtime comes from the snapshot, and a TrainJob
+// spec change bumps the generation — so the informers' routing sends such a TrainJob
+// to the status stage only: a controller restart then builds nothing and reads no
+// snapshot, whatever the number of TrainJobs. Unlike the snapshot, the informer cache
+// keeps it (a few bytes).
+const AnnotationTrainJobGeneration = "trainyard.dev/trainjob-generation"
+
 // MaxSnapshotBytes bounds an encoded snapshot: all of an object's annotations together
 // may hold 256 KiB, and the runtime template's own annotations share that budget.
 const MaxSnapshotBytes = 128 << 10

@@ -229,7 +229,7 @@ func TestSyncCreatesJobSet(t *testing.T) {
 		t.Errorf("hash annotation = %q, want 32 hex digits", hash)
 	}
 	want := p.JobSet.DeepCopy()
-	want.Annotations = map[string]string{status.AnnotationJobSetHash: hash}
+	want.Annotations[status.AnnotationJobSetHash] = hash
 	if diff := cmp.Diff(want, &applied); diff != "" {
 		t.Errorf("applied JobSet (-want +got):\n%s", diff)
 	}

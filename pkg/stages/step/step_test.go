@@ -242,7 +242,7 @@ func TestSyncSuccess(t *testing.T) {
 	}
 	want := pristine.DeepCopy()
 	want.Stage = stageIndex
-	want.JobSet.Annotations = map[string]string{marker: "done"}
+	want.JobSet.Annotations[marker] = "done"
 	if diff := cmp.Diff(want, stored); diff != "" {
 		t.Errorf("stored plan (-want +got):\n%s", diff)
 	}
