@@ -82,8 +82,12 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (stages.Result, error) {
 	reason := trainjob.ReasonInvalidSpec
 	var unsupported *plan.UnsupportedError
-	if errors.As(input, &unsupported) {
+	var waiting *plan.WaitingError
+	switch {
+	case errors.As(input, &unsupported):
 		reason = trainjob.ReasonUnsupported
+	case errors.As(input, &waiting):
+		reason = waiting.Reason
 	}
 	message := truncate(input.Error())
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
