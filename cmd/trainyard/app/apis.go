@@ -47,7 +47,7 @@ type optionalAPIs struct {
 // served now; the others get a hook that runs when they appear.
 func (a *optionalAPIs) register(context.Context) error {
 	if a.served.Add(resourcev1.SchemeGroupVersion.String(), draResources, a.draServed) {
-		a.newDRA()
+		a.useDRA(informers.NewDRA(a.kube, 0))
 	} else {
 		a.logger.Info("resource.k8s.io/v1 is not served: TrainJobs with resource claims wait with a condition until it is")
 	}
@@ -73,10 +73,9 @@ func (a *optionalAPIs) register(context.Context) error {
 	return nil
 }
 
-// newDRA creates the DRA informers and hands their listers to the claims stage; the
-// caller holds no lock or runs before start.
-func (a *optionalAPIs) newDRA() {
-	in := informers.NewDRA(a.kube, 0)
+// useDRA keeps the DRA informers in and hands their listers to the claims stage; the
+// caller holds a.mu or runs before start.
+func (a *optionalAPIs) useDRA(in *informers.DRAInformers) {
 	a.dra = in
 	a.claims.SetListers(&dra.Listers{
 		Templates: in.ResourceClaimTemplateLister, ResourceClaims: in.ResourceClaimLister,
@@ -89,17 +88,16 @@ func (a *optionalAPIs) newDRA() {
 // that waited for the API.
 func (a *optionalAPIs) draServed(ctx context.Context) {
 	in := informers.NewDRA(a.kube, 0)
-	in.Start(a.ctx)
+	a.mu.Lock()
+	runCtx := a.ctx
+	a.mu.Unlock()
+	in.Start(runCtx)
 	if !in.WaitForCacheSync(ctx) {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.dra = in
-	a.claims.SetListers(&dra.Listers{
-		Templates: in.ResourceClaimTemplateLister, ResourceClaims: in.ResourceClaimLister,
-		DeviceClasses: in.DeviceClassLister, ResourceSlices: in.ResourceSliceLister,
-	})
+	a.useDRA(in)
 	if a.leading {
 		a.routeDRA()
 		a.resume()
