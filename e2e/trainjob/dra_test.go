@@ -104,6 +104,27 @@ func TestDRAMissingClaimTemplateWaitsThenProceeds(t *testing.T) {
 	e.waitCondition(t, "waits", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
 }
 
+// TestDRACapacityHint: a TrainJob whose gang needs more devices of the fake GPU class
+// than every ResourceSlice of the cluster holds waits with JobSetReady=False, reason
+// InsufficientDevices, naming the class, the devices needed and those published; no
+// JobSet is created.
+func TestDRACapacityHint(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createGPUClaimTemplate(t, "many-gpus", 32) // the API allows at most 32 per request
+	e.createRuntime(t, "torch-dra", nil)
+	e.createTrainJob(t, trainJob("too-big", trainer.TrainingRuntimeKind, "torch-dra").withNumNodes(3).withGPUClaim("many-gpus"))
+
+	waiting := e.waitCondition(t, "too-big", "JobSetReady", metav1.ConditionFalse, time.Minute)
+	want := fmt.Sprintf(`needs 96 devices of DeviceClass %q (replicatedJob node: 3 pods × 32 from ResourceClaimTemplate "many-gpus") but the cluster's ResourceSlices publish`, cluster.DeviceClassName)
+	if waiting.Reason != "InsufficientDevices" || !strings.Contains(waiting.Message, want) {
+		t.Errorf("JobSetReady = %s/%q, want InsufficientDevices containing %q", waiting.Reason, waiting.Message, want)
+	}
+	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(context.Background(), "too-big", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("JobSet of a TrainJob that can never get its devices: err = %v, want NotFound", err)
+	}
+}
+
 // createGPUClaimTemplate creates a ResourceClaimTemplate asking for n devices of the
 // fake driver's DeviceClass.
 func (e *env) createGPUClaimTemplate(t *testing.T, name string, n int64) {

@@ -3,10 +3,13 @@ package trainjob
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,12 +112,22 @@ func TestWorkloadGangSchedulesAllOrNothing(t *testing.T) {
 		return err == nil && bound == 0, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
 	})
 
+	// The wait is explained on the TrainJob, from the PodGroup's status.
+	waiting := e.waitCondition(t, "gang", "GangScheduled", metav1.ConditionFalse, time.Minute)
+	if waiting.Reason != "GangUnschedulable" || !strings.Contains(waiting.Message, "waiting for 3 pods to be schedulable together") ||
+		!strings.Contains(waiting.Message, "PodGroup gang-node") {
+		t.Errorf("GangScheduled = %s/%q, want GangUnschedulable explaining that 3 pods of PodGroup gang-node wait", waiting.Reason, waiting.Message)
+	}
+
 	e.addPoolNode(t, "b")
 	cluster.Eventually(t, time.Minute, "all three pods bound", func(ctx context.Context) (bool, string) {
 		bound, pending, err := e.boundPods(ctx, "gang")
 		return err == nil && bound == 3, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
 	})
 	e.waitCondition(t, "gang", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+	if scheduled := e.waitCondition(t, "gang", "GangScheduled", metav1.ConditionTrue, time.Minute); scheduled.Reason != "GangScheduled" {
+		t.Errorf("GangScheduled = True/%s, want reason GangScheduled", scheduled.Reason)
+	}
 
 	if err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Delete(context.Background(), "gang", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
 		t.Fatal(err)
@@ -205,4 +218,76 @@ func TestUpstreamPodGroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVolcanoCRDAbsentThenInstalled: with the Volcano PodGroup CRD absent, a TrainJob on
+// a podGroupPolicy.volcano runtime gets JobSetReady=False (NotSupported) naming the API
+// and no JobSet; once the CRD is installed the controller notices (ServedAPIs re-checks
+// every 30 s) and the TrainJob gets its PodGroup and JobSet by itself. The CRD is put
+// back however the test ends, so the package's other tests find it.
+func TestVolcanoCRDAbsentThenInstalled(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	apiext, err := apiextensionsclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const crdName = "podgroups.scheduling.volcano.sh"
+	crd, err := apiext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := crd.DeepCopy()
+	saved.ObjectMeta = metav1.ObjectMeta{Name: crd.Name, Labels: crd.Labels, Annotations: crd.Annotations}
+	saved.Status = apiextensionsv1.CustomResourceDefinitionStatus{}
+	install := func(ctx context.Context) error {
+		_, err := apiext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, saved, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	served := func() bool {
+		_, err := e.c.Client().Discovery().ServerResourcesForGroupVersion("scheduling.volcano.sh/v1beta1")
+		return err == nil
+	}
+	t.Cleanup(func() {
+		if err := install(context.Background()); err != nil {
+			t.Errorf("re-installing %s: %v", crdName, err)
+		}
+		cluster.Eventually(t, time.Minute, crdName+" served again", func(context.Context) (bool, string) { return served(), "" })
+	})
+	if err := apiext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, crdName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, time.Minute, crdName+" gone from discovery", func(context.Context) (bool, string) { return !served(), "" })
+
+	startController(t, e.c)
+	e.createRuntimeWith(t, "volcano", nil, func(rt *trainer.TrainingRuntime) {
+		rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{}}}
+	})
+	e.createTrainJob(t, trainJob("volcano", trainer.TrainingRuntimeKind, "volcano").withNumNodes(2))
+
+	waiting := e.waitCondition(t, "volcano", "JobSetReady", metav1.ConditionFalse, time.Minute)
+	if waiting.Reason != "NotSupported" || !strings.Contains(waiting.Message, "podGroupPolicy.volcano") ||
+		!strings.Contains(waiting.Message, "scheduling.volcano.sh/v1beta1 is not served") {
+		t.Errorf("JobSetReady = %s/%q, want NotSupported naming podGroupPolicy.volcano and scheduling.volcano.sh/v1beta1", waiting.Reason, waiting.Message)
+	}
+	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "volcano", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("JobSet of a TrainJob whose PodGroup API is absent: err = %v, want NotFound", err)
+	}
+
+	if err := install(ctx); err != nil {
+		t.Fatal(err)
+	}
+	volcanoGVR := schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "podgroups"}
+	cluster.Eventually(t, 2*time.Minute, "Volcano PodGroup once the CRD is installed", func(ctx context.Context) (bool, string) {
+		_, err := e.c.Dynamic().Resource(volcanoGVR).Namespace(e.ns).Get(ctx, "volcano", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	e.waitJobSet(t, "volcano")
+	e.waitCondition(t, "volcano", "JobSetReady", metav1.ConditionTrue, time.Minute)
 }

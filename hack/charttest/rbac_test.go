@@ -59,6 +59,13 @@ var controllerCalls = []grant{
 	{"scheduling.x-k8s.io", "podgroups", "patch", ""},
 	{"scheduling.volcano.sh", "podgroups", "create", ""},
 	{"scheduling.volcano.sh", "podgroups", "patch", ""},
+	// PodGroup status informers (pkg/informers/podgroups.go)
+	{"scheduling.k8s.io", "podgroups", "list", ""},
+	{"scheduling.k8s.io", "podgroups", "watch", ""},
+	{"scheduling.x-k8s.io", "podgroups", "list", ""},
+	{"scheduling.x-k8s.io", "podgroups", "watch", ""},
+	{"scheduling.volcano.sh", "podgroups", "list", ""},
+	{"scheduling.volcano.sh", "podgroups", "watch", ""},
 	// DRA informers (pkg/informers/dra.go)
 	{"resource.k8s.io", "resourceclaimtemplates", "get", ""},
 	{"resource.k8s.io", "resourceclaimtemplates", "list", ""},
@@ -69,6 +76,9 @@ var controllerCalls = []grant{
 	{"resource.k8s.io", "deviceclasses", "get", ""},
 	{"resource.k8s.io", "deviceclasses", "list", ""},
 	{"resource.k8s.io", "deviceclasses", "watch", ""},
+	{"resource.k8s.io", "resourceslices", "get", ""},
+	{"resource.k8s.io", "resourceslices", "list", ""},
+	{"resource.k8s.io", "resourceslices", "watch", ""},
 	// events.k8s.io/v1 recorder
 	{"events.k8s.io", "events", "create", ""},
 	{"events.k8s.io", "events", "patch", ""},
@@ -182,7 +192,6 @@ func TestRBACGrantsNothingDangerous(t *testing.T) {
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"scheduling.volcano.sh"}, Resources: []string{"queues"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update"}, ResourceNames: []string{"kube-scheduler"}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate"}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"create"}},

@@ -22,7 +22,8 @@ import (
 // DRAInformers holds the resource.k8s.io/v1 informers the DRA claims stage reads
 // (KEP-4381 structured parameters): ResourceClaimTemplates and ResourceClaims, to check
 // that the claims a TrainJob's pods reference exist, and DeviceClasses, to check the
-// classes those templates request. Create it with NewDRA, register handlers with Route,
+// classes those templates request; and ResourceSlices, to tell a gang that can never get
+// its devices (the DRA stage's capacity check). Create it with NewDRA, register handlers with Route,
 // then Start and WaitForCacheSync, like Informers.
 //
 // Only the additions matter: a TrainJob waiting for a missing object proceeds when it
@@ -34,10 +35,12 @@ type DRAInformers struct {
 	ResourceClaimTemplates cache.SharedIndexInformer
 	ResourceClaims         cache.SharedIndexInformer
 	DeviceClasses          cache.SharedIndexInformer
+	ResourceSlices         cache.SharedIndexInformer
 
 	ResourceClaimTemplateLister resourcelisters.ResourceClaimTemplateLister
 	ResourceClaimLister         resourcelisters.ResourceClaimLister
 	DeviceClassLister           resourcelisters.DeviceClassLister
+	ResourceSliceLister         resourcelisters.ResourceSliceLister
 }
 
 // NewDRA creates the DRA informers, with managedFields stripped from the cache. resync
@@ -53,9 +56,11 @@ func NewDRA(kube kubernetes.Interface, resync time.Duration) *DRAInformers {
 		ResourceClaimTemplates:      r.ResourceClaimTemplates().Informer(),
 		ResourceClaims:              r.ResourceClaims().Informer(),
 		DeviceClasses:               r.DeviceClasses().Informer(),
+		ResourceSlices:              r.ResourceSlices().Informer(),
 		ResourceClaimTemplateLister: r.ResourceClaimTemplates().Lister(),
 		ResourceClaimLister:         r.ResourceClaims().Lister(),
 		DeviceClassLister:           r.DeviceClasses().Lister(),
+		ResourceSliceLister:         r.ResourceSlices().Lister(),
 	}
 }
 
@@ -63,6 +68,9 @@ func NewDRA(kube kubernetes.Interface, resync time.Duration) *DRAInformers {
 // added to a namespace sends that namespace's unfinished TrainJobs to the build stage,
 // a DeviceClass added sends every unfinished TrainJob there. TrainJobs are listed from
 // trainJobs (the TrainJob lister, by its namespace index), so routing costs no API call.
+//
+// A ResourceSlice added, or changing its device count, sends the TrainJobs rejected for
+// insufficient devices (JobSetReady=False, InsufficientDevices) there.
 //
 // Objects in the informers' initial list route nowhere: at start every TrainJob is
 // built anyway (the TrainJob informer's own initial adds). Neither do ResourceClaims
@@ -86,6 +94,10 @@ func (d *DRAInformers) Route(logger klog.Logger, r Router, build string, trainJo
 			return fmt.Errorf("informers: adding %s event handler: %w", name, err)
 		}
 	}
+	slices := cache.ResourceEventHandlerDetailedFuncs{AddFunc: h.addSlice, UpdateFunc: h.updateSlice}
+	if _, err := d.ResourceSlices.AddEventHandlerWithOptions(slices, cache.HandlerOptions{Logger: &logger}); err != nil {
+		return fmt.Errorf("informers: adding ResourceSlice event handler: %w", err)
+	}
 	return nil
 }
 
@@ -96,12 +108,13 @@ func (d *DRAInformers) Start(ctx context.Context) { d.factory.Start(ctx.Done()) 
 // ctx ended first.
 func (d *DRAInformers) WaitForCacheSync(ctx context.Context) bool {
 	return cache.WaitForNamedCacheSyncWithContext(ctx,
-		d.ResourceClaimTemplates.HasSynced, d.ResourceClaims.HasSynced, d.DeviceClasses.HasSynced)
+		d.ResourceClaimTemplates.HasSynced, d.ResourceClaims.HasSynced, d.DeviceClasses.HasSynced, d.ResourceSlices.HasSynced)
 }
 
 // HasSynced reports whether every DRA informer has synced (for /readyz).
 func (d *DRAInformers) HasSynced() bool {
-	return d.ResourceClaimTemplates.HasSynced() && d.ResourceClaims.HasSynced() && d.DeviceClasses.HasSynced()
+	return d.ResourceClaimTemplates.HasSynced() && d.ResourceClaims.HasSynced() && d.DeviceClasses.HasSynced() &&
+		d.ResourceSlices.HasSynced()
 }
 
 // Shutdown waits for the informers' goroutines to end after ctx was cancelled.
@@ -134,6 +147,28 @@ func (h *draHandlers) addClaim(obj any, isInInitialList bool) {
 func (h *draHandlers) addDeviceClass(obj any, isInInitialList bool) {
 	if !isInInitialList {
 		h.enqueueUnfinished(metav1.NamespaceAll)
+	}
+}
+
+func (h *draHandlers) addSlice(_ any, isInInitialList bool) {
+	if !isInInitialList {
+		h.resumeInsufficient()
+	}
+}
+
+// updateSlice reacts only to a slice whose device count or driver changed: drivers
+// rewrite slices for attribute and generation changes that add no capacity.
+func (h *draHandlers) updateSlice(oldObj, newObj any) {
+	o, ok1 := oldObj.(*resourcev1.ResourceSlice)
+	n, ok2 := newObj.(*resourcev1.ResourceSlice)
+	if ok1 && ok2 && (len(o.Spec.Devices) != len(n.Spec.Devices) || o.Spec.Driver != n.Spec.Driver) {
+		h.resumeInsufficient()
+	}
+}
+
+func (h *draHandlers) resumeInsufficient() {
+	if err := EnqueueRejected(h.trainJobs, h.router, h.build, trainjob.ReasonInsufficientDevices); err != nil {
+		h.logger.Error(err, "Resuming TrainJobs that wait for devices")
 	}
 }
 

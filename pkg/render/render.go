@@ -49,10 +49,9 @@ type Options struct {
 	APIVersions []string
 }
 
-// served is the build.ServedFunc of o: resources are not checked, only group versions.
-func (o Options) served(groupVersion string, _ ...string) func(context.Context) bool {
-	ok := o.APIVersions == nil || slices.Contains(o.APIVersions, groupVersion)
-	return func(context.Context) bool { return ok }
+// served is the build.ServedFunc of o: group versions only, as the controller checks.
+func (o Options) served(groupVersion string) bool {
+	return o.APIVersions == nil || slices.Contains(o.APIVersions, groupVersion)
 }
 
 // Result is what the controller would apply for one TrainJob.
@@ -157,7 +156,7 @@ func newRenderer(in *Inputs, opts Options) (*renderer, error) {
 
 	// As the controller: DRA listers only when resource.k8s.io/v1 is served.
 	claims := &dra.Claims{Recorder: r.recorder}
-	if opts.served(resourcev1.SchemeGroupVersion.String())(context.Background()) {
+	if opts.served(resourcev1.SchemeGroupVersion.String()) {
 		templates, err := indexer(in.ResourceClaimTemplates)
 		if err != nil {
 			return nil, err
@@ -170,9 +169,11 @@ func newRenderer(in *Inputs, opts Options) (*renderer, error) {
 		if err != nil {
 			return nil, err
 		}
-		claims.Templates = resourcelisters.NewResourceClaimTemplateLister(templates)
-		claims.ResourceClaims = resourcelisters.NewResourceClaimLister(resourceClaims)
-		claims.DeviceClasses = resourcelisters.NewDeviceClassLister(classes)
+		claims.SetListers(&dra.Listers{
+			Templates:      resourcelisters.NewResourceClaimTemplateLister(templates),
+			ResourceClaims: resourcelisters.NewResourceClaimLister(resourceClaims),
+			DeviceClasses:  resourcelisters.NewDeviceClassLister(classes),
+		})
 	}
 	r.steps = build.Steps(build.GangBackends(opts.served), claims)
 	return r, nil

@@ -22,12 +22,31 @@ const (
 	// ConditionJobSetReady is False (with a reason naming the bad input) when the desired
 	// JobSet cannot be built from the TrainJob and its runtime.
 	ConditionJobSetReady = "JobSetReady"
+	// ConditionGangScheduled is False (reason ReasonGangUnschedulable, the message naming
+	// how many pods wait and the scheduler's explanation from the PodGroup status) while
+	// the gang scheduler cannot place the TrainJob's pods together, and turns True
+	// (reason ReasonGangScheduled) once it can. A gang scheduled at the first attempt
+	// never gets it: no status write on the happy path.
+	ConditionGangScheduled = "GangScheduled"
+	// ConditionProcsPerNodeDerived is False (reason ReasonDeviceCountUnknown) when the
+	// trainer's DRA claims hold GPUs whose count per node cannot be known before
+	// allocation, so PET_NPROC_PER_NODE keeps the ML policy's value; set with the JobSet
+	// apply. It is a warning: the TrainJob runs.
+	ConditionProcsPerNodeDerived = "ProcsPerNodeDerived"
 
 	ReasonRuntimeNotFound = "TrainingRuntimeNotFound"
 	ReasonRuntimeFound    = "TrainingRuntimeFound"
 	ReasonInvalidSpec     = "InvalidTrainJobSpec"
 	ReasonUnsupported     = "NotSupported"
 	ReasonJobSetBuilt     = "JobSetBuilt"
+	// ReasonInsufficientDevices (JobSetReady=False): the gang needs more devices of a
+	// DeviceClass than all ResourceSlices publish; the TrainJob proceeds when a slice
+	// is added or grows.
+	ReasonInsufficientDevices = "InsufficientDevices"
+
+	ReasonGangUnschedulable  = "GangUnschedulable"
+	ReasonGangScheduled      = "GangScheduled"
+	ReasonDeviceCountUnknown = "DeviceCountUnknown"
 )
 
 // IsFinished reports whether tj reached a terminal condition: Complete or Failed True.

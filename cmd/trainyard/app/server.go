@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -125,15 +124,6 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	// DRA (stage 5): resource.k8s.io/v1 informers when the API server serves it (1.34+);
-	// otherwise nil, and TrainJobs with resource claims get an Unsupported condition.
-	var draInf *informers.DRAInformers
-	if gang.ServedCheck(kube.Discovery(), resourcev1.SchemeGroupVersion.String(),
-		"resourceclaimtemplates", "resourceclaims", "deviceclasses")(ctx) {
-		draInf = informers.NewDRA(kube, 0)
-	} else {
-		logger.Info("resource.k8s.io/v1 is not served: TrainJobs with resource claims will wait with a condition")
-	}
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), trainer.AddToScheme(scheme)); err != nil {
 		return err
@@ -145,17 +135,29 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return fmt.Errorf("creating dynamic client: %w", err)
 	}
+	// Optional APIs: the Workload API, the PodGroup CRDs and resource.k8s.io/v1 may be
+	// served later than the controller starts; served is asked in the stages and tells
+	// (through the hooks set below) when one appears.
+	served := &informers.ServedAPIs{Discovery: kube.Discovery()}
+	podGroups := &informers.PodGroups{Client: dyn, Logger: logger}
+	claims := &dra.Claims{Recorder: recorder}
 	deps := pipelineDeps{
 		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
-		dra: draInf,
-		gangBackends: build.GangBackends(func(groupVersion string, resources ...string) func(context.Context) bool {
-			return gang.ServedCheck(kube.Discovery(), groupVersion, resources...)
-		}),
+		claims:       claims,
+		gangBackends: build.GangBackends(served.Served),
+		gangWaiting: func(tj *trainer.TrainJob) string {
+			return gang.Waiting(podGroups.Controlled(tj.Namespace, tj.Name, tj.UID))
+		},
 	}
 	pipeline, statusStage, plans, err := newPipeline(cfg, inf, deps)
 	if err != nil {
+		return err
+	}
+	apis := &optionalAPIs{served: served, podGroups: podGroups, claims: claims, kube: kube,
+		trainJobs: inf.TrainJobLister, router: pipeline, logger: logger}
+	if err := apis.register(ctx); err != nil {
 		return err
 	}
 	// Events are routed only once this process leads: a follower's queues stay empty,
@@ -169,15 +171,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			}); err != nil {
 			return err
 		}
-		if draInf != nil {
-			return draInf.Route(logger, pipeline, resolveruntime.Name, inf.TrainJobLister)
-		}
-		return nil
+		return apis.lead()
 	}
-	synced := inf.HasSynced
-	if draInf != nil {
-		synced = func() bool { return inf.HasSynced() && draInf.HasSynced() }
-	}
+	synced := func() bool { return inf.HasSynced() && apis.HasSynced() }
 
 	var leading atomic.Bool
 	servers := []*http.Server{
@@ -205,13 +201,12 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	defer broadcaster.Shutdown()
 	inf.Start(ctx)
 	defer inf.Shutdown()
-	if draInf != nil {
-		draInf.Start(ctx)
-		defer draInf.Shutdown()
-	}
-	if !inf.WaitForCacheSync(ctx) || (draInf != nil && !draInf.WaitForCacheSync(ctx)) {
+	apis.start(ctx)
+	defer apis.shutdown()
+	if !inf.WaitForCacheSync(ctx) || !cache.WaitForNamedCacheSyncWithContext(ctx, apis.HasSynced) {
 		return errors.New("informer caches did not sync before shutdown")
 	}
+	go served.Run(ctx)
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))
 	logger.Info("Caches synced")
 
@@ -256,8 +251,11 @@ type pipelineDeps struct {
 	logger       klog.Logger
 	objects      status.ObjectApplier
 	gangBackends []gang.Backend
-	// dra holds the resource.k8s.io/v1 informers; nil when the API is not served.
-	dra *informers.DRAInformers
+	// gangWaiting explains a TrainJob's waiting gang for the status stage.
+	gangWaiting func(*trainer.TrainJob) string
+	// claims is the DRA claims stage; its listers are set once resource.k8s.io/v1 is
+	// served.
+	claims *dra.Claims
 }
 
 // newPipeline wires the six stages in order.
@@ -273,6 +271,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 	statusStage := &status.Stage{
 		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
 		Plans: plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
+		Gang: deps.gangWaiting,
 	}
 	all := []stages.Stage{
 		&resolveruntime.Stage{
@@ -282,7 +281,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 			Plans: plans, Status: writer, Recorder: recorder,
 		},
 	}
-	for _, s := range build.Steps(deps.gangBackends, draClaims(deps.dra, recorder)) {
+	for _, s := range build.Steps(deps.gangBackends, deps.claims) {
 		all = append(all, stepStage(s.Name, s.Index, s.Func))
 	}
 	all = append(all, statusStage)
@@ -471,14 +470,3 @@ func registerProfiling(mux *http.ServeMux) {
 }
 
 func ptrBool(b *bool) bool { return b != nil && *b }
-
-// draClaims configures the DRA claims stage from the DRA informers (nil listers when
-// resource.k8s.io/v1 is not served) with the default GPU DeviceClass predicate.
-func draClaims(in *informers.DRAInformers, recorder events.EventRecorder) *dra.Claims {
-	c := &dra.Claims{Recorder: recorder}
-	if in != nil {
-		c.Templates, c.ResourceClaims, c.DeviceClasses =
-			in.ResourceClaimTemplateLister, in.ResourceClaimLister, in.DeviceClassLister
-	}
-	return c
-}

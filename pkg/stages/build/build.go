@@ -6,8 +6,6 @@
 package build
 
 import (
-	"context"
-
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
 	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
@@ -27,19 +25,20 @@ type Step struct {
 	Func  step.Func
 }
 
-// ServedFunc returns a check of whether the API server serves all of resources in
-// groupVersion (e.g. "scheduling.x-k8s.io/v1alpha1", "podgroups"). The controller
-// answers from discovery (gang.ServedCheck), the renderer from its flags.
-type ServedFunc func(groupVersion string, resources ...string) func(context.Context) bool
+// ServedFunc reports whether the API server serves groupVersion's resources a backend
+// creates (e.g. "scheduling.x-k8s.io/v1alpha1"). The controller answers from discovery
+// (informers.ServedAPIs.Served), the renderer from its flags; nil means every API is
+// served.
+type ServedFunc func(groupVersion string) bool
 
 // GangBackends returns the gang-scheduling backends in the order stage 4 tries them,
 // each backend that creates objects asking served whether its API exists.
 func GangBackends(served ServedFunc) []gang.Backend {
 	return []gang.Backend{
-		workload.Backend{Served: served(workload.GroupVersion.String(), "workloads", "podgroups")},
+		workload.Backend{Served: served},
 		kai.Backend{},
-		coscheduling.Backend{Served: served(coscheduling.GroupVersion, "podgroups")},
-		volcano.Backend{Served: served(volcano.GroupVersion, "podgroups")},
+		coscheduling.Backend{Served: served},
+		volcano.Backend{Served: served},
 	}
 }
 

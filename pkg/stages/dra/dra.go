@@ -21,6 +21,7 @@ package dra
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -49,14 +50,21 @@ const (
 	ReasonProcsPerNodeUnknown = "ProcsPerNodeNotDerived"
 )
 
-// Claims is the stage's configuration and dependencies. The listers read the informer
-// caches of resource.k8s.io/v1 (informers.NewDRA); when the API server does not serve
-// that API they are nil, and a TrainJob whose pods carry claims is rejected with a
-// *plan.UnsupportedError while every other TrainJob passes through.
-type Claims struct {
+// Listers read the informer caches of resource.k8s.io/v1 (informers.NewDRA).
+type Listers struct {
 	Templates      resourcelisters.ResourceClaimTemplateLister
 	ResourceClaims resourcelisters.ResourceClaimLister
 	DeviceClasses  resourcelisters.DeviceClassLister
+	// ResourceSlices feed the capacity check (capacity.go); nil skips it.
+	ResourceSlices resourcelisters.ResourceSliceLister
+}
+
+// Claims is the stage's configuration and dependencies. Until SetListers is called —
+// the API server does not serve resource.k8s.io/v1 (yet) — a TrainJob whose pods
+// carry claims is rejected with a *plan.UnsupportedError while every other TrainJob
+// passes through.
+type Claims struct {
+	listers atomic.Pointer[Listers]
 
 	// IsGPUClass reports whether the devices of the DeviceClass named className are GPUs,
 	// i.e. count towards torchrun's processes per node. Nil means DefaultIsGPUClass.
@@ -65,6 +73,16 @@ type Claims struct {
 	// Recorder records the events about the derived processes per node; nil records
 	// none.
 	Recorder events.EventRecorder
+}
+
+// SetListers makes the stage read the DRA caches l (every lister but ResourceSlices
+// set); safe to call while the stage runs, when resource.k8s.io/v1 becomes served.
+func (c *Claims) SetListers(l *Listers) { c.listers.Store(l) }
+
+// run is one sync's view: the listers loaded once, and the configuration.
+type run struct {
+	Listers
+	*Claims
 }
 
 // DefaultIsGPUClass is the default Claims.IsGPUClass: a class whose name contains "gpu"
@@ -83,14 +101,20 @@ func (c *Claims) Step() step.Func {
 		if p.JobSet == nil || !hasClaims(p) {
 			return nil
 		}
-		if c.Templates == nil || c.ResourceClaims == nil || c.DeviceClasses == nil {
+		l := c.listers.Load()
+		if l == nil {
 			return &plan.UnsupportedError{Object: p.Runtime.Ref(),
-				Feature: "pod resourceClaims: the API server does not serve resource.k8s.io/v1 (Dynamic Resource Allocation)"}
+				Feature: "pod resourceClaims: the API server does not serve resource.k8s.io/v1 (Dynamic Resource Allocation); " +
+					"enable it (the TrainJob proceeds by itself once it is served) or remove the claims"}
 		}
-		if err := c.validate(tj, p); err != nil {
+		r := &run{Listers: *l, Claims: c}
+		if err := r.validate(tj, p); err != nil {
 			return err
 		}
-		return c.applyProcsPerNode(tj, p)
+		if err := r.checkCapacity(tj, p); err != nil {
+			return err
+		}
+		return r.applyProcsPerNode(tj, p)
 	}
 }
 

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,6 +20,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 const (
@@ -164,7 +166,7 @@ func newClaims(t *testing.T, objs ...runtime.Object) (*Claims, *events.FakeRecor
 	index := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	templates, claims, classes := index(), index(), index()
+	templates, claims, classes, slices := index(), index(), index(), index()
 	for _, o := range objs {
 		var err error
 		switch o.(type) {
@@ -174,18 +176,25 @@ func newClaims(t *testing.T, objs ...runtime.Object) (*Claims, *events.FakeRecor
 			err = claims.Add(o)
 		case *resourcev1.DeviceClass:
 			err = classes.Add(o)
+		case *resourcev1.ResourceSlice:
+			err = slices.Add(o)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	rec := events.NewFakeRecorder(10)
-	return &Claims{
+	c := &Claims{Recorder: rec}
+	l := &Listers{
 		Templates:      resourcelisters.NewResourceClaimTemplateLister(templates),
 		ResourceClaims: resourcelisters.NewResourceClaimLister(claims),
 		DeviceClasses:  resourcelisters.NewDeviceClassLister(classes),
-		Recorder:       rec,
-	}, rec
+	}
+	if len(slices.List()) > 0 { // the capacity check runs only when slices are given
+		l.ResourceSlices = resourcelisters.NewResourceSliceLister(slices)
+	}
+	c.SetListers(l)
+	return c, rec
 }
 
 func drain(rec *events.FakeRecorder) []string {
@@ -330,6 +339,9 @@ func TestProcsPerNode(t *testing.T) {
 		want           string // the trainer's PET_NPROC_PER_NODE
 		wantLauncher   string // envInjection target "launcher"; "" means as the ML policy left it
 		wantEvents     []string
+		// wantCondition is a fragment of the ProcsPerNodeDerived=False message the plan
+		// carries; "" means no condition.
+		wantCondition string
 	}{
 		"one template, count 2": {
 			pod:        trainerUses([]corev1.PodResourceClaim{fromTemplate("gpus", "two-gpus")}, "gpus"),
@@ -353,20 +365,23 @@ func TestProcsPerNode(t *testing.T) {
 			wantEvents: []string{`Normal ProcsPerNodeFromClaims PET_NPROC_PER_NODE is 3, the GPUs each trainer pod claims through DRA (was "auto")`},
 		},
 		"claims the trainer container does not use are not counted": {
-			pod:  trainerUses([]corev1.PodResourceClaim{fromTemplate("a", "two-gpus"), fromTemplate("b", "nics")}, "b"),
-			want: "auto",
+			pod:           trainerUses([]corev1.PodResourceClaim{fromTemplate("a", "two-gpus"), fromTemplate("b", "nics")}, "b"),
+			want:          "auto",
+			wantCondition: "request no DeviceClass counted as GPUs (classes [" + nicClass + "]",
 		},
 		"allocationMode All keeps the ML policy's value": {
-			pod:  trainerUses([]corev1.PodResourceClaim{fromTemplate("a", "two-gpus"), fromTemplate("b", "all-gpus")}, "a", "b"),
-			want: "auto",
-			wantEvents: []string{`Warning ProcsPerNodeNotDerived Cannot derive GPUs per node from DRA claims ` +
+			pod:           trainerUses([]corev1.PodResourceClaim{fromTemplate("a", "two-gpus"), fromTemplate("b", "all-gpus")}, "a", "b"),
+			want:          "auto",
+			wantCondition: `(ResourceClaimTemplate all-gpus request "gpus" asks for all devices of class "gpu.example.com" (allocationMode All))`,
+			wantEvents: []string{`Warning ProcsPerNodeNotDerived cannot derive GPUs per node from the trainer's DRA claims ` +
 				`(ResourceClaimTemplate all-gpus request "gpus" asks for all devices of class "gpu.example.com" (allocationMode All)); ` +
 				`PET_NPROC_PER_NODE stays "auto": set spec.trainer.numProcPerNode`},
 		},
 		"shared GPU claim keeps the ML policy's value": {
-			pod:  trainerUses([]corev1.PodResourceClaim{fromClaim("gpus", "shared-gpus")}, "gpus"),
-			want: "auto",
-			wantEvents: []string{`Warning ProcsPerNodeNotDerived Cannot derive GPUs per node from DRA claims ` +
+			pod:           trainerUses([]corev1.PodResourceClaim{fromClaim("gpus", "shared-gpus")}, "gpus"),
+			want:          "auto",
+			wantCondition: `claim "gpus" is the shared ResourceClaim "shared-gpus": its devices are not per node`,
+			wantEvents: []string{`Warning ProcsPerNodeNotDerived cannot derive GPUs per node from the trainer's DRA claims ` +
 				`(claim "gpus" is the shared ResourceClaim "shared-gpus": its devices are not per node); ` +
 				`PET_NPROC_PER_NODE stays "auto": set spec.trainer.numProcPerNode`},
 		},
@@ -382,15 +397,17 @@ func TestProcsPerNode(t *testing.T) {
 			wantEvents: []string{`Normal ProcsPerNodeFromClaims PET_NPROC_PER_NODE is 2, the GPUs each trainer pod claims through DRA (was "auto")`},
 		},
 		"firstAvailable alternatives of different counts": {
-			pod:  trainerUses([]corev1.PodResourceClaim{fromTemplate("gpus", "either-or")}, "gpus"),
-			want: "auto",
-			wantEvents: []string{`Warning ProcsPerNodeNotDerived Cannot derive GPUs per node from DRA claims ` +
+			pod:           trainerUses([]corev1.PodResourceClaim{fromTemplate("gpus", "either-or")}, "gpus"),
+			want:          "auto",
+			wantCondition: "firstAvailable alternatives of different GPU counts",
+			wantEvents: []string{`Warning ProcsPerNodeNotDerived cannot derive GPUs per node from the trainer's DRA claims ` +
 				`(ResourceClaimTemplate either-or request "gpus" has firstAvailable alternatives of different GPU counts); ` +
 				`PET_NPROC_PER_NODE stays "auto": set spec.trainer.numProcPerNode`},
 		},
 		"no GPU class": {
-			pod:  trainerUses([]corev1.PodResourceClaim{fromTemplate("nics", "nics"), fromTemplate("accel", "accel")}, "nics", "accel"),
-			want: "auto",
+			pod:           trainerUses([]corev1.PodResourceClaim{fromTemplate("nics", "nics"), fromTemplate("accel", "accel")}, "nics", "accel"),
+			want:          "auto",
+			wantCondition: "request no DeviceClass counted as GPUs (classes [" + nicClass + " accel.example.com]",
 		},
 		"configured GPU class predicate": {
 			pod:        trainerUses([]corev1.PodResourceClaim{fromTemplate("gpus", "two-gpus"), fromTemplate("accel", "accel")}, "gpus", "accel"),
@@ -449,7 +466,36 @@ func TestProcsPerNode(t *testing.T) {
 			if diff := cmp.Diff(tc.wantEvents, drain(rec)); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
+			var messages []string
+			for _, c := range p.Conditions {
+				if c.Type != trainjob.ConditionProcsPerNodeDerived || c.Status != metav1.ConditionFalse || c.Reason != trainjob.ReasonDeviceCountUnknown {
+					t.Errorf("plan condition %+v, want only ProcsPerNodeDerived=False/%s", c, trainjob.ReasonDeviceCountUnknown)
+				}
+				messages = append(messages, c.Message)
+			}
+			switch {
+			case tc.wantCondition == "" && len(messages) > 0:
+				t.Errorf("plan conditions %q, want none", messages)
+			case tc.wantCondition != "" && (len(messages) != 1 || !strings.Contains(messages[0], tc.wantCondition) ||
+				!strings.Contains(messages[0], "spec.trainer.numProcPerNode")):
+				t.Errorf("plan conditions %q, want one naming %q and spec.trainer.numProcPerNode", messages, tc.wantCondition)
+			}
 		})
+	}
+}
+
+// TestProcsPerNodeWarningHeals: a TrainJob warned before (ProcsPerNodeDerived=False)
+// whose count is now known gets the condition turned True with the JobSet.
+func TestProcsPerNodeWarningHeals(t *testing.T) {
+	c, _ := newClaims(t, deviceClass(gpuClass), template("two-gpus", request("gpus", gpuClass, 2)))
+	tj := testTrainJob(nil)
+	tj.Status.Conditions = []metav1.Condition{{Type: trainjob.ConditionProcsPerNodeDerived, Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown}}
+	p := testPlan(pod{claims: []corev1.PodResourceClaim{fromTemplate("gpus", "two-gpus")}, nodeClaims: uses("gpus")}, torch())
+	if err := c.Step()(context.Background(), tj, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Conditions) != 1 || p.Conditions[0].Type != trainjob.ConditionProcsPerNodeDerived || p.Conditions[0].Status != metav1.ConditionTrue {
+		t.Errorf("plan conditions %+v, want ProcsPerNodeDerived=True", p.Conditions)
 	}
 }
 

@@ -8,10 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // envPETNProcPerNode is torchrun's --nproc-per-node, written by the ML policy stage.
@@ -24,6 +27,8 @@ type claimDevices struct {
 	gpus int64
 	// unknown explains each GPU request whose count cannot be known before allocation.
 	unknown []string
+	// otherClasses are the DeviceClasses of requests not counted as GPUs.
+	otherClasses []string
 }
 
 // applyProcsPerNode sets PET_NPROC_PER_NODE from the trainer's claims (KEP-2782 "GPU
@@ -39,12 +44,25 @@ type claimDevices struct {
 //
 // When a GPU request's count cannot be known — allocationMode All, firstAvailable
 // alternatives of different counts, or a shared ResourceClaim whose devices every pod
-// sees — the ML policy's value stays, as upstream falls back, and a Warning event says
-// why and that spec.trainer.numProcPerNode fixes it.
+// sees — the ML policy's value stays, as upstream falls back, and a Warning event and
+// the condition ProcsPerNodeDerived=False (set with the JobSet, p.Conditions) say why
+// and that spec.trainer.numProcPerNode fixes it. Once the count is known again, a False
+// condition turns True.
 //
 // Not covered: the torchtune recipe the ML policy chose from nvidia.com/gpu (single
 // device vs distributed) is not revisited; set numProcPerNode for torchtune with DRA.
-func (c *Claims) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
+func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
+	// Healed unless the derivation below fails again: a rebuilt plan without the
+	// warning turns an earlier ProcsPerNodeDerived=False True.
+	if meta.IsStatusConditionFalse(tj.Status.Conditions, trainjob.ConditionProcsPerNodeDerived) {
+		defer func() {
+			if !slices.ContainsFunc(p.Conditions, func(c metav1.Condition) bool { return c.Type == trainjob.ConditionProcsPerNodeDerived }) {
+				p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
+					Status: metav1.ConditionTrue, Reason: ReasonProcsPerNodeFromClaims,
+					Message: "PET_NPROC_PER_NODE is known: set by spec.trainer.numProcPerNode or derived from the claims", ObservedGeneration: tj.Generation})
+			}
+		}()
+	}
 	if p.Runtime.Spec == nil || p.Runtime.Spec.MLPolicy == nil || p.Runtime.Spec.MLPolicy.Torch == nil {
 		return nil
 	}
@@ -67,9 +85,20 @@ func (c *Claims) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 	current := envValue(ctr.Env, envPETNProcPerNode)
 	switch {
 	case len(devices.unknown) > 0:
-		c.event(tj, corev1.EventTypeWarning, ReasonProcsPerNodeUnknown,
-			"Cannot derive GPUs per node from DRA claims (%s); PET_NPROC_PER_NODE stays %q: set spec.trainer.numProcPerNode",
-			strings.Join(devices.unknown, "; "), current)
+		message := fmt.Sprintf("cannot derive GPUs per node from the trainer's DRA claims (%s); PET_NPROC_PER_NODE stays %q: "+
+			"set spec.trainer.numProcPerNode", strings.Join(devices.unknown, "; "), current)
+		c.event(tj, corev1.EventTypeWarning, ReasonProcsPerNodeUnknown, "%s", message)
+		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
+			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
+		return nil
+	case devices.gpus == 0:
+		// Claims, but none of a GPU class: either no GPUs (then the ML policy's value is
+		// right) or a GPU class the IsGPUClass predicate does not know. Say so.
+		message := fmt.Sprintf("the trainer's DRA claims request no DeviceClass counted as GPUs (classes %v; a class counts when "+
+			"its name contains \"gpu\"), so PET_NPROC_PER_NODE stays %q: set spec.trainer.numProcPerNode if these are GPUs",
+			devices.otherClasses, current)
+		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
+			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
 	case devices.gpus > 0:
 		value := strconv.FormatInt(devices.gpus, 10)
 		if value == current {
@@ -85,7 +114,7 @@ func (c *Claims) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 // trainerDevices sums the GPUs the claims of container ctr of pod give it. Claims were
 // validated: every reference names a pod claim, every template exists (a lister
 // NotFound here means it was deleted since, and is returned to be retried).
-func (c *Claims) trainerDevices(ns string, pod *corev1.PodSpec, ctr *corev1.Container) (claimDevices, error) {
+func (c *run) trainerDevices(ns string, pod *corev1.PodSpec, ctr *corev1.Container) (claimDevices, error) {
 	var out claimDevices
 	for _, ref := range ctr.Resources.Claims {
 		var pc *corev1.PodResourceClaim
@@ -122,7 +151,7 @@ func (c *Claims) trainerDevices(ns string, pod *corev1.PodSpec, ctr *corev1.Cont
 // countRequests adds the GPU devices of requests (of the claim or template source) to
 // out: only the request named only, when set (a container claim reference may name one
 // request, "<request>" or "<request>/<subrequest>").
-func (c *Claims) countRequests(out *claimDevices, source string, requests []resourcev1.DeviceRequest, only string) {
+func (c *run) countRequests(out *claimDevices, source string, requests []resourcev1.DeviceRequest, only string) {
 	only, _, _ = strings.Cut(only, "/")
 	for _, r := range requests {
 		if only != "" && r.Name != only {
@@ -130,6 +159,9 @@ func (c *Claims) countRequests(out *claimDevices, source string, requests []reso
 		}
 		if r.Exactly != nil {
 			if !c.isGPUClass(r.Exactly.DeviceClassName) {
+				if !slices.Contains(out.otherClasses, r.Exactly.DeviceClassName) {
+					out.otherClasses = append(out.otherClasses, r.Exactly.DeviceClassName)
+				}
 				continue
 			}
 			if r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeAll {

@@ -28,7 +28,7 @@ import (
 // Rules 1–2 need no API and run for every replicatedJob first, so a TrainJob with
 // several mistakes learns about the structural ones before waiting for objects. Lister
 // errors other than NotFound are returned as is.
-func (c *Claims) validate(tj *trainer.TrainJob, p *plan.Plan) error {
+func (c *run) validate(tj *trainer.TrainJob, p *plan.Plan) error {
 	loc := locator{tj: tj, rt: p.Runtime}
 	rjs := p.JobSet.Spec.ReplicatedJobs
 	for i := range rjs {
@@ -86,7 +86,7 @@ func validatePod(loc locator, rj string, pod *corev1.PodSpec) error {
 
 // validateSource applies rules 3 and 4 to pod claim pc of replicatedJob rj. Templates
 // already checked (by name) are skipped.
-func (c *Claims) validateSource(loc locator, rj string, pc corev1.PodResourceClaim, checked map[string]bool) error {
+func (c *run) validateSource(loc locator, rj string, pc corev1.PodResourceClaim, checked map[string]bool) error {
 	ns := loc.tj.Namespace
 	object, path := loc.podClaim(rj, pc.Name)
 	if name := pc.ResourceClaimName; set(name) {
@@ -116,7 +116,7 @@ func (c *Claims) validateSource(loc locator, rj string, pc corev1.PodResourceCla
 }
 
 // validateDeviceClasses applies rule 4 to the device requests of tmpl.
-func (c *Claims) validateDeviceClasses(tmpl *resourcev1.ResourceClaimTemplate) error {
+func (c *run) validateDeviceClasses(tmpl *resourcev1.ResourceClaimTemplate) error {
 	requests := field.NewPath("spec", "spec", "devices", "requests")
 	for _, r := range tmpl.Spec.Spec.Devices.Requests {
 		type ref struct {

@@ -2,6 +2,7 @@ package gang_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,7 +46,8 @@ func built(t *testing.T, policy *trainer.PodGroupPolicy, numNodes int32) (*train
 
 func backends(served bool) []gang.Backend {
 	return []gang.Backend{
-		workload.Backend{Served: func(context.Context) bool { return served }},
+		// The v1alpha2 shape: TestWorkload decodes into its Go types.
+		workload.Backend{Served: func(gv string) bool { return served && gv == schedulingv1alpha2.SchemeGroupVersion.String() }},
 		kai.Backend{},
 	}
 }
@@ -150,7 +152,7 @@ func TestWorkloadNotServed(t *testing.T) {
 	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
 	tj, p := built(t, policy, 3)
 	err := gang.Step(backends(false))(context.Background(), tj, p)
-	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "GenericWorkload") {
+	if !plan.IsInputError(err) || !strings.Contains(err.Error(), "GenericWorkload") || !strings.Contains(err.Error(), "proceeds by itself") {
 		t.Errorf("err = %v, want an UnsupportedError telling how to enable the Workload API", err)
 	}
 }
@@ -215,6 +217,60 @@ func TestVolcano(t *testing.T) {
 }
 
 func allBackends(served bool) []gang.Backend {
-	check := func(context.Context) bool { return served }
+	check := func(string) bool { return served }
 	return append(backends(served), coscheduling.Backend{Served: check}, volcano.Backend{Served: check})
+}
+
+// TestWorkloadVersions: the backend builds the newest served version; v1alpha3 and
+// v1beta1 PodGroups reference their template with spec.workloadRef, v1alpha2 with
+// spec.podGroupTemplateRef.workload.
+func TestWorkloadVersions(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	v1alpha2Ref := map[string]any{"podGroupTemplateRef": map[string]any{"workload": map[string]any{"workloadName": "test-job", "podGroupTemplateName": "node"}}}
+	newRef := map[string]any{"workloadRef": map[string]any{"workloadName": "test-job", "templateName": "node"}}
+	cases := map[string]struct {
+		served  []string
+		want    string
+		wantRef map[string]any
+	}{
+		"1.37: v1beta1 and v1alpha3 served":  {served: []string{"scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3"}, want: "scheduling.k8s.io/v1beta1", wantRef: newRef},
+		"v1alpha3 only":                      {served: []string{"scheduling.k8s.io/v1alpha3"}, want: "scheduling.k8s.io/v1alpha3", wantRef: newRef},
+		"1.36: v1alpha2 only":                {served: []string{"scheduling.k8s.io/v1alpha2"}, want: "scheduling.k8s.io/v1alpha2", wantRef: v1alpha2Ref},
+		"all three":                          {served: workload.Versions, want: "scheduling.k8s.io/v1beta1", wantRef: newRef},
+		"another group's v1beta1 is no help": {served: []string{"scheduling.x-k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2"}, want: "scheduling.k8s.io/v1alpha2", wantRef: v1alpha2Ref},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := workload.Backend{Served: func(gv string) bool { return slices.Contains(tc.served, gv) }}
+			if got := b.Version(); got != tc.want {
+				t.Errorf("Version() = %q, want %q", got, tc.want)
+			}
+			tj, p := built(t, policy, 3)
+			if err := gang.Step([]gang.Backend{b})(context.Background(), tj, p); err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Objects) != 2 {
+				t.Fatalf("planned %d objects, want a Workload and a PodGroup", len(p.Objects))
+			}
+			for _, obj := range p.Objects {
+				if obj.GetAPIVersion() != tc.want {
+					t.Errorf("%s apiVersion %q, want %q", obj.GetKind(), obj.GetAPIVersion(), tc.want)
+				}
+			}
+			wantSpec := map[string]any{"schedulingPolicy": map[string]any{"gang": map[string]any{"minCount": int64(3)}}}
+			for k, v := range tc.wantRef {
+				wantSpec[k] = v
+			}
+			if diff := cmp.Diff(wantSpec, p.Objects[1].Object["spec"]); diff != "" {
+				t.Errorf("PodGroup spec (-want +got):\n%s", diff)
+			}
+			wantTemplates := []any{map[string]any{"name": "node", "schedulingPolicy": map[string]any{"gang": map[string]any{"minCount": int64(3)}}}}
+			if diff := cmp.Diff(wantTemplates, p.Objects[0].Object["spec"].(map[string]any)["podGroupTemplates"]); diff != "" {
+				t.Errorf("Workload podGroupTemplates (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := (workload.Backend{Served: func(string) bool { return false }}).Version(); got != "" {
+		t.Errorf("Version() with nothing served = %q, want \"\"", got)
+	}
 }

@@ -36,8 +36,8 @@ func PodGroup(tj *trainer.TrainJob, apiVersion string, spec map[string]any) *uns
 // fields the coscheduling and Volcano PodGroups share: minMember and minResources of the
 // whole JobSet (Size). It returns *plan.UnsupportedError naming member and groupVersion
 // when served reports the API missing (nil served means assumed served).
-func PodGroupSpec(ctx context.Context, p *plan.Plan, served func(context.Context) bool, member, groupVersion string) (map[string]any, error) {
-	if served != nil && !served(ctx) {
+func PodGroupSpec(_ context.Context, p *plan.Plan, served func(groupVersion string) bool, member, groupVersion string) (map[string]any, error) {
+	if served != nil && !served(groupVersion) {
 		return nil, NotServed(p, member, groupVersion)
 	}
 	minMember, minResources := Size(p.JobSet)
@@ -51,7 +51,7 @@ func PodGroupSpec(ctx context.Context, p *plan.Plan, served func(context.Context
 // NotServed is the error of a backend whose PodGroup CRD the cluster does not serve.
 func NotServed(p *plan.Plan, member, groupVersion string) error {
 	return &plan.UnsupportedError{Object: p.Runtime.Ref(), Feature: fmt.Sprintf(
-		"podGroupPolicy.%s: the PodGroup API %s is not served by this cluster; install its CRD (and scheduler), or remove podGroupPolicy.%s from the runtime",
+		"podGroupPolicy.%s: the PodGroup API %s is not served by this cluster; install its CRD (and scheduler; the TrainJob proceeds by itself once it is served), or remove podGroupPolicy.%s from the runtime",
 		member, groupVersion, member)}
 }
 

@@ -44,12 +44,26 @@ func (e *UnsupportedError) Error() string {
 	return msg
 }
 
-// IsInputError reports whether err (or an error it wraps) is an InvalidInputError or an
-// UnsupportedError: a problem with the TrainJob or runtime that retrying cannot fix.
+// WaitingError reports a TrainJob that is well-formed but cannot run as the cluster is
+// now, e.g. it needs more devices than the cluster has: the stage records it as
+// JobSetReady=False with Reason and waits for the cluster to change (an informer
+// resumes it), like an InvalidInputError.
+type WaitingError struct {
+	// Reason is the condition reason, CamelCase, e.g. "InsufficientDevices".
+	Reason string
+	// Message says what is missing and how to fix it.
+	Message string
+}
+
+func (e *WaitingError) Error() string { return e.Message }
+
+// IsInputError reports whether err (or an error it wraps) is an InvalidInputError, an
+// UnsupportedError or a WaitingError: a problem that retrying cannot fix.
 func IsInputError(err error) bool {
 	var invalid *InvalidInputError
 	var unsupported *UnsupportedError
-	return errors.As(err, &invalid) || errors.As(err, &unsupported)
+	var waiting *WaitingError
+	return errors.As(err, &invalid) || errors.As(err, &unsupported) || errors.As(err, &waiting)
 }
 
 // Ref returns the "<Kind>/<name>" form of r used in error messages.

@@ -9,6 +9,7 @@
 package plan
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -27,6 +28,12 @@ type Plan struct {
 	// Objects are side objects (e.g. a PodGroup or Workload) the status stage applies
 	// before the JobSet, in order, each owned by the TrainJob.
 	Objects []*unstructured.Unstructured
+
+	// Conditions are TrainJob conditions a build stage asks the status stage to set
+	// when it applies this plan's JobSet (warnings about how it was built, such as
+	// ProcsPerNodeDerived=False), in the status patch that apply already causes or the
+	// next one. LastTransitionTime is set by the status stage.
+	Conditions []metav1.Condition
 
 	// Stage is the index of the last stage that completed for this plan (1-based:
 	// 1 = resolve runtime ... 5 = DRA claims). A stage refuses a plan that has not
@@ -62,6 +69,10 @@ func (p *Plan) DeepCopy() *Plan {
 		for i, o := range p.Objects {
 			out.Objects[i] = o.DeepCopy()
 		}
+	}
+	if p.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(p.Conditions))
+		copy(out.Conditions, p.Conditions)
 	}
 	return out
 }

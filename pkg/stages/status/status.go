@@ -63,6 +63,9 @@ type Stage struct {
 	Objects ObjectApplier
 	// Metrics records JobSet creation latency; optional.
 	Metrics *metrics.Metrics
+	// Gang explains a TrainJob's gang that waits for the scheduler (gang.Waiting over
+	// its cached PodGroups), "" when none does; nil reads no gang state.
+	Gang func(tj *trainer.TrainJob) string
 	// Clock is for tests; nil means the real clock.
 	Clock clock.PassiveClock
 
@@ -122,6 +125,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 
 	finished := trainjob.IsFinished(tj)
 	applied := false
+	var planned []metav1.Condition
 	if !finished {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
@@ -129,6 +133,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 			if applied, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
 				return stages.Retry(), err
+			}
+			if applied {
+				planned = p.Conditions
 			}
 			// The plan has served its purpose; free it (a spec change rebuilds it).
 			s.Plans.Delete(key)
@@ -146,6 +153,10 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 	if _, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		computeStatus(st, tj, js, applied, expired, now)
+		planConditions(st, planned, now)
+		if s.Gang != nil && !finished {
+			gangCondition(st, tj, s.Gang(tj), now)
+		}
 	}); err != nil {
 		return stages.Retry(), err
 	}

@@ -90,8 +90,12 @@ func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (
 func Reject(ctx context.Context, w *status.Writer, recorder events.EventRecorder, tj *trainer.TrainJob, input error) (stages.Result, error) {
 	reason := trainjob.ReasonInvalidSpec
 	var unsupported *plan.UnsupportedError
-	if errors.As(input, &unsupported) {
+	var waiting *plan.WaitingError
+	switch {
+	case errors.As(input, &unsupported):
 		reason = trainjob.ReasonUnsupported
+	case errors.As(input, &waiting):
+		reason = waiting.Reason
 	}
 	message := truncate(input.Error())
 	wrote, err := w.Update(ctx, tj, func(st *trainer.TrainJobStatus) {

@@ -25,9 +25,9 @@ const (
 )
 
 // Backend is the Volcano backend. Served reports whether the API server serves
-// GroupVersion podgroups (gang.ServedCheck); nil means assumed served.
+// GroupVersion podgroups (informers.ServedAPIs.Served); nil means assumed served.
 type Backend struct {
-	Served func(ctx context.Context) bool
+	Served func(groupVersion string) bool
 }
 
 // Name returns the podGroupPolicy member it serves.

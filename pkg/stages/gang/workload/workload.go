@@ -14,9 +14,13 @@
 // them; the PodGroups do not also name the Workload as owner because its UID is not
 // known when the plan is built.
 //
-// The API server must serve scheduling.k8s.io/v1alpha2 (Kubernetes 1.36 with the
-// GenericWorkload and GangScheduling feature gates); when it does not, the TrainJob gets
-// a condition saying so.
+// API versions (Versions, newest first): Kubernetes 1.37 serves scheduling.k8s.io
+// v1beta1 and v1alpha3, whose PodGroup points at its template with
+// spec.workloadRef{workloadName, templateName}; Kubernetes 1.36 serves v1alpha2, whose
+// PodGroup uses spec.podGroupTemplateRef.workload{workloadName, podGroupTemplateName}.
+// The Workload's shape is the same in all three. The backend builds the newest version
+// the API server serves; when it serves none, the TrainJob gets a condition saying how
+// to enable the API, and it proceeds once the API is served (informers.ServedAPIs).
 package workload
 
 import (
@@ -34,17 +38,32 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
-// GroupVersion is the Workload API version Trainyard speaks.
-var GroupVersion = schedulingv1alpha2.SchemeGroupVersion
+// Versions are the Workload API versions Trainyard speaks, newest first: the backend
+// uses the first one the API server serves. k8s.io/api v0.36 has Go types only for
+// v1alpha2; the newer shapes are built as unstructured objects (see reshape).
+var Versions = []string{"scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3", schedulingv1alpha2.SchemeGroupVersion.String()}
+
+// Resources are the resources a version must serve for the backend to use it.
+var Resources = []string{"workloads", "podgroups"}
 
 // maxTemplates is the API's limit on podGroupTemplates per Workload.
 const maxTemplates = 8
 
-// Backend is the Workload API backend. Served reports whether the API server serves
-// GroupVersion's workloads and podgroups (gang.ServedCheck); nil means it is assumed
-// served.
+// Backend is the Workload API backend. Served reports whether the API server serves a
+// version's workloads and podgroups (informers.ServedAPIs.Served); nil means every
+// version is served, so the newest is used.
 type Backend struct {
-	Served func(ctx context.Context) bool
+	Served func(groupVersion string) bool
+}
+
+// Version returns the newest of Versions the API server serves, "" when none.
+func (b Backend) Version() string {
+	for _, v := range Versions {
+		if b.Served == nil || b.Served(v) {
+			return v
+		}
+	}
+	return ""
 }
 
 // Name returns the podGroupPolicy member it serves.
@@ -53,19 +72,22 @@ func (Backend) Name() string { return "workload" }
 // Enabled reports whether the runtime selects the Workload API.
 func (Backend) Enabled(policy *trainer.PodGroupPolicy) bool { return policy.Workload != nil }
 
-// Apply adds the Workload and PodGroups to p.Objects and points the gangs' pod templates
-// at their PodGroups. It returns *plan.UnsupportedError when the API is not served and
-// *plan.InvalidInputError when the runtime has more gangs than a Workload allows.
-func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) error {
-	if b.Served != nil && !b.Served(ctx) {
+// Apply adds the Workload and PodGroups, in the newest served version, to p.Objects and
+// points the gangs' pod templates at their PodGroups. It returns *plan.UnsupportedError
+// when no version is served and *plan.InvalidInputError when the runtime has more gangs
+// than a Workload allows.
+func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) error {
+	version := b.Version()
+	if version == "" {
 		return &plan.UnsupportedError{Object: p.Runtime.Ref(), Feature: fmt.Sprintf(
-			"podGroupPolicy.workload: the Workload API (%s workloads, podgroups) is not served by this cluster; "+
-				"enable the GenericWorkload and GangScheduling feature gates and --runtime-config=%s=true on the API server and scheduler, "+
-				"or remove podGroupPolicy.workload from the runtime", GroupVersion, GroupVersion)}
+			"podGroupPolicy.workload: the Workload API (scheduling.k8s.io workloads and podgroups, one of %v) is not served by this cluster; "+
+				"enable the GenericWorkload and GangScheduling feature gates and --runtime-config=scheduling.k8s.io/<version>=true "+
+				"on the API server and scheduler (the TrainJob proceeds by itself once it is served), "+
+				"or remove podGroupPolicy.workload from the runtime", Versions)}
 	}
 	owner := *metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
 	workload := &schedulingv1alpha2.Workload{
-		TypeMeta:   metav1.TypeMeta{APIVersion: GroupVersion.String(), Kind: "Workload"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "Workload"},
 		ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, OwnerReferences: []metav1.OwnerReference{owner}},
 		Spec: schedulingv1alpha2.WorkloadSpec{
 			ControllerRef: &schedulingv1alpha2.TypedLocalObjectReference{APIGroup: trainer.GroupName, Kind: trainer.TrainJobKind, Name: tj.Name},
@@ -87,7 +109,7 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 			schedulingv1alpha2.PodGroupTemplate{Name: rj.Name, SchedulingPolicy: policy})
 		name := PodGroupName(tj.Name, rj.Name)
 		podGroups = append(podGroups, &schedulingv1alpha2.PodGroup{
-			TypeMeta:   metav1.TypeMeta{APIVersion: GroupVersion.String(), Kind: "PodGroup"},
+			TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "PodGroup"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tj.Namespace, OwnerReferences: []metav1.OwnerReference{owner}},
 			Spec: schedulingv1alpha2.PodGroupSpec{
 				PodGroupTemplateRef: &schedulingv1alpha2.PodGroupTemplateReference{Workload: &schedulingv1alpha2.WorkloadPodGroupTemplateReference{
@@ -110,9 +132,45 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 		if err != nil {
 			return fmt.Errorf("encoding %T: %w", obj, err)
 		}
-		p.Objects = append(p.Objects, &unstructured.Unstructured{Object: u})
+		out := &unstructured.Unstructured{Object: u}
+		if err := reshape(out, version); err != nil {
+			return err
+		}
+		p.Objects = append(p.Objects, out)
 	}
 	return nil
+}
+
+// reshape turns a v1alpha2 Workload or PodGroup into version. Only the PodGroup's
+// template reference differs: v1alpha3 and v1beta1 replace
+// spec.podGroupTemplateRef.workload{workloadName, podGroupTemplateName} with
+// spec.workloadRef{workloadName, templateName}.
+func reshape(obj *unstructured.Unstructured, version string) error {
+	// The Go type encodes an unset schedulingConstraints as null (no omitempty); leave
+	// it out rather than apply a null.
+	if templates, ok, _ := unstructured.NestedSlice(obj.Object, "spec", "podGroupTemplates"); ok {
+		for _, t := range templates {
+			if m, ok := t.(map[string]any); ok && m["schedulingConstraints"] == nil {
+				delete(m, "schedulingConstraints")
+			}
+		}
+		_ = unstructured.SetNestedSlice(obj.Object, templates, "spec", "podGroupTemplates")
+	}
+	if version == schedulingv1alpha2.SchemeGroupVersion.String() {
+		return nil
+	}
+	obj.SetAPIVersion(version)
+	if obj.GetKind() != "PodGroup" {
+		return nil
+	}
+	ref, found, err := unstructured.NestedStringMap(obj.Object, "spec", "podGroupTemplateRef", "workload")
+	if err != nil || !found {
+		return fmt.Errorf("PodGroup %s: no spec.podGroupTemplateRef.workload to convert to %s (%v)", obj.GetName(), version, err)
+	}
+	unstructured.RemoveNestedField(obj.Object, "spec", "podGroupTemplateRef")
+	return unstructured.SetNestedStringMap(obj.Object, map[string]string{
+		"workloadName": ref["workloadName"], "templateName": ref["podGroupTemplateName"],
+	}, "spec", "workloadRef")
 }
 
 // PodGroupName is the name of a TrainJob's PodGroup for one replicatedJob.
