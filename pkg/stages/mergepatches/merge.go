@@ -7,8 +7,8 @@ package mergepatches
 
 import (
 	"errors"
-	"strconv"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
