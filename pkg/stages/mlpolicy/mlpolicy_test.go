@@ -188,7 +188,6 @@ func TestUnsupportedPolicies(t *testing.T) {
 		policy  trainer.MLPolicySource
 		wantMsg string
 	}{
-		"mpi":  {policy: trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{}}, wantMsg: "not yet supported by Trainyard: mlPolicy.mpi (runtime TrainingRuntime/test-runtime)"},
 		"flux": {policy: trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}, wantMsg: "not yet supported by Trainyard: mlPolicy.flux (runtime TrainingRuntime/test-runtime)"},
 	}
 	for name, tc := range cases {
@@ -291,7 +290,7 @@ func TestAllUpstreamRuntimes(t *testing.T) {
 			if diff := cmp.Diff(specBefore, rt.Spec); diff != "" {
 				t.Errorf("runtime spec changed (-before +after):\n%s", diff)
 			}
-			if p := rt.Spec.MLPolicy; p != nil && (p.MPI != nil || p.Flux != nil) {
+			if p := rt.Spec.MLPolicy; p != nil && p.Flux != nil {
 				var unsupported *plan.UnsupportedError
 				if !errors.As(err, &unsupported) {
 					t.Errorf("Apply() = %v, want *plan.UnsupportedError", err)
@@ -312,7 +311,13 @@ func TestAllUpstreamRuntimes(t *testing.T) {
 			if rj == nil {
 				t.Fatal("no trainer replicatedJob")
 			}
-			if got := plan.Count(rj); got != 2 {
+			if p := rt.Spec.MLPolicy; p != nil && p.MPI != nil {
+				// The launcher is the trainer; numNodes sizes the "node" workers, one
+				// fewer when the launcher is also a node (trainer-compat §3.4).
+				if diff := cmp.Diff(map[string]int32{"launcher": 1, "node": 1}, counts(t, js)); diff != "" {
+					t.Errorf("counts (-want +got):\n%s", diff)
+				}
+			} else if got := plan.Count(rj); got != 2 {
 				t.Errorf("trainer parallelism = %d, want 2", got)
 			}
 			if len(js.OwnerReferences) != 1 || js.OwnerReferences[0].UID != plantest.TrainJobUID ||

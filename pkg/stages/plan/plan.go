@@ -28,6 +28,11 @@ type Plan struct {
 	// before the JobSet, in order, each owned by the TrainJob.
 	Objects []*unstructured.Unstructured
 
+	// CreateOnly are side objects the status stage creates, when absent, before
+	// Objects, and never updates (e.g. the MPI SSH Secret). They are not part of the
+	// desired state's hash.
+	CreateOnly []CreateOnlyObject
+
 	// Stage is the index of the last stage that completed for this plan (1-based:
 	// 1 = resolve runtime ... 5 = DRA claims). A stage refuses a plan that has not
 	// reached the stage before it and restarts the TrainJob from stage 1.
@@ -57,6 +62,12 @@ func (p *Plan) DeepCopy() *Plan {
 		out.Objects = make([]*unstructured.Unstructured, len(p.Objects))
 		for i, o := range p.Objects {
 			out.Objects[i] = o.DeepCopy()
+		}
+	}
+	if p.CreateOnly != nil {
+		out.CreateOnly = make([]CreateOnlyObject, len(p.CreateOnly))
+		for i, o := range p.CreateOnly {
+			out.CreateOnly[i] = o.DeepCopy()
 		}
 	}
 	return out

@@ -64,8 +64,8 @@ type Stage struct {
 	Plans     *stages.Plans[plan.Plan]
 	Status    *Writer
 	Recorder  events.EventRecorder
-	// Objects applies the plan's side objects before the JobSet; required when a
-	// gang backend produces any.
+	// Objects writes the plan's side objects before the JobSet; required when a gang
+	// backend or an ML policy (MPI) produces any.
 	Objects ObjectApplier
 	// Metrics records JobSet creation latency; optional.
 	Metrics *metrics.Metrics
@@ -184,14 +184,10 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if err != nil {
 		return false, err
 	}
-	// Side objects first: pods must find their PodGroup or Workload when they appear.
-	for _, obj := range p.Objects {
-		if s.Objects == nil {
-			return false, fmt.Errorf("the plan holds a %s but the status stage has no ObjectApplier", obj.GetKind())
-		}
-		if err := s.Objects.Apply(ctx, obj); err != nil {
-			return false, err
-		}
+	// Side objects first: pods must find their PodGroup, Workload, ConfigMap or Secret
+	// when they appear.
+	if err := s.applyObjects(ctx, p); err != nil {
+		return false, err
 	}
 	force := true
 	if _, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Patch(ctx, tj.Name, types.ApplyPatchType, body,
@@ -277,7 +273,8 @@ func (s *Stage) now() time.Time {
 }
 
 // hashOf returns a hex SHA-256 (128 bits) of the JobSet's and the side objects' JSON,
-// excluding the hash annotation itself: what the plan would apply.
+// excluding the hash annotation itself: what the plan would apply. Create-only objects
+// (plan.CreateOnlyObject) are left out: they never change once created.
 func hashOf(js *jobsetv1alpha2.JobSet, objects []*unstructured.Unstructured) (string, error) {
 	copy := js.DeepCopy()
 	delete(copy.Annotations, AnnotationJobSetHash)
