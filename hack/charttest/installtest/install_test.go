@@ -144,6 +144,11 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets"},
 		{Verb: "list", Resource: "secrets", Namespace: namespace},
+		{Verb: "update", Resource: "secrets", Namespace: namespace},
+		{Verb: "patch", Resource: "secrets", Namespace: namespace},
+		{Verb: "delete", Resource: "secrets", Namespace: namespace},
+		{Verb: "get", Resource: "configmaps", Namespace: namespace},
+		{Verb: "delete", Resource: "configmaps", Namespace: namespace},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "create", Resource: "pods", Namespace: namespace},
 		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
