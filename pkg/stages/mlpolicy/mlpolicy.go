@@ -30,6 +30,8 @@
 // not change the desired state's hash, running pods keep their key, the controller
 // needs only the "create" verb on Secrets and no Secret informer, and plans hold no
 // private keys. Upstream checks for the Secret with a Get on every reconcile instead.
+// Flux (trainer-compat §3.6) plans its scripts ConfigMap and its CURVE certificate
+// Secret the same way.
 //
 // Deliberately stricter than upstream, each with a condition naming the field and the
 // fix (see docs/compatibility.md): an MPI runtime must have a "launcher" replicatedJob
@@ -60,11 +62,8 @@ type Plugin interface {
 	Apply(tj *trainer.TrainJob, p *plan.Plan) error
 }
 
-// DefaultPlugins returns Trainyard's ML policies in the order Apply runs them.
-//
-// TODO(flux): mlPolicy.flux (trainer-compat §3.6) is a placeholder that fails with
-// *plan.UnsupportedError. It comes first so a runtime selecting it fails before any
-// other plugin does work.
+// DefaultPlugins returns Trainyard's ML policies in the order Apply runs them. MPI and
+// Flux come first: they can reject their input before any other plugin does work.
 func DefaultPlugins() []Plugin {
 	return []Plugin{MPI(), Flux(), Torch(), JAX(), XGBoost(), PlainML()}
 }
@@ -93,23 +92,4 @@ func Apply(tj *trainer.TrainJob, p *plan.Plan, plugins []Plugin) error {
 		plan.SetCount(rj, plan.Count(rj))
 	}
 	return nil
-}
-
-// unsupported is a placeholder for a framework Trainyard does not implement yet.
-type unsupported struct {
-	name, feature string
-	enabled       func(*trainer.MLPolicy) bool
-}
-
-// Flux returns the placeholder for mlPolicy.flux: it fails with *plan.UnsupportedError.
-func Flux() Plugin {
-	return unsupported{name: "Flux", feature: "mlPolicy.flux", enabled: func(p *trainer.MLPolicy) bool {
-		return p != nil && p.Flux != nil
-	}}
-}
-
-func (u unsupported) Name() string                     { return u.name }
-func (u unsupported) Enabled(p *trainer.MLPolicy) bool { return u.enabled(p) }
-func (u unsupported) Apply(_ *trainer.TrainJob, p *plan.Plan) error {
-	return &plan.UnsupportedError{Object: p.Runtime.Ref(), Feature: u.feature}
 }
