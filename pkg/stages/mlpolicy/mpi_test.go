@@ -419,7 +419,9 @@ func TestMPIRebuildIsStable(t *testing.T) {
 	if diff := cmp.Diff(first.CreateOnly[0].Object, second.CreateOnly[0].Object); diff != "" {
 		t.Errorf("create-only objects differ between builds (-first +second):\n%s", diff)
 	}
-	if checkSSHKeys(t, sshSecretOf(t, first)) == checkSSHKeys(t, sshSecretOf(t, first)) {
+	key1 := checkSSHKeys(t, sshSecretOf(t, first))
+	key2 := checkSSHKeys(t, sshSecretOf(t, first))
+	if key1 == key2 {
 		t.Error("two creations generated the same key")
 	}
 	copied := first.DeepCopy()
