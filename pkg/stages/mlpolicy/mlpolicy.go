@@ -30,6 +30,10 @@
 // not change the desired state's hash, running pods keep their key, the controller
 // needs only the "create" verb on Secrets and no Secret informer, and plans hold no
 // private keys. Upstream checks for the Secret with a Get on every reconcile instead.
+// The price: a Secret of the same name that is not the TrainJob's (one left by a
+// deleted TrainJob of the same name that garbage collection has not removed yet) is
+// taken as created. The status stage narrows that window: it writes side objects only
+// once the old TrainJob's JobSet is gone.
 // Flux (trainer-compat §3.6) plans its scripts ConfigMap and its CURVE certificate
 // Secret the same way.
 //
