@@ -101,6 +101,9 @@ func podReady(p *corev1.Pod) (bool, time.Time) {
 // the TrainJob reaches Complete.
 func TestMPITrainJobRunsToComplete(t *testing.T) {
 	e := newEnv(t)
+	// The restart below counts the controller's writes for all TrainJobs: let earlier
+	// tests' namespaces finish terminating so this TrainJob is the only one.
+	e.waitAloneInCluster(t)
 	ctrl := startController(t, e.c)
 	e.createMPIRuntime(t, "deepspeed", time.Minute, 5*time.Second, nil)
 	e.createTrainJob(t, trainJob("mpi", trainer.TrainingRuntimeKind, "deepspeed").withNumNodes(3).suspended())
