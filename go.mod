@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/pflag v1.0.10
 	go.uber.org/zap v1.28.0
+	golang.org/x/crypto v0.57.0
 	golang.org/x/time v0.15.0
 	k8s.io/api v0.36.5
 	k8s.io/apiextensions-apiserver v0.36.5

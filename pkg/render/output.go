@@ -15,11 +15,24 @@ import (
 // and differ on every build.
 const Redacted = "<redacted>"
 
-// Objects returns what the status stage applies for r, in apply order (side objects,
-// then the JobSet as its server-side apply request), with Secrets redacted. The maps are
-// copies.
+// Objects returns what the status stage writes for r, in its order: the create-only
+// objects (generated as the status stage generates them right before creating them),
+// the applied side objects, then the JobSet as its server-side apply request; Secrets
+// redacted. The maps are copies.
 func (r *Result) Objects() ([]map[string]any, error) {
-	out := make([]map[string]any, 0, len(r.Desired.Objects)+1)
+	out := make([]map[string]any, 0, len(r.Plan.CreateOnly)+len(r.Desired.Objects)+1)
+	for _, o := range r.Plan.CreateOnly {
+		obj := o.Object.DeepCopy()
+		if o.Generate != nil {
+			if err := o.Generate(obj); err != nil {
+				return nil, fmt.Errorf("generating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
+		}
+		if obj.GetAPIVersion() == "v1" && obj.GetKind() == "Secret" {
+			redactSecret(obj) // not in the hash: the hash needs no redaction
+		}
+		out = append(out, obj.Object)
+	}
 	redacted := false
 	for _, obj := range r.Desired.Objects {
 		o := obj.DeepCopy()

@@ -316,7 +316,9 @@ func TestRenderCommandBadInput(t *testing.T) {
 		}
 		return p
 	}
-	noTrainer := strings.Replace(torchRuntime, "trainer.kubeflow.org/trainjob-ancestor-step: trainer", "app: train", 1)
+	// Neither labelled trainer nor named "node": no step the trainer settings reach.
+	noTrainer := strings.Replace(strings.Replace(torchRuntime, "trainer.kubeflow.org/trainjob-ancestor-step: trainer", "app: train", 1),
+		"- name: node", "- name: worker", 1)
 	cases := map[string]struct {
 		files map[string]string
 		args  []string

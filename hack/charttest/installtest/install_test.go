@@ -139,11 +139,49 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		return meta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete), conditionsOf(got)
 	})
 
+	// An MPI TrainJob: its SSH Secret is created with the "create" verb alone, its
+	// hostfile ConfigMap server-side applied.
+	mpiRuntime := &trainer.ClusterTrainingRuntime{}
+	if err := yaml.UnmarshalStrict([]byte(mpiRuntimeYAML), mpiRuntime); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(ctx, mpiRuntime, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mpiJob := &trainer.TrainJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "rbac-mpi", Namespace: namespace},
+		Spec: trainer.TrainJobSpec{
+			RuntimeRef: trainer.RuntimeRef{Name: mpiRuntime.Name},
+			Trainer:    &trainer.Trainer{NumNodes: ptr.To[int32](2)},
+		},
+	}
+	if _, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Create(ctx, mpiJob, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, 2*time.Minute, "MPI TrainJob Complete (controller log: "+logFile.Name()+")", func(ctx context.Context) (bool, string) {
+		got, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Get(ctx, mpiJob.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete), conditionsOf(got)
+	})
+	if _, err := c.Client().CoreV1().Secrets(namespace).Get(ctx, "rbac-mpi-mpi-ssh-auth", metav1.GetOptions{}); err != nil {
+		t.Errorf("the MPI SSH Secret: %v", err)
+	}
+	if _, err := c.Client().CoreV1().ConfigMaps(namespace).Get(ctx, "rbac-mpi-mpi-hostfile", metav1.GetOptions{}); err != nil {
+		t.Errorf("the MPI hostfile ConfigMap: %v", err)
+	}
+
 	// And no more than needed: what the ServiceAccount must not do.
 	user := "system:serviceaccount:" + namespace + ":" + sa
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets"},
 		{Verb: "list", Resource: "secrets", Namespace: namespace},
+		{Verb: "update", Resource: "secrets", Namespace: namespace},
+		{Verb: "patch", Resource: "secrets", Namespace: namespace},
+		{Verb: "delete", Resource: "secrets", Namespace: namespace},
+		{Verb: "get", Resource: "configmaps", Namespace: namespace},
+		{Verb: "delete", Resource: "configmaps", Namespace: namespace},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "create", Resource: "pods", Namespace: namespace},
 		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
@@ -164,6 +202,52 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		}
 	}
 }
+
+// mpiRuntimeYAML is a minimal MPI runtime in the shape of upstream's
+// deepspeed-distributed: workers that stay up, a launcher that starts once they are
+// Ready and decides success.
+const mpiRuntimeYAML = `
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: chart-rbac-mpi
+spec:
+  mlPolicy:
+    numNodes: 1
+    mpi:
+      runLauncherAsNode: true
+  template:
+    spec:
+      successPolicy:
+        operator: All
+        targetReplicatedJobs: [launcher]
+      replicatedJobs:
+        - name: node
+          template:
+            spec:
+              template:
+                metadata:
+                  annotations:
+                    pod-complete.stage.kwok.x-k8s.io/delay: 5m
+                spec:
+                  containers:
+                    - name: node
+                      image: ghcr.io/kubeflow/trainer/deepspeed-runtime
+        - name: launcher
+          dependsOn:
+            - name: node
+              status: Ready
+          template:
+            metadata:
+              labels:
+                trainer.kubeflow.org/trainjob-ancestor-step: trainer
+            spec:
+              template:
+                spec:
+                  containers:
+                    - name: node
+                      image: ghcr.io/kubeflow/trainer/deepspeed-runtime
+`
 
 // serviceAccount returns the name of the ServiceAccount the chart created.
 func serviceAccount(t *testing.T, c *cluster.Cluster) string {

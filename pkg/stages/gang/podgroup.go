@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -16,20 +15,9 @@ import (
 // its namespace and controlled by it, with spec: what the coscheduling and Volcano
 // backends apply (trainer-compat §4: one PodGroup per TrainJob, name <trainjob>).
 func PodGroup(tj *trainer.TrainJob, apiVersion string, spec map[string]any) *unstructured.Unstructured {
-	owner := metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": apiVersion,
-		"kind":       "PodGroup",
-		"metadata": map[string]any{
-			"name":      tj.Name,
-			"namespace": tj.Namespace,
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": owner.APIVersion, "kind": owner.Kind, "name": owner.Name, "uid": string(owner.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
-		},
-		"spec": spec,
-	}}
+	pg := plan.OwnedObject(tj, apiVersion, "PodGroup", tj.Name)
+	pg.Object["spec"] = spec
+	return pg
 }
 
 // PodGroupSpec checks that the backend's PodGroup API is served and returns the spec

@@ -275,11 +275,11 @@ func validateSteps(rt plan.Runtime) error {
 	hasTrainer := false
 	for i := range rjs {
 		step := plan.Ancestor(&rjs[i])
+		hasTrainer = hasTrainer || step == trainer.AncestorTrainer || rjs[i].Name == trainer.ReplicatedJobNode
 		want, ok := stepContainers[step]
 		if !ok {
 			continue
 		}
-		hasTrainer = hasTrainer || step == trainer.AncestorTrainer
 		containers := plan.PodSpec(&rjs[i]).Containers
 		if plan.Container(containers, want) != nil {
 			continue
@@ -291,7 +291,11 @@ func validateSteps(rt plan.Runtime) error {
 				"rename the container in the runtime", step, want, plan.ContainerNames(containers)),
 		}
 	}
-	if !hasTrainer {
+	// The trainer step is the replicatedJob labelled trainer, or named "node"
+	// (trainer-compat §2.3). MPI runtimes are the ML policy's to check: their trainer
+	// may be the launcher (runLauncherAsNode, §3.4), and the MPI plugin names a missing
+	// launcher or node itself.
+	if !hasTrainer && (rt.Spec.MLPolicy == nil || rt.Spec.MLPolicy.MPI == nil) {
 		return &plan.InvalidInputError{
 			Object: rt.Ref(),
 			Field:  path.String(),

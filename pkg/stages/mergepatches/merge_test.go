@@ -772,9 +772,10 @@ func TestMergeInvalidSteps(t *testing.T) {
 		"no trainer step": {
 			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
 				delete(rjs[2].Template.Labels, trainer.LabelTrainJobAncestor)
+				rjs[2].Name = "worker"
 			},
 			wantField: "spec.template.spec.replicatedJobs",
-			wantMsg:   `no replicatedJob is the trainer step (replicatedJobs [dataset-initializer model-initializer node]): label the Job template of the one that trains, usually "node", with trainer.kubeflow.org/trainjob-ancestor-step: trainer`,
+			wantMsg:   `no replicatedJob is the trainer step (replicatedJobs [dataset-initializer model-initializer worker]): label the Job template of the one that trains, usually "node", with trainer.kubeflow.org/trainjob-ancestor-step: trainer`,
 		},
 		"trainer step without node container": {
 			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
@@ -782,6 +783,11 @@ func TestMergeInvalidSteps(t *testing.T) {
 			},
 			wantField: "spec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers",
 			wantMsg:   `must contain the required container for the ancestor: trainer (a container named "node"; it has [main])`,
+		},
+		"unlabelled but named node: the trainer step": {
+			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
+				delete(rjs[2].Template.Labels, trainer.LabelTrainJobAncestor)
+			},
 		},
 		"dataset initializer without its container": {
 			mutate: func(rjs []jobsetv1alpha2.ReplicatedJob) {
@@ -796,6 +802,12 @@ func TestMergeInvalidSteps(t *testing.T) {
 			rt := plantest.SkeletonRuntime(nil)
 			tc.mutate(rt.Spec.Template.Spec.ReplicatedJobs)
 			js, err := Merge(plantest.TrainJob(rt.Name, nil), rt)
+			if tc.wantField == "" {
+				if err != nil {
+					t.Fatalf("Merge() = %v, want a JobSet", err)
+				}
+				return
+			}
 			var invalid *plan.InvalidInputError
 			if !errors.As(err, &invalid) {
 				t.Fatalf("Merge() = %v, %v; want *plan.InvalidInputError", js, err)

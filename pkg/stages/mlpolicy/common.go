@@ -1,10 +1,12 @@
 package mlpolicy
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -137,4 +139,22 @@ func cpuCount(res *corev1.ResourceRequirements) int64 {
 		return q.Value()
 	}
 	return 0
+}
+
+// onePerNode rejects spec.trainer.numProcPerNode other than 1 for a policy that starts
+// a fixed number of processes per node and would otherwise ignore it silently: JAX (one
+// process per node) and XGBoost (one worker per GPU). Upstream ignores the field there;
+// a TrainJob asking for 4 processes per node and getting 1 is a mistake to report, not
+// to run (see docs/compatibility.md). policy names the runtime's policy, e.g. "jax".
+func onePerNode(tj *trainer.TrainJob, rt plan.Runtime, policy, processes string) error {
+	t := tj.Spec.Trainer
+	if t == nil || t.NumProcPerNode == nil || *t.NumProcPerNode == 1 {
+		return nil
+	}
+	return &plan.InvalidInputError{
+		Field: field.NewPath("spec", "trainer", "numProcPerNode").String(),
+		Message: fmt.Sprintf("runtime %s uses mlPolicy.%s, which starts %s and does not support numProcPerNode %d: "+
+			"remove spec.trainer.numProcPerNode (or set it to 1), or use a runtime with mlPolicy.torch, mpi or flux",
+			rt.Ref(), policy, processes, *t.NumProcPerNode),
+	}
 }

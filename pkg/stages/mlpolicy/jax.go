@@ -30,8 +30,12 @@ func (jax) Name() string { return "JAX" }
 
 func (jax) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.JAX != nil }
 
-// Apply implements Plugin. It does not fail.
+// Apply implements Plugin. Errors: *plan.InvalidInputError for a
+// spec.trainer.numProcPerNode other than 1.
 func (jax) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+	if err := onePerNode(tj, p.Runtime, "jax", "one JAX process per node"); err != nil {
+		return err
+	}
 	js := p.JobSet
 	overrideTrainerCount(tj, js)
 	c := trainerContainer(js)

@@ -1,7 +1,6 @@
 package mlpolicy
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -192,29 +191,6 @@ func TestQuirkDecisions(t *testing.T) {
 	})
 }
 
-func TestUnsupportedPolicies(t *testing.T) {
-	cases := map[string]struct {
-		policy  trainer.MLPolicySource
-		wantMsg string
-	}{
-		"mpi":  {policy: trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{}}, wantMsg: "not yet supported by Trainyard: mlPolicy.mpi (runtime TrainingRuntime/test-runtime)"},
-		"flux": {policy: trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}, wantMsg: "not yet supported by Trainyard: mlPolicy.flux (runtime TrainingRuntime/test-runtime)"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rt := plantest.SkeletonRuntime(&trainer.MLPolicy{MLPolicySource: tc.policy})
-			_, err := build(t, plantest.TrainJob(rt.Name, nil), rt)
-			var unsupported *plan.UnsupportedError
-			if !errors.As(err, &unsupported) || !plan.IsInputError(err) {
-				t.Fatalf("Apply() = %v, want *plan.UnsupportedError", err)
-			}
-			if err.Error() != tc.wantMsg {
-				t.Errorf("Error() = %q, want %q", err.Error(), tc.wantMsg)
-			}
-		})
-	}
-}
-
 // fakePlugin records its runs and sets the parallelism of one replicatedJob.
 type fakePlugin struct {
 	name    string
@@ -283,8 +259,7 @@ func TestDefaultPluginsSelection(t *testing.T) {
 	}
 }
 
-// Every upstream runtime, with a minimal TrainJob of 2 nodes, builds a sound JobSet,
-// except the documented unsupported policies.
+// Every upstream runtime, with a minimal TrainJob of 2 nodes, builds a sound JobSet.
 func TestAllUpstreamRuntimes(t *testing.T) {
 	runtimes := plantest.UpstreamRuntimes(t)
 	if len(runtimes) == 0 {
@@ -300,13 +275,6 @@ func TestAllUpstreamRuntimes(t *testing.T) {
 			if diff := cmp.Diff(specBefore, rt.Spec); diff != "" {
 				t.Errorf("runtime spec changed (-before +after):\n%s", diff)
 			}
-			if p := rt.Spec.MLPolicy; p != nil && (p.MPI != nil || p.Flux != nil) {
-				var unsupported *plan.UnsupportedError
-				if !errors.As(err, &unsupported) {
-					t.Errorf("Apply() = %v, want *plan.UnsupportedError", err)
-				}
-				return
-			}
 			if err != nil {
 				t.Fatalf("Apply: %v", err)
 			}
@@ -321,7 +289,13 @@ func TestAllUpstreamRuntimes(t *testing.T) {
 			if rj == nil {
 				t.Fatal("no trainer replicatedJob")
 			}
-			if got := plan.Count(rj); got != 2 {
+			if p := rt.Spec.MLPolicy; p != nil && p.MPI != nil {
+				// The launcher is the trainer; numNodes sizes the "node" workers, one
+				// fewer when the launcher is also a node (trainer-compat §3.4).
+				if diff := cmp.Diff(map[string]int32{"launcher": 1, "node": 1}, counts(t, js)); diff != "" {
+					t.Errorf("counts (-want +got):\n%s", diff)
+				}
+			} else if got := plan.Count(rj); got != 2 {
 				t.Errorf("trainer parallelism = %d, want 2", got)
 			}
 			if len(js.OwnerReferences) != 1 || js.OwnerReferences[0].UID != plantest.TrainJobUID ||

@@ -31,8 +31,12 @@ func (xgboost) Name() string { return "XGBoost" }
 
 func (xgboost) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.XGBoost != nil }
 
-// Apply implements Plugin. It does not fail.
+// Apply implements Plugin. Errors: *plan.InvalidInputError for a
+// spec.trainer.numProcPerNode other than 1.
 func (xgboost) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+	if err := onePerNode(tj, p.Runtime, "xgboost", "one worker per GPU (one on a node without GPUs)"); err != nil {
+		return err
+	}
 	js := p.JobSet
 	if plan.TrainerJob(js) == nil {
 		return nil

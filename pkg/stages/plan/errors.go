@@ -27,12 +27,14 @@ func (e *InvalidInputError) Error() string {
 	return e.Object + " " + e.Field + ": " + e.Message
 }
 
-// UnsupportedError reports a runtime feature Trainyard does not implement yet, e.g.
-// mlPolicy.mpi. Like InvalidInputError it is terminal for the current inputs.
+// UnsupportedError reports a runtime feature Trainyard does not implement yet, e.g. an
+// unknown mlPolicy.mpi.mpiImplementation or a podGroupPolicy whose API the cluster does
+// not serve. Like InvalidInputError it is terminal for the current inputs.
 type UnsupportedError struct {
 	// Object is the runtime as "<Kind>/<name>".
 	Object string
-	// Feature is the unsupported field, e.g. "mlPolicy.mpi".
+	// Feature is the unsupported field and value, e.g.
+	// `mlPolicy.mpi.mpiImplementation "OpenMPI5" (supported: OpenMPI, Intel, MPICH)`.
 	Feature string
 }
 

@@ -35,6 +35,11 @@ type Plan struct {
 	// next one. LastTransitionTime is set by the status stage.
 	Conditions []metav1.Condition
 
+	// CreateOnly are side objects the status stage creates, when absent, before
+	// Objects, and never updates (e.g. the MPI SSH Secret). They are not part of the
+	// desired state's hash.
+	CreateOnly []CreateOnlyObject
+
 	// Stage is the index of the last stage that completed for this plan (1-based:
 	// 1 = resolve runtime ... 5 = DRA claims). A stage refuses a plan that has not
 	// reached the stage before it and restarts the TrainJob from stage 1.
@@ -73,6 +78,12 @@ func (p *Plan) DeepCopy() *Plan {
 	if p.Conditions != nil {
 		out.Conditions = make([]metav1.Condition, len(p.Conditions))
 		copy(out.Conditions, p.Conditions)
+	}
+	if p.CreateOnly != nil {
+		out.CreateOnly = make([]CreateOnlyObject, len(p.CreateOnly))
+		for i, o := range p.CreateOnly {
+			out.CreateOnly[i] = o.DeepCopy()
+		}
 	}
 	return out
 }

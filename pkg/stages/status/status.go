@@ -58,8 +58,8 @@ type Stage struct {
 	Plans     *stages.Plans[plan.Plan]
 	Status    *Writer
 	Recorder  events.EventRecorder
-	// Objects applies the plan's side objects before the JobSet; required when a
-	// gang backend produces any.
+	// Objects writes the plan's side objects before the JobSet; required when a gang
+	// backend or an ML policy (MPI) produces any.
 	Objects ObjectApplier
 	// Metrics records JobSet creation latency; optional.
 	Metrics *metrics.Metrics
@@ -189,14 +189,10 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if err != nil {
 		return false, fmt.Errorf("encoding JobSet: %w", err)
 	}
-	// Side objects first: pods must find their PodGroup or Workload when they appear.
-	for _, obj := range desired.Objects {
-		if s.Objects == nil {
-			return false, fmt.Errorf("the plan holds a %s but the status stage has no ObjectApplier", obj.GetKind())
-		}
-		if err := s.Objects.Apply(ctx, obj); err != nil {
-			return false, err
-		}
+	// Side objects first: pods must find their PodGroup, Workload, ConfigMap or Secret
+	// when they appear.
+	if err := s.applyObjects(ctx, p); err != nil {
+		return false, err
 	}
 	force := true
 	if _, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Patch(ctx, tj.Name, types.ApplyPatchType, body,

@@ -1,0 +1,370 @@
+package mlpolicy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
+)
+
+// Names and paths of the MPI side objects and their volumes (trainer-compat §2.7, §3.4).
+const (
+	// mpiSSHAuthSuffix names the SSH auth Secret: "<trainjob>-mpi-ssh-auth".
+	mpiSSHAuthSuffix = "-mpi-ssh-auth"
+	// mpiHostfileSuffix names the hostfile ConfigMap: "<trainjob>-mpi-hostfile".
+	mpiHostfileSuffix = "-mpi-hostfile"
+
+	mpiSSHAuthVolume  = "mpi-ssh-auth"
+	mpiHostfileVolume = "mpi-hostfile"
+	// mpiHostfileKey is the ConfigMap key and the file name under mpiHostfileDir.
+	mpiHostfileKey = "hostfile"
+	mpiHostfileDir = "/etc/mpi"
+	mpiHostfile    = mpiHostfileDir + "/" + mpiHostfileKey
+
+	// The files the SSH Secret projects into sshAuthMountPath, as OpenSSH expects them.
+	sshPrivateKeyFile     = "id_rsa"
+	sshPublicKeyFile      = "id_rsa.pub"
+	sshAuthorizedKeysFile = "authorized_keys"
+
+	// sshConnectArgs makes the launcher's ssh retry while worker pods start.
+	sshConnectArgs = "-o ConnectionAttempts=10"
+)
+
+// Volume file modes (trainer-compat §3.4): the key readable by its owner and group
+// (fsGroup), the public files by everyone, the hostfile read-only.
+var (
+	modeSecretDefault = ptr.To[int32](0o400)
+	modePrivateKey    = ptr.To[int32](0o640)
+	modePublic        = ptr.To[int32](0o644)
+	modeHostfile      = ptr.To[int32](0o444)
+)
+
+type mpi struct{}
+
+// MPI returns the mlPolicy.mpi plugin (trainer-compat §3.4): the "node" replicatedJob
+// sized from spec.trainer.numNodes (one fewer when the launcher is also a node), the
+// SSH auth Secret and the hostfile ConfigMap as side objects, their volumes and mounts
+// on the launcher and node pods, and the MPI implementation's env on the launcher.
+//
+// The Secret <trainjob>-mpi-ssh-auth (type kubernetes.io/ssh-auth, immutable) holds an
+// ECDSA P-521 key: "ssh-privatekey" as a PEM "EC PRIVATE KEY" block and
+// "ssh-publickey" in authorized_keys format. It is a plan.CreateOnlyObject: the key is
+// generated only when the status stage creates the Secret, once per TrainJob, so a
+// rebuild neither changes the desired state's hash nor rewrites the key under running
+// pods.
+//
+// The ConfigMap <trainjob>-mpi-hostfile has key "hostfile": one line per pod of the
+// replicatedJob "node", and of "launcher" when runLauncherAsNode, in template order,
+// naming the pod by its stable DNS name with its slots (numProcPerNode): OpenMPI
+// "<host> slots=<n>", Intel MPI and MPICH "<host>:<n>".
+func MPI() Plugin { return mpi{} }
+
+func (mpi) Name() string { return "MPI" }
+
+func (mpi) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.MPI != nil }
+
+// mpiConfig is a runtime's mlPolicy.mpi with the CRD defaults applied (trainer-compat
+// §1.10), and the slots per node for this TrainJob.
+type mpiConfig struct {
+	impl              trainer.MPIImplementation
+	sshAuthMountPath  string
+	runLauncherAsNode bool
+	slots             int64
+}
+
+// Apply implements Plugin. Errors, all before anything is changed:
+// *plan.InvalidInputError for a runtime without a "launcher" replicatedJob, a runtime
+// and TrainJob whose hostfile would list no pod, or a spec.trainer.env that sets one of
+// the implementation's reserved variables; *plan.UnsupportedError for an
+// mpiImplementation Trainyard does not know.
+func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+	js := p.JobSet
+	cfg, err := mpiSettings(tj, p)
+	if err != nil {
+		return err
+	}
+	if err := validateMPI(tj, p.Runtime, js, cfg); err != nil {
+		return err
+	}
+
+	if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil {
+		if rj := plan.ReplicatedJob(js, trainer.ReplicatedJobNode); rj != nil {
+			n := *t.NumNodes
+			if cfg.runLauncherAsNode {
+				n = max(n-1, 1)
+			}
+			plan.SetCount(rj, n)
+		}
+	}
+
+	secretName := tj.Name + mpiSSHAuthSuffix
+	hostfileName := tj.Name + mpiHostfileSuffix
+	sshVolume := corev1.Volume{Name: mpiSSHAuthVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  secretName,
+		DefaultMode: modeSecretDefault,
+		Items: []corev1.KeyToPath{
+			{Key: corev1.SSHAuthPrivateKey, Path: sshPrivateKeyFile, Mode: modePrivateKey},
+			{Key: sshPublicKeyKey, Path: sshPublicKeyFile, Mode: modePublic},
+			{Key: sshPublicKeyKey, Path: sshAuthorizedKeysFile, Mode: modePublic},
+		},
+	}}}
+	hostfileVolume := corev1.Volume{Name: mpiHostfileVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: hostfileName},
+		Items:                []corev1.KeyToPath{{Key: mpiHostfileKey, Path: mpiHostfileKey, Mode: modeHostfile}},
+	}}}
+	sshMount := corev1.VolumeMount{Name: mpiSSHAuthVolume, MountPath: cfg.sshAuthMountPath}
+	for _, name := range []string{trainer.ReplicatedJobNode, trainer.ReplicatedJobLauncher} {
+		rj := plan.ReplicatedJob(js, name)
+		if rj == nil {
+			continue
+		}
+		pod := plan.PodSpec(rj)
+		pod.Volumes = upsertVolume(pod.Volumes, sshVolume)
+		c := plan.Container(pod.Containers, trainer.ContainerNode)
+		if c != nil {
+			c.VolumeMounts = upsertVolumeMount(c.VolumeMounts, sshMount)
+		}
+		if name != trainer.ReplicatedJobLauncher {
+			continue
+		}
+		pod.Volumes = upsertVolume(pod.Volumes, hostfileVolume)
+		if c != nil {
+			c.VolumeMounts = upsertVolumeMount(c.VolumeMounts, corev1.VolumeMount{Name: mpiHostfileVolume, MountPath: mpiHostfileDir})
+			c.Env = plan.UpsertEnv(c.Env, launcherEnv(cfg)...)
+		}
+	}
+
+	secret := plan.OwnedObject(tj, "v1", "Secret", secretName)
+	secret.Object["type"] = string(corev1.SecretTypeSSHAuth)
+	secret.Object["immutable"] = true
+	hostfile := plan.OwnedObject(tj, "v1", "ConfigMap", hostfileName)
+	hostfile.Object["data"] = map[string]any{mpiHostfileKey: hostfileContent(js, cfg)}
+	p.CreateOnly = append(p.CreateOnly, plan.CreateOnlyObject{Object: secret, Generate: generateSSHAuth})
+	p.Objects = append(p.Objects, hostfile)
+	return nil
+}
+
+// sshPublicKeyKey is the Secret key of the public key (kubernetes.io/ssh-auth defines
+// only the private key's).
+const sshPublicKeyKey = "ssh-publickey"
+
+// mpiSettings resolves the runtime's MPI policy for tj.
+//
+// Slots per node (trainer-compat §3.4): spec.trainer.numProcPerNode when set; else the
+// policy's numProcPerNode (default 1), except that a policy value of 1 on nodes with
+// more than one GPU becomes the GPU count.
+func mpiSettings(tj *trainer.TrainJob, p *plan.Plan) (mpiConfig, error) {
+	pol := p.Runtime.Spec.MLPolicy.MPI
+	cfg := mpiConfig{
+		impl:              ptr.Deref(pol.MPIImplementation, trainer.MPIImplementationOpenMPI),
+		sshAuthMountPath:  ptr.Deref(pol.SSHAuthMountPath, "/root/.ssh"),
+		runLauncherAsNode: ptr.Deref(pol.RunLauncherAsNode, false),
+		slots:             int64(ptr.Deref(pol.NumProcPerNode, 1)),
+	}
+	if cfg.impl == "" {
+		cfg.impl = trainer.MPIImplementationOpenMPI
+	}
+	switch cfg.impl {
+	case trainer.MPIImplementationOpenMPI, trainer.MPIImplementationIntel, trainer.MPIImplementationMPICH:
+	default:
+		return cfg, &plan.UnsupportedError{Object: p.Runtime.Ref(), Feature: fmt.Sprintf(
+			"mlPolicy.mpi.mpiImplementation %q (supported: OpenMPI, Intel, MPICH)", cfg.impl)}
+	}
+	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
+		cfg.slots = int64(*t.NumProcPerNode)
+	} else if gpus := gpuCount(nodeResources(tj, p.JobSet)); cfg.slots == 1 && gpus > 1 {
+		cfg.slots = gpus
+	}
+	return cfg, nil
+}
+
+// validateMPI rejects the runtimes and TrainJobs MPI cannot run, before anything is
+// built.
+//
+// A "launcher" replicatedJob is required: it runs mpirun and is the only pod that gets
+// the hostfile and the implementation's env. Upstream builds such a JobSet anyway; its
+// workers then wait for a launcher that never comes.
+//
+// The hostfile must list at least one pod: with runLauncherAsNode only the launcher is
+// left when the runtime has no "node" replicatedJob, so spec.trainer.numNodes above 1
+// cannot be honoured (the rule upstream's admission webhook enforces, trainer-compat
+// §3.4); without runLauncherAsNode the hostfile would be empty.
+//
+// spec.trainer.env must not set the variables the plugin owns (upstream's admission
+// rule, trainer-compat §3.4, extended to the other implementations' variables).
+func validateMPI(tj *trainer.TrainJob, rt plan.Runtime, js *jobsetv1alpha2.JobSet, cfg mpiConfig) error {
+	replicatedJobs := field.NewPath("spec", "template", "spec", "replicatedJobs")
+	if plan.ReplicatedJob(js, trainer.ReplicatedJobLauncher) == nil {
+		return &plan.InvalidInputError{
+			Object: rt.Ref(),
+			Field:  replicatedJobs.String(),
+			Message: fmt.Sprintf("mlPolicy.mpi needs a replicatedJob named %q whose %q container runs mpirun; "+
+				"add one (see the shipped deepspeed-distributed runtime) or use another mlPolicy",
+				trainer.ReplicatedJobLauncher, trainer.ContainerNode),
+		}
+	}
+	if plan.ReplicatedJob(js, trainer.ReplicatedJobNode) == nil {
+		if !cfg.runLauncherAsNode {
+			return &plan.InvalidInputError{
+				Object: rt.Ref(),
+				Field:  replicatedJobs.String(),
+				Message: fmt.Sprintf("mlPolicy.mpi without runLauncherAsNode lists only the pods of the replicatedJob %q in the hostfile, "+
+					"and the runtime has none: add a %q replicatedJob or set mlPolicy.mpi.runLauncherAsNode to true",
+					trainer.ReplicatedJobNode, trainer.ReplicatedJobNode),
+			}
+		}
+		if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil && *t.NumNodes >= 2 {
+			return &plan.InvalidInputError{
+				Field: field.NewPath("spec", "trainer", "numNodes").String(),
+				Message: fmt.Sprintf("must be 1: runtime %s runs the MPI launcher as the only node and has no %q replicatedJob to scale; "+
+					"remove spec.trainer.numNodes or use a runtime with a %q replicatedJob", rt.Ref(), trainer.ReplicatedJobNode, trainer.ReplicatedJobNode),
+			}
+		}
+	}
+	if t := tj.Spec.Trainer; t != nil {
+		reserved := mpiReservedEnv(cfg.impl)
+		var bad []string
+		for _, e := range t.Env {
+			if slices.Contains(reserved, e.Name) {
+				bad = append(bad, e.Name)
+			}
+		}
+		if len(bad) > 0 {
+			slices.Sort(bad)
+			return &plan.InvalidInputError{
+				Field: field.NewPath("spec", "trainer", "env").String(),
+				Message: fmt.Sprintf("must not set %s: the %s launcher's variables are set by mlPolicy.mpi; remove them",
+					strings.Join(bad, ", "), cfg.impl),
+			}
+		}
+	}
+	return nil
+}
+
+// launcherEnv is the env of the launcher's "node" container: where the hostfile is,
+// how many slots a host has, and ssh options, in the implementation's variables.
+// OpenMPI's are trainer-compat §3.4's; Intel MPI's and MPICH's are the MPI Operator's.
+func launcherEnv(cfg mpiConfig) []corev1.EnvVar {
+	slots := strconv.FormatInt(cfg.slots, 10)
+	switch cfg.impl {
+	case trainer.MPIImplementationIntel:
+		return []corev1.EnvVar{
+			{Name: "I_MPI_HYDRA_HOST_FILE", Value: mpiHostfile},
+			{Name: "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", Value: sshConnectArgs},
+			{Name: "I_MPI_PERHOST", Value: slots},
+		}
+	case trainer.MPIImplementationMPICH:
+		return []corev1.EnvVar{
+			{Name: "HYDRA_HOST_FILE", Value: mpiHostfile},
+			{Name: "HYDRA_LAUNCH_EXTRA_ARGS", Value: sshConnectArgs},
+		}
+	default:
+		return []corev1.EnvVar{
+			{Name: "OMPI_MCA_orte_default_hostfile", Value: mpiHostfile},
+			// Keep pod DNS names whole: their first label alone does not resolve.
+			{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
+			{Name: "OMPI_MCA_orte_set_default_slots", Value: slots},
+			{Name: "OMPI_MCA_plm_rsh_args", Value: sshConnectArgs},
+		}
+	}
+}
+
+// mpiReservedEnv is the names launcherEnv sets for impl.
+func mpiReservedEnv(impl trainer.MPIImplementation) []string {
+	env := launcherEnv(mpiConfig{impl: impl})
+	names := make([]string, len(env))
+	for i := range env {
+		names[i] = env[i].Name
+	}
+	return names
+}
+
+// hostfileContent is the hostfile: a line per pod of the hosts' replicatedJobs ("node",
+// and "launcher" when it is also a node), in template order, each replica's pods in
+// index order (trainer-compat §2.4 endpoints, §3.4).
+func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) string {
+	var b strings.Builder
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if rj.Name != trainer.ReplicatedJobNode && (!cfg.runLauncherAsNode || rj.Name != trainer.ReplicatedJobLauncher) {
+			continue
+		}
+		replicas := int(max(rj.Replicas, 1)) // JobSet defaults replicas to 1
+		for job := range replicas {
+			for pod := range int(plan.Count(rj)) {
+				b.WriteString(plan.Endpoint(js, rj.Name, job, pod))
+				if cfg.impl == trainer.MPIImplementationOpenMPI {
+					b.WriteString(" slots=")
+				} else {
+					b.WriteString(":")
+				}
+				b.WriteString(strconv.FormatInt(cfg.slots, 10))
+				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// generateSSHAuth fills an ssh-auth Secret with a fresh ECDSA P-521 key pair
+// (trainer-compat §3.4): "ssh-privatekey" a PEM "EC PRIVATE KEY" block (SEC 1, the
+// format OpenSSH reads as id_rsa whatever the algorithm), "ssh-publickey" an
+// authorized_keys line. Values are base64, as a Secret's data is on the wire.
+func generateSSHAuth(secret *unstructured.Unstructured) error {
+	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generating the MPI SSH key: %w", err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encoding the MPI SSH key: %w", err)
+	}
+	pub, err := ssh.NewPublicKey(&key.PublicKey)
+	if err != nil {
+		return fmt.Errorf("encoding the MPI SSH public key: %w", err)
+	}
+	secret.Object["data"] = map[string]any{
+		corev1.SSHAuthPrivateKey: base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})),
+		sshPublicKeyKey:          base64.StdEncoding.EncodeToString(ssh.MarshalAuthorizedKey(pub)),
+	}
+	return nil
+}
+
+// upsertVolume sets v in vols by name: replaced in place, else appended.
+func upsertVolume(vols []corev1.Volume, v corev1.Volume) []corev1.Volume {
+	for i := range vols {
+		if vols[i].Name == v.Name {
+			vols[i] = *v.DeepCopy()
+			return vols
+		}
+	}
+	return append(vols, *v.DeepCopy())
+}
+
+// upsertVolumeMount sets m in mounts by mountPath (the strategic-merge key of
+// volumeMounts): replaced in place, else appended.
+func upsertVolumeMount(mounts []corev1.VolumeMount, m corev1.VolumeMount) []corev1.VolumeMount {
+	for i := range mounts {
+		if mounts[i].MountPath == m.MountPath {
+			mounts[i] = m
+			return mounts
+		}
+	}
+	return append(mounts, m)
+}
