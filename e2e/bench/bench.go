@@ -74,6 +74,8 @@ type Config struct {
 	OutDir string
 	// Timeout bounds the wait for admissions or completions.
 	Timeout time.Duration
+	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
+	ControllerArgs []string
 	// CPUProfile, when non-zero, runs the controller with --profiling and
 	// takes a CPU profile of that long from the start of the burst into
 	// <OutDir>/cpu.pprof.
@@ -193,7 +195,7 @@ func (r *runner) connect() error {
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	res := &Result{
 		Mode: r.cfg.Mode, N: r.cfg.N, Parallelism: r.cfg.Parallelism, NumNodes: r.cfg.NumNodes,
-		ControllerQPS: r.cfg.QPS, ControllerBurst: r.cfg.Burst,
+		ControllerQPS: r.cfg.QPS, ControllerBurst: r.cfg.Burst, ControllerArgs: r.cfg.ControllerArgs,
 		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
 	if err := r.installRuntime(ctx); err != nil {
@@ -204,7 +206,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func buildController(ctx context.Context, root string) (string, error) {
 // QPS and burst given (issue 9 measures with 2000/4000 so that the
 // controller, not its throttle, is measured) and waits until /readyz
 // answers 200 (caches synced). Its log goes to logPath.
-func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool) (*controllerProcess, error) {
+func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool, extraArgs ...string) (*controllerProcess, error) {
 	addrs, err := cluster.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -60,13 +60,15 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 		LogPath:    logPath,
 		exited:     make(chan error, 1),
 	}
-	p.cmd = exec.Command(binary,
-		"--kubeconfig="+kubeconfig,
-		"--metrics-bind-address="+addrs[0],
-		"--health-probe-bind-address="+addrs[1],
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--metrics-bind-address=" + addrs[0],
+		"--health-probe-bind-address=" + addrs[1],
 		fmt.Sprintf("--kube-api-qps=%g", qps),
 		fmt.Sprintf("--kube-api-burst=%d", burst),
-		"--log-format=json", "--v=0", fmt.Sprintf("--profiling=%t", profiling))
+		"--log-format=json", "--v=0", fmt.Sprintf("--profiling=%t", profiling),
+	}, extraArgs...)
+	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

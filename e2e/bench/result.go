@@ -19,6 +19,7 @@ type Result struct {
 	NumNodes        int32     `json:"numNodes"`
 	ControllerQPS   float32   `json:"controllerQPS"`
 	ControllerBurst int32     `json:"controllerBurst"`
+	ControllerArgs  []string  `json:"controllerArgs,omitempty"`
 	StartedAt       time.Time `json:"startedAt"`
 	CPUs            int       `json:"cpus"`
 	GoVersion       string    `json:"goVersion"`
@@ -270,8 +271,8 @@ func Report(r *Result) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Trainyard scale benchmark: %s, N = %d\n\n", r.Mode, r.N)
-	w("%s · %d CPUs · %s · %d creates in flight · controller client QPS %g / burst %d · numNodes %d\n\n",
-		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, r.NumNodes)
+	w("%s · %d CPUs · %s · %d creates in flight · controller client QPS %g / burst %d %s· numNodes %d\n\n",
+		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, strings.Join(r.ControllerArgs, " ")+" ", r.NumNodes)
 	w("![admissions over time and latency](plot.svg)\n\n## Targets\n\n| | target | measured | met | note |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		met := "yes"

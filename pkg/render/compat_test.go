@@ -2,14 +2,17 @@ package render_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/pkg/render"
@@ -19,10 +22,6 @@ import (
 // facts are what trainer-compat.md specifies for one upstream runtime × TrainJob, checked
 // on the rendered objects. Values are written out from the spec, not computed.
 type facts struct {
-	// unsupported is the mlPolicy member Trainyard does not implement yet; the render
-	// must fail with a *plan.UnsupportedError naming it and nothing else is checked.
-	unsupported string
-
 	// replicatedJobs are the names in order (§2.3: the runtime's order); containers per
 	// replicatedJob; dependsOn per replicatedJob as "name=status".
 	replicatedJobs []string
@@ -44,10 +43,41 @@ type facts struct {
 	// image and command of "<replicatedJob>/<container>" when given.
 	image   map[string]string
 	command map[string][]string
-	// objects: side objects as "<apiVersion> <Kind> <name>", in apply order.
+	// objects: side objects as "<apiVersion> <Kind> <name>", in the order the render
+	// output lists them before the JobSet (create-only objects first, then the applied
+	// ones; Result.Objects).
 	objects []string
 	// podAnnotations per replicatedJob that must be present.
 	podAnnotations map[string]map[string]string
+
+	// initContainers per replicatedJob, in order. A "<replicatedJob>/<container>" key of
+	// the maps above and below names an init container when no container has the name.
+	initContainers map[string][]string
+	// volumes per replicatedJob: all of the pod's volumes, name → volumeString.
+	volumes map[string]map[string]string
+	// mounts per "<replicatedJob>/<container>": all of its volumeMounts, mountPath →
+	// volume name, " (ro)" appended when readOnly.
+	mounts map[string]map[string]string
+	// resources per "<replicatedJob>/<container>": all of its limits and requests,
+	// "limits.<name>" / "requests.<name>" → quantity.
+	resources map[string]map[string]string
+	// content of side objects per "<Kind> <name>".
+	content map[string]objectFacts
+}
+
+// objectFacts are the content of a Secret or ConfigMap.
+type objectFacts struct {
+	// secretType is a Secret's type; an object without one is "Opaque", the API
+	// server's default.
+	secretType string
+	// immutable, when set.
+	immutable *bool
+	// keys are all keys of data and stringData (binaryData for ConfigMaps), sorted.
+	keys []string
+	// data are exact values by key (Secrets: decoded).
+	data map[string]string
+	// contains are substrings each found in some value: facts of generated content.
+	contains []string
 }
 
 const rankPath = "fieldRef:metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -82,6 +112,125 @@ func torchtuneFacts(modelURI, config string, tokenizerArgs ...string) facts {
 		ports:   map[string][]int32{"node/node": {29500}},
 		image:   map[string]string{"node/node": "ghcr.io/kubeflow/trainer/torchtune-trainer"},
 		command: map[string][]string{"node/node": command},
+	}
+}
+
+// mpiFacts are the facts of the shipped MPI runtimes (deepspeed-distributed,
+// mlx-distributed: §9, OpenMPI, numProcPerNode 1, sshAuthMountPath /home/mpiuser/.ssh,
+// runLauncherAsNode) with the minimal TrainJob (numNodes 2, no GPUs), per §3.4.
+func mpiFacts(image string) facts {
+	const sshMount = "/home/mpiuser/.ssh"
+	sshVolume := "secret minimal-mpi-ssh-auth mode=0400 items=ssh-privatekey>id_rsa:0640,ssh-publickey>id_rsa.pub:0644,ssh-publickey>authorized_keys:0644"
+	ompi := []string{"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_orte_keep_fqdn_hostnames", "OMPI_MCA_orte_set_default_slots", "OMPI_MCA_plm_rsh_args"}
+	return facts{
+		// §9: the runtime's order, the launcher waiting for the nodes.
+		replicatedJobs: []string{"node", "launcher"},
+		containers:     map[string][]string{"node": {"node"}, "launcher": {"node"}},
+		dependsOn:      map[string][]string{"launcher": {"node=Ready"}},
+		// §3.4: runLauncherAsNode → node max(numNodes-1, 1); the launcher, ancestor
+		// trainer, mlPolicy.numNodes (§2.3 step 4).
+		counts:   map[string]int32{"node": 1, "launcher": 1},
+		replicas: map[string]int32{"launcher": 1},
+		// §2.3 step 1: the runtime's own labels (framework) are not propagated.
+		labels: map[string]string{},
+		// §3.4: OpenMPI env on the launcher's node container only, slots = the
+		// policy's numProcPerNode (no GPUs); no ports.
+		env: map[string]map[string]string{"launcher/node": {
+			"OMPI_MCA_orte_default_hostfile":    "/etc/mpi/hostfile",
+			"OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+			"OMPI_MCA_orte_set_default_slots":   "1",
+			"OMPI_MCA_plm_rsh_args":             "-o ConnectionAttempts=10",
+		}},
+		noEnv: map[string][]string{"node/node": ompi},
+		ports: map[string][]int32{"node/node": nil, "launcher/node": nil},
+		image: map[string]string{"node/node": image, "launcher/node": image},
+		// §9: the node pods run sshd; the minimal TrainJob sets no command.
+		command: map[string][]string{"node/node": {"/usr/sbin/sshd"}, "launcher/node": nil},
+		volumes: map[string]map[string]string{
+			"node":     {"mpi-ssh-auth": sshVolume},
+			"launcher": {"mpi-ssh-auth": sshVolume, "mpi-hostfile": "configMap minimal-mpi-hostfile items=hostfile>hostfile:0444"},
+		},
+		mounts: map[string]map[string]string{
+			"node/node":     {sshMount: "mpi-ssh-auth"},
+			"launcher/node": {sshMount: "mpi-ssh-auth", "/etc/mpi": "mpi-hostfile"},
+		},
+		// §2.7; the create-only Secret first (Result.Objects).
+		objects: []string{"v1 Secret minimal-mpi-ssh-auth", "v1 ConfigMap minimal-mpi-hostfile"},
+		content: map[string]objectFacts{
+			"Secret minimal-mpi-ssh-auth": {
+				secretType: "kubernetes.io/ssh-auth", immutable: ptr.To(true),
+				keys:     []string{"ssh-privatekey", "ssh-publickey"},
+				contains: []string{"-----BEGIN EC PRIVATE KEY-----", "ecdsa-sha2-nistp521 AAAA"},
+			},
+			// Endpoints in template order (§2.4): node pods, then the launcher.
+			"ConfigMap minimal-mpi-hostfile": {
+				keys: []string{"hostfile"},
+				data: map[string]string{"hostfile": "minimal-node-0-0.minimal slots=1\nminimal-launcher-0-0.minimal slots=1\n"},
+			},
+		},
+	}
+}
+
+// fluxFacts are the facts of the example runtime flux-distributed (§9) for TrainJob
+// name in namespace default, per §3.6: image and command string as the TrainJob gives
+// them; scriptFacts are the scripts' parameters that depend on the TrainJob (flags,
+// resource spec, hostlist).
+func fluxFacts(name string, nodes int32, image, command string, scriptFacts ...string) facts {
+	entrypoint := name + "-flux-entrypoint"
+	return facts{
+		replicatedJobs: []string{"node"},
+		containers:     map[string][]string{"node": {"node"}},
+		initContainers: map[string][]string{"node": {"flux-installer"}},
+		// §3.2 (PlainML acts with Flux): numNodes → the trainer's count.
+		counts:   map[string]int32{"node": nodes},
+		replicas: map[string]int32{"node": 1},
+		// §2.3 step 1: the runtime's own labels (framework, webhook-validation) are not
+		// propagated.
+		labels: map[string]string{},
+		image: map[string]string{
+			"node/node": image,
+			// FLUX_VIEW_IMAGE, default or as the example sets it (the same value).
+			"node/flux-installer": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy",
+		},
+		command: map[string][]string{
+			"node/node":           {"/bin/bash", "/etc/flux-config/entrypoint.sh", command},
+			"node/flux-installer": {"/bin/bash", "/etc/flux-config/init.sh"},
+		},
+		ports: map[string][]int32{"node/node": nil},
+		volumes: map[string]map[string]string{"node": {
+			"spack-install": "emptyDir",
+			"flux-install":  "emptyDir",
+			entrypoint:      "configMap " + entrypoint + " mode=0755",
+			"shared-memory": "emptyDir medium=Memory",
+			"flux-curve":    "secret " + name + "-flux-curve mode=0400",
+		}},
+		mounts: map[string]map[string]string{
+			"node/node": {
+				"/mnt/flux": "flux-install", "/opt/software": "spack-install", "/etc/flux-config": entrypoint + " (ro)",
+				"/curve": "flux-curve (ro)", "/dev/shm": "shared-memory (ro)",
+			},
+			"node/flux-installer": {"/mnt/flux": "flux-install", "/etc/flux-config": entrypoint + " (ro)"},
+		},
+		// §2.7; the create-only Secret first (Result.Objects).
+		objects: []string{"v1 Secret " + name + "-flux-curve", "v1 ConfigMap " + entrypoint},
+		content: map[string]objectFacts{
+			// §2.7 Opaque. Its key is random, not the UID's hash (docs/compatibility.md,
+			// "Flux CURVE certificate"); the ZeroMQ certificate names the TrainJob.
+			"Secret " + name + "-flux-curve": {
+				secretType: "Opaque", keys: []string{"curve.cert"},
+				contains: []string{"name = \"" + name + "\"", "public-key = ", "secret-key = "},
+			},
+			// Trainyard's own scripts with upstream's parameters (docs/compatibility.md,
+			// "Flux scripts"): lead host, hostlist, the broker TOML's port, bind and
+			// connect addresses and queue policy (FLUX_* defaults).
+			"ConfigMap " + entrypoint: {
+				keys: []string{"entrypoint.sh", "init.sh"},
+				contains: append([]string{
+					name + "-node-0-0",
+					"default_port = 8050", `"tcp://eth0:%p"`, `"tcp://%h.` + name + `.default.svc.cluster.local:%p"`, `queue-policy = "fcfs"`,
+				}, scriptFacts...),
+			},
+		},
 	}
 }
 
@@ -189,12 +338,34 @@ var compatTable = map[string]facts{
 		"tokenizer.path=/workspace/model/original/tokenizer.model"),
 	"torchtune-qwen2.5-1.5b/minimal": torchtuneFacts("hf://Qwen/Qwen2.5-1.5B-Instruct", "qwen2_5/1.5B_full",
 		"tokenizer.path=/workspace/model/vocab.json", "tokenizer.merges_file=/workspace/model/merges.txt"),
-	// TODO(mpi, flux): facts of §3.4 and §3.6 once the MPI and Flux plugins land.
-	"deepspeed-distributed/minimal":      {unsupported: "mlPolicy.mpi"},
-	"mlx-distributed/minimal":            {unsupported: "mlPolicy.mpi"},
-	"flux-distributed/flux-interactive":  {unsupported: "mlPolicy.flux"},
-	"flux-distributed/lammps-train-gpus": {unsupported: "mlPolicy.flux"},
-	"flux-distributed/lammps-train-job":  {unsupported: "mlPolicy.flux"},
+	"deepspeed-distributed/minimal": mpiFacts("ghcr.io/kubeflow/trainer/deepspeed-runtime"),
+	"mlx-distributed/minimal":       mpiFacts("ghcr.io/kubeflow/trainer/mlx-runtime"),
+	// §3.6 with the policy's numProcPerNode 1 (§1.10), no GPUs.
+	"flux-distributed/flux-interactive": fluxFacts("lammps-flux-interactive", 4,
+		"ghcr.io/converged-computing/metric-lammps:latest", "sleep infinity",
+		"-N 4 -n 4", "--cores=0", "lammps-flux-interactive-node-0-[0-3]"),
+	"flux-distributed/lammps-train-gpus": withFacts(fluxFacts("lammps-flux", 2, "ghcr.io/flux-framework/tutorials:gpu-lammps-hwloc",
+		"lmp_gpu -k on g 8 -sf kk -pk kokkos cuda/aware off newton on neigh half -in in.reaxff.hns -v x 8 -v y 8 -v z 16 -in in.reaxff.hns -nocite",
+		// numProcPerNode 1, one GPU per node (resourcesPerNode).
+		"-N 2 -n 2 -g 1", "--cores=0 --gpu=0", "lammps-flux-node-0-[0-1]"), func(f *facts) {
+		// §2.5 step 4: spec.trainer.env on the trainer container; §2.3: resourcesPerNode merged.
+		f.env = map[string]map[string]string{"node/node": {
+			"OMPI_MCA_btl": "tcp,self", "FLUX_VIEW_IMAGE": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy",
+		}}
+		f.resources = map[string]map[string]string{"node/node": {"limits.nvidia.com/gpu": "1", "requests.nvidia.com/gpu": "1"}}
+	}),
+	"flux-distributed/lammps-train-job": withFacts(fluxFacts("lammps-flux", 2, "ghcr.io/converged-computing/metric-lammps:latest",
+		"lmp -v x 4 -v y 4 -v z 4 -in in.reaxc.hns -nocite",
+		// numProcPerNode 4, no GPUs.
+		"-N 2 -n 8", "--cores=0-3", "lammps-flux-node-0-[0-1]"), func(f *facts) {
+		f.env = map[string]map[string]string{"node/node": {"FLUX_VIEW_IMAGE": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"}}
+	}),
+}
+
+// withFacts returns f changed by change.
+func withFacts(f facts, change func(*facts)) facts {
+	change(&f)
+	return f
 }
 
 func merge(ms ...map[string]string) map[string]string {
@@ -225,13 +396,6 @@ func TestCompatibility(t *testing.T) {
 				t.Fatal(err)
 			}
 			results, err := render.Render(context.Background(), in, render.Options{})
-			if want.unsupported != "" {
-				var unsupported *plan.UnsupportedError
-				if !errors.As(err, &unsupported) || unsupported.Feature != want.unsupported {
-					t.Fatalf("Render() error = %v, want *plan.UnsupportedError for %s", err, want.unsupported)
-				}
-				return
-			}
 			if err != nil || len(results) != 1 {
 				t.Fatalf("Render() = %d results, %v", len(results), err)
 			}
@@ -343,6 +507,48 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 			t.Errorf("%s ports (-want +got):\n%s", where, diff)
 		}
 	}
+	for rjName, names := range want.initContainers {
+		if rj := plan.ReplicatedJob(js, rjName); rj != nil {
+			if diff := cmp.Diff(names, plan.ContainerNames(plan.PodSpec(rj).InitContainers)); diff != "" {
+				t.Errorf("replicatedJob %s initContainers (-want +got):\n%s", rjName, diff)
+			}
+		}
+	}
+	for rjName, volumes := range want.volumes {
+		if rj := plan.ReplicatedJob(js, rjName); rj != nil {
+			got := map[string]string{}
+			for _, v := range plan.PodSpec(rj).Volumes {
+				got[v.Name] = volumeString(v)
+			}
+			if diff := cmp.Diff(volumes, got); diff != "" {
+				t.Errorf("replicatedJob %s volumes (-want +got):\n%s", rjName, diff)
+			}
+		}
+	}
+	for where, mounts := range want.mounts {
+		got := map[string]string{}
+		for _, m := range container(t, js, where).VolumeMounts {
+			got[m.MountPath] = m.Name
+			if m.ReadOnly {
+				got[m.MountPath] += " (ro)"
+			}
+		}
+		if diff := cmp.Diff(mounts, got); diff != "" {
+			t.Errorf("%s volumeMounts (-want +got):\n%s", where, diff)
+		}
+	}
+	for where, resources := range want.resources {
+		c := container(t, js, where)
+		got := map[string]string{}
+		for prefix, list := range map[string]corev1.ResourceList{"limits.": c.Resources.Limits, "requests.": c.Resources.Requests} {
+			for name, q := range list {
+				got[prefix+string(name)] = q.String()
+			}
+		}
+		if diff := cmp.Diff(resources, got); diff != "" {
+			t.Errorf("%s resources (-want +got):\n%s", where, diff)
+		}
+	}
 	for where, image := range want.image {
 		if got := container(t, js, where).Image; got != image {
 			t.Errorf("%s image %q, want %q", where, got, image)
@@ -354,16 +560,150 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 		}
 	}
 
+	// The render output: side objects, then the JobSet.
+	out, err := r.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := (&unstructured.Unstructured{Object: out[len(out)-1]}); last.GetKind() != "JobSet" {
+		t.Errorf("render output ends with %s %s, want the JobSet", last.GetKind(), last.GetName())
+	}
 	var objects []string
-	for _, o := range r.Desired.Objects {
+	for _, obj := range out[:len(out)-1] {
+		o := &unstructured.Unstructured{Object: obj}
 		objects = append(objects, o.GetAPIVersion()+" "+o.GetKind()+" "+o.GetName())
-		if o.GetNamespace() != tj.Namespace || len(o.GetOwnerReferences()) != 1 || o.GetOwnerReferences()[0].Name != tj.Name {
-			t.Errorf("%s %s: namespace %q, owners %v; want the TrainJob's namespace and the TrainJob as owner", o.GetKind(), o.GetName(), o.GetNamespace(), o.GetOwnerReferences())
+		// §2.7: every object has the TrainJob as its controller.
+		owners := o.GetOwnerReferences()
+		if o.GetNamespace() != tj.Namespace || len(owners) != 1 || owners[0].Kind != "TrainJob" || owners[0].Name != tj.Name ||
+			owners[0].Controller == nil || !*owners[0].Controller {
+			t.Errorf("%s %s: namespace %q, owners %v; want the TrainJob's namespace and the TrainJob as controller", o.GetKind(), o.GetName(), o.GetNamespace(), owners)
 		}
 	}
 	if diff := cmp.Diff(want.objects, objects); diff != "" {
 		t.Errorf("side objects (-want +got):\n%s", diff)
 	}
+	if len(want.content) > 0 {
+		checkContent(t, r, want.content)
+	}
+}
+
+// checkContent checks the content of r's side objects, as created: create-only objects
+// with their generated content, values not redacted.
+func checkContent(t *testing.T, r *render.Result, want map[string]objectFacts) {
+	t.Helper()
+	objects := map[string]*unstructured.Unstructured{}
+	for _, o := range r.Plan.CreateOnly {
+		obj := o.Object.DeepCopy()
+		if o.Generate != nil {
+			if err := o.Generate(obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		objects[obj.GetKind()+" "+obj.GetName()] = obj
+	}
+	for _, obj := range r.Desired.Objects {
+		objects[obj.GetKind()+" "+obj.GetName()] = obj
+	}
+	for id, facts := range want {
+		obj := objects[id]
+		if obj == nil {
+			t.Errorf("no side object %s", id)
+			continue
+		}
+		var (
+			typ       string
+			immutable *bool
+			data      = map[string]string{}
+		)
+		switch obj.GetKind() {
+		case "Secret":
+			var s corev1.Secret
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &s); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			typ, immutable = string(s.Type), s.Immutable
+			if typ == "" {
+				typ = string(corev1.SecretTypeOpaque)
+			}
+			for k, v := range s.Data {
+				data[k] = string(v)
+			}
+			for k, v := range s.StringData {
+				data[k] = v
+			}
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &cm); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			immutable = cm.Immutable
+			for k, v := range cm.Data {
+				data[k] = v
+			}
+			for k, v := range cm.BinaryData {
+				data[k] = string(v)
+			}
+		default:
+			t.Fatalf("%s: content facts cover Secrets and ConfigMaps", id)
+		}
+		if typ != facts.secretType {
+			t.Errorf("%s type %q, want %q", id, typ, facts.secretType)
+		}
+		if facts.immutable != nil && ptr.Deref(immutable, false) != *facts.immutable {
+			t.Errorf("%s immutable %v, want %v", id, ptr.Deref(immutable, false), *facts.immutable)
+		}
+		if diff := cmp.Diff(facts.keys, slices.Sorted(maps.Keys(data))); diff != "" {
+			t.Errorf("%s keys (-want +got):\n%s", id, diff)
+		}
+		for k, v := range facts.data {
+			if data[k] != v {
+				t.Errorf("%s %s = %q, want %q", id, k, data[k], v)
+			}
+		}
+		for _, sub := range facts.contains {
+			if !slices.ContainsFunc(slices.Collect(maps.Values(data)), func(v string) bool { return strings.Contains(v, sub) }) {
+				t.Errorf("%s: no value contains %q", id, sub)
+			}
+		}
+	}
+}
+
+// volumeString describes the source of v as the facts give it: "emptyDir" with
+// " medium=<m>", "secret <name>" or "configMap <name>" with " mode=<defaultMode>" and
+// " items=<key>><path>:<mode>,…" (modes in octal).
+func volumeString(v corev1.Volume) string {
+	mode := func(m *int32) string {
+		if m == nil {
+			return ""
+		}
+		return fmt.Sprintf(":%04o", *m)
+	}
+	source := func(kind, name string, defaultMode *int32, items []corev1.KeyToPath) string {
+		s := kind + " " + name
+		if defaultMode != nil {
+			s += " mode=" + mode(defaultMode)[1:]
+		}
+		var list []string
+		for _, it := range items {
+			list = append(list, it.Key+">"+it.Path+mode(it.Mode))
+		}
+		if len(list) > 0 {
+			s += " items=" + strings.Join(list, ",")
+		}
+		return s
+	}
+	switch {
+	case v.EmptyDir != nil:
+		if v.EmptyDir.Medium != "" {
+			return "emptyDir medium=" + string(v.EmptyDir.Medium)
+		}
+		return "emptyDir"
+	case v.Secret != nil:
+		return source("secret", v.Secret.SecretName, v.Secret.DefaultMode, v.Secret.Items)
+	case v.ConfigMap != nil:
+		return source("configMap", v.ConfigMap.Name, v.ConfigMap.DefaultMode, v.ConfigMap.Items)
+	}
+	return fmt.Sprintf("other %+v", v.VolumeSource)
 }
 
 var emptyMapIsNil = cmp.Transformer("emptyIsNil", func(m map[string]string) map[string]string {
@@ -393,7 +733,8 @@ func dependsOn(rj *jobsetv1alpha2.ReplicatedJob) []string {
 	return out
 }
 
-// container returns the container "<replicatedJob>/<container>" of js.
+// container returns the container "<replicatedJob>/<container>" of js, or the init
+// container when no container has the name.
 func container(t *testing.T, js *jobsetv1alpha2.JobSet, where string) *corev1.Container {
 	t.Helper()
 	rjName, name, _ := strings.Cut(where, "/")
@@ -401,9 +742,13 @@ func container(t *testing.T, js *jobsetv1alpha2.JobSet, where string) *corev1.Co
 	if rj == nil {
 		t.Fatalf("no replicatedJob %s", rjName)
 	}
-	c := plan.Container(plan.PodSpec(rj).Containers, name)
+	pod := plan.PodSpec(rj)
+	c := plan.Container(pod.Containers, name)
 	if c == nil {
-		t.Fatalf("replicatedJob %s has no container %s (has %v)", rjName, name, plan.ContainerNames(plan.PodSpec(rj).Containers))
+		c = plan.Container(pod.InitContainers, name)
+	}
+	if c == nil {
+		t.Fatalf("replicatedJob %s has no container %s (has %v, init %v)", rjName, name, plan.ContainerNames(pod.Containers), plan.ContainerNames(pod.InitContainers))
 	}
 	return c
 }

@@ -235,3 +235,37 @@ spec: {runtimeRef: {name: rt, kind: TrainingRuntime}}
 		t.Errorf("first document in namespace %q, want the first TrainJob's (team-b)", ns)
 	}
 }
+
+// The status stage sends JobSetApplyBody, encoded from the typed JobSet; render prints
+// JobSetObject, a map. They must be the same object for every upstream runtime.
+func TestJobSetApplyBodyIsJobSetObject(t *testing.T) {
+	for _, c := range upstreamCases(t) {
+		t.Run(c.ID(), func(t *testing.T) {
+			in, err := render.Load(c.Sources, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			results, err := render.Render(context.Background(), in, render.Options{})
+			if err != nil {
+				return // cases that do not build are the golden test's
+			}
+			for _, r := range results {
+				obj, err := r.Desired.JobSetObject()
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := r.Desired.JobSetApplyBody()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var decoded map[string]any
+				if err := json.Unmarshal(body, &decoded); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(normalize(t, []map[string]any{obj}), normalize(t, []map[string]any{decoded})); diff != "" {
+					t.Errorf("JobSetApplyBody differs from JobSetObject (-object +body):\n%s", diff)
+				}
+			}
+		})
+	}
+}

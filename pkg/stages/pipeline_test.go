@@ -751,8 +751,9 @@ func TestSyncContextLogger(t *testing.T) {
 			continue
 		}
 		found = true
+		// The values are attached lazily (withLazyValues): they arrive with the entry.
 		want := []any{"stage", "resolve", "trainJob", klog.KRef("team-a", "tj")}
-		if diff := cmp.Diff(want, entry.WithKVList); diff != "" {
+		if diff := cmp.Diff(want, append(entry.WithKVList, entry.ParameterKVList...)); diff != "" {
 			t.Errorf("logger values (-want,+got):\n%s", diff)
 		}
 	}

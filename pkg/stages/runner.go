@@ -74,7 +74,7 @@ func (r *runner) processNext(ctx context.Context) bool {
 
 // handle syncs key once, applies the result to the queues and records it.
 func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "stage", r.name, "trainJob", klog.KRef(key.Namespace, key.Name))
+	logger := withLazyValues(klog.FromContext(ctx), "stage", r.name, "trainJob", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
 
 	r.metrics.SyncStarted()

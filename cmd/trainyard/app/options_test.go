@@ -20,8 +20,8 @@ import (
 func defaults() *configv1alpha1.Configuration {
 	return &configv1alpha1.Configuration{
 		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{
-			QPS:                50,
-			Burst:              100,
+			QPS:                500,
+			Burst:              1000,
 			ContentType:        "application/vnd.kubernetes.protobuf",
 			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
 		},
@@ -41,7 +41,7 @@ func defaults() *configv1alpha1.Configuration {
 			MLPolicy:       configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
 			Gang:           configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
 			DRAClaims:      configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
-			Status:         configv1alpha1.StageConfiguration{Workers: ptr.To[int32](8)},
+			Status:         configv1alpha1.StageConfiguration{Workers: ptr.To[int32](32)},
 		},
 		RateLimit: configv1alpha1.RateLimitConfiguration{
 			BaseDelay: &metav1.Duration{Duration: 5 * time.Millisecond},

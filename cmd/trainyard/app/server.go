@@ -270,7 +270,8 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 	}
 	statusStage := &status.Stage{
 		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
-		Plans: plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
+		ApplyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
+		Plans:       plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
 		Gang: deps.gangWaiting,
 	}
 	all := []stages.Stage{

@@ -38,6 +38,10 @@ func main() {
 	flag.IntVar(&burst, "controller-burst", 4000, "the controller's --kube-api-burst")
 	flag.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "how long to wait for every admission or completion")
 	flag.DurationVar(&cfg.CPUProfile, "cpu-profile", 0, "take a CPU profile of the controller this long from the burst's start into <out>/cpu.pprof (0: none)")
+	flag.Func("controller-arg", "an extra controller flag, e.g. --controller-arg=--stage-workers=status=32 (repeatable)", func(v string) error {
+		cfg.ControllerArgs = append(cfg.ControllerArgs, v)
+		return nil
+	})
 	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
 	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
 	flag.Parse()

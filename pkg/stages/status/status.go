@@ -10,7 +10,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -55,9 +54,12 @@ type Stage struct {
 	TrainJobs trainerlisters.TrainJobLister
 	JobSets   jobsetlisters.JobSetLister
 	JobSetAPI jobsetclient.Interface
-	Plans     *stages.Plans[plan.Plan]
-	Status    *Writer
-	Recorder  events.EventRecorder
+	// ApplyJobSet applies the JobSet (RESTJobSetApply in production); nil applies with
+	// JobSetAPI's typed client.
+	ApplyJobSet JobSetApplyFunc
+	Plans       *stages.Plans[plan.Plan]
+	Status      *Writer
+	Recorder    events.EventRecorder
 	// Objects writes the plan's side objects before the JobSet; required when a gang
 	// backend or an ML policy (MPI) produces any.
 	Objects ObjectApplier
@@ -181,22 +183,16 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if s.lastApplied(key, tj.UID) == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
 		return false, nil
 	}
-	applyObj, err := desired.JobSetObject()
+	body, err := desired.JobSetApplyBody()
 	if err != nil {
 		return false, err
-	}
-	body, err := json.Marshal(applyObj)
-	if err != nil {
-		return false, fmt.Errorf("encoding JobSet: %w", err)
 	}
 	// Side objects first: pods must find their PodGroup, Workload, ConfigMap or Secret
 	// when they appear.
 	if err := s.applyObjects(ctx, p); err != nil {
 		return false, err
 	}
-	force := true
-	if _, err := s.JobSetAPI.JobsetV1alpha2().JobSets(tj.Namespace).Patch(ctx, tj.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
 		return false, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
 	s.remember(key, tj.UID, hash)

@@ -27,11 +27,11 @@ import (
 const (
 	DefaultMetricsBindAddress     = ":8080"
 	DefaultHealthProbeBindAddress = ":8081"
-	DefaultClientQPS              = 50
-	DefaultClientBurst            = 100
+	DefaultClientQPS              = 500
+	DefaultClientBurst            = 1000
 	DefaultLeaseName              = "trainyard-controller"
 	DefaultStageWorkers           = 4
-	DefaultStatusWorkers          = 8
+	DefaultStatusWorkers          = 32
 	DefaultRetryBaseDelay         = 5 * time.Millisecond
 	DefaultRetryMaxDelay          = 5 * time.Minute
 	DefaultRetryQPS               = 10
