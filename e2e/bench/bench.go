@@ -76,9 +76,10 @@ type Config struct {
 	Timeout time.Duration
 	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
 	ControllerArgs []string
-	// CPUProfile, when non-zero, runs the controller with --profiling and
-	// takes a CPU profile of that long from the start of the burst into
-	// <OutDir>/cpu.pprof.
+	// CPUProfile, when non-zero, runs the controller with --profiling, takes
+	// a CPU profile of that long from the start of the burst into
+	// <OutDir>/cpu.pprof, and a heap profile once it is idle into
+	// <OutDir>/heap.pprof.
 	CPUProfile time.Duration
 	// Progress receives one line per step.
 	Progress io.Writer
@@ -263,6 +264,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.say("controller idle; %s", after.describe())
 	if err := <-profiled; err != nil {
 		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if r.cfg.CPUProfile > 0 {
+		if err := ctrl.HeapProfile(ctx, filepath.Join(r.cfg.OutDir, "heap.pprof")); err != nil {
+			return nil, fmt.Errorf("heap profile: %w", err)
+		}
 	}
 
 	res.Admission = admissionFigures(created, jobSetsSeen, r.cfg.N)

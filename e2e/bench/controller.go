@@ -108,7 +108,16 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 // /debug/pprof (it must run with --profiling) and writes it to path, for
 // `go tool pprof`.
 func (p *controllerProcess) CPUProfile(ctx context.Context, d time.Duration, path string) error {
-	url := strings.TrimSuffix(p.metricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds()))
+	return p.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), path)
+}
+
+// HeapProfile writes the controller's heap profile (live objects after a GC) to path.
+func (p *controllerProcess) HeapProfile(ctx context.Context, path string) error {
+	return p.profile(ctx, "heap?gc=1", path)
+}
+
+func (p *controllerProcess) profile(ctx context.Context, query, path string) error {
+	url := strings.TrimSuffix(p.metricsURL, "/metrics") + "/debug/pprof/" + query
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

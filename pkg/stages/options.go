@@ -88,11 +88,12 @@ func (rl RateLimit) newRateLimiter() workqueue.TypedRateLimiter[cache.ObjectName
 type Option func(*config)
 
 type config struct {
-	workers   map[string]int
-	rateLimit RateLimit
-	clock     clock.WithTicker
-	metrics   *metrics.Metrics
-	logger    klog.Logger
+	workers     map[string]int
+	maxInFlight int
+	rateLimit   RateLimit
+	clock       clock.WithTicker
+	metrics     *metrics.Metrics
+	logger      klog.Logger
 }
 
 // WithWorkers sets the worker pool size of the named stages; each must be at
@@ -105,6 +106,18 @@ func WithWorkers(workers map[string]int) Option {
 		}
 	}
 }
+
+// WithMaxInFlight bounds the keys past the first stage: the first stage admits a
+// new key only while fewer than n are between it and the end of the pipeline, so a
+// burst waits as keys in the first queue rather than as plans in memory. n <= 0 means
+// no bound. Default: DefaultMaxInFlight.
+func WithMaxInFlight(n int) Option {
+	return func(c *config) { c.maxInFlight = n }
+}
+
+// DefaultMaxInFlight is the default WithMaxInFlight: at the status stage's measured
+// 200 applies per second on 2 cores (issue 9), 5 s of work, enough to keep it busy.
+const DefaultMaxInFlight = 1000
 
 // WithRateLimit sets the retry limits of every stage queue.
 func WithRateLimit(rl RateLimit) Option {

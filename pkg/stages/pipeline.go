@@ -44,9 +44,10 @@ type Pipeline struct {
 // returns.
 func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 	cfg := config{
-		workers: map[string]int{},
-		clock:   clock.RealClock{},
-		logger:  klog.Background(),
+		workers:     map[string]int{},
+		maxInFlight: DefaultMaxInFlight,
+		clock:       clock.RealClock{},
+		logger:      klog.Background(),
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -73,7 +74,9 @@ func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 		p.byName[r.name] = r
 		p.names = append(p.names, r.name)
 	}
+	admitted := newInFlight(cfg.maxInFlight)
 	for i, r := range p.runners {
+		r.inFlight = admitted
 		r.first = p.runners[0]
 		if i+1 < len(p.runners) {
 			r.next = p.runners[i+1]

@@ -23,8 +23,9 @@ type runner struct {
 	clock   clock.PassiveClock
 	metrics *metrics.StageMetrics
 
-	next  *runner // nil on the last stage
-	first *runner
+	next     *runner // nil on the last stage
+	first    *runner
+	inFlight *inFlight // shared by every stage of the pipeline
 }
 
 func newRunner(s Stage, workers int, cfg config) *runner {
@@ -68,6 +69,9 @@ func (r *runner) processNext(ctx context.Context) bool {
 		// cancelled context. Informers replay every TrainJob at the next start.
 		return true
 	}
+	if r == r.first && !r.inFlight.admit(ctx, key) {
+		return true // shutting down while waiting for room
+	}
 	r.handle(ctx, key)
 	return true
 }
@@ -97,6 +101,9 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 		code = CodeRetry
 	}
 	r.metrics.SyncFinished(code.String(), elapsed)
+	if r.leavesPipeline(code) {
+		r.inFlight.leave(key)
+	}
 
 	switch code {
 	case CodeContinue:
@@ -129,6 +136,21 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 	default:
 		r.metrics.Failed(err)
 		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed, retrying with backoff", "requeues", r.queue.NumRequeues(key))
+	}
+}
+
+// leavesPipeline reports whether a key this stage finished with code is out of the
+// pipeline (see inFlight): only the first stage's keys carry no plan yet, so there
+// only Continue keeps a key in flight; later stages keep it on Continue (except the
+// last), Retry and Restart.
+func (r *runner) leavesPipeline(code Code) bool {
+	switch {
+	case r == r.first:
+		return code != CodeContinue || r.next == nil
+	case code == CodeContinue:
+		return r.next == nil
+	default:
+		return code != CodeRetry && code != CodeRestart
 	}
 }
 
