@@ -80,6 +80,12 @@ bench: ## Scale benchmark on its own local control plane (issue 9): admission of
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N)
 	cd e2e && $(GO) run ./cmd/bench --mode=lifecycle --n=$(BENCH_LIFECYCLE_N)
 
+BENCH_SCALE_N ?= 10000
+
+.PHONY: bench-scale
+bench-scale: ## Admission of BENCH_SCALE_N TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%).
+	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --baseline=../bench/results/admission-n$(BENCH_N)/result.json
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

@@ -219,6 +219,7 @@ func TestLatencyNoteNamesTheAPIServerOnlyWhenItBounds(t *testing.T) {
 		Admission:  &Admission{TrainJobsPerSecond: 108, LatencyP99: 10},
 		Limit:      &Limit{TrainJobsPerSecond: 108, TrainJobCreatesPerSecond: 250},
 		Components: map[string]float64{"kube-apiserver": 30, "etcd": 4, "trainyard": 3},
+		Controller: Controller{Requests: map[string]float64{}},
 		Machine:    Machine{Utilisation: 0.99},
 	}
 	note := func() string {
@@ -235,6 +236,10 @@ func TestLatencyNoteNamesTheAPIServerOnlyWhenItBounds(t *testing.T) {
 	}
 	r.Machine.Utilisation = 0.5
 	if got := note(); got != "" {
-		t.Errorf("idle machine: note = %q, want none (the controller is the bound)", got)
+		t.Errorf("idle machine: note = %q, want none", got)
+	}
+	r.Machine.Utilisation, r.Components["trainyard"] = 0.99, 20
+	if got := note(); got != "" {
+		t.Errorf("saturated machine, the controller using most CPU: note = %q, want none (the controller is the bound)", got)
 	}
 }
