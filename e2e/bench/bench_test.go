@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,5 +242,39 @@ func TestLatencyNoteNamesTheAPIServerOnlyWhenItBounds(t *testing.T) {
 	r.Machine.Utilisation, r.Components["trainyard"] = 0.99, 20
 	if got := note(); got != "" {
 		t.Errorf("saturated machine, the controller using most CPU: note = %q, want none (the controller is the bound)", got)
+	}
+}
+
+func TestCurvesAreThinnedKeepingTheEnds(t *testing.T) {
+	xs := make([]float64, 10001)
+	for i := range xs {
+		xs[i] = float64(i) / 100
+	}
+	cum, c := cumulative(xs), cdf(xs)
+	if len(cum) > maxPoints+2 || len(c) > maxPoints+1 {
+		t.Errorf("points = %d and %d, want at most %d", len(cum), len(c), maxPoints+2)
+	}
+	if last := cum[len(cum)-1]; last.X != 100 || last.Y != 10001 {
+		t.Errorf("last cumulative point = %+v, want the last sample (100, 10001)", last)
+	}
+	if last := c[len(c)-1]; last.X != 100 || last.Y != 100 {
+		t.Errorf("last CDF point = %+v, want (100, 100%%)", last)
+	}
+	if small := cumulative([]float64{1, 2, 3}); len(small) != 4 {
+		t.Errorf("3 samples: %d points, want all 3 and the origin", len(small))
+	}
+}
+
+func TestWritePlotWritesSVGAndPNG(t *testing.T) {
+	dir := t.TempDir()
+	tl := &timeline{created: []float64{0.1, 0.2, 0.3}, admitted: []float64{0.5, 0.6, 0.9}, latencies: []float64{0.4, 0.4, 0.6}}
+	if err := writePlot(dir+"/plot.svg", &Result{N: 3, Mode: ModeAdmission}, tl); err != nil {
+		t.Fatal(err)
+	}
+	for name, magic := range map[string]string{"plot.svg": "<?xml", "plot.png": "\x89PNG"} {
+		data, err := os.ReadFile(dir + "/" + name)
+		if err != nil || !strings.HasPrefix(string(data), magic) {
+			t.Errorf("%s: %v, starts %q; want a %q file", name, err, string(data[:min(len(data), 8)]), magic)
+		}
 	}
 }

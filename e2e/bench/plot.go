@@ -2,14 +2,17 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
@@ -44,26 +47,42 @@ func newTimeline(created burstResult, admitted, finished *arrivals, mode string)
 	return tl
 }
 
-// cumulative turns sorted offsets into a step-free cumulative count curve.
+// maxPoints bounds the points drawn per curve: more are invisible at the plot's size
+// and only make the file big.
+const maxPoints = 1000
+
+// stride is the step that keeps at most maxPoints of n points.
+func stride(n int) int { return max(1, (n+maxPoints-1)/maxPoints) }
+
+// cumulative turns sorted offsets into a cumulative count curve (at most maxPoints
+// points, the last always kept).
 func cumulative(sorted []float64) plotter.XYs {
-	xys := make(plotter.XYs, 0, len(sorted)+1)
-	xys = append(xys, plotter.XY{X: 0, Y: 0})
-	for i, x := range sorted {
-		xys = append(xys, plotter.XY{X: x, Y: float64(i + 1)})
+	step := stride(len(sorted))
+	xys := plotter.XYs{{X: 0, Y: 0}}
+	for i := 0; i < len(sorted); i += step {
+		xys = append(xys, plotter.XY{X: sorted[i], Y: float64(i + 1)})
+	}
+	if n := len(sorted); n > 0 && (n-1)%step != 0 {
+		xys = append(xys, plotter.XY{X: sorted[n-1], Y: float64(n)})
 	}
 	return xys
 }
 
-// cdf turns sorted samples into an empirical CDF in percent.
+// cdf turns sorted samples into an empirical CDF in percent (at most maxPoints
+// points, the last always kept).
 func cdf(sorted []float64) plotter.XYs {
-	xys := make(plotter.XYs, 0, len(sorted))
-	for i, x := range sorted {
-		xys = append(xys, plotter.XY{X: x, Y: 100 * float64(i+1) / float64(len(sorted))})
+	step, n := stride(len(sorted)), len(sorted)
+	var xys plotter.XYs
+	for i := 0; i < n; i += step {
+		xys = append(xys, plotter.XY{X: sorted[i], Y: 100 * float64(i+1) / float64(n)})
+	}
+	if n > 0 && (n-1)%step != 0 {
+		xys = append(xys, plotter.XY{X: sorted[n-1], Y: 100})
 	}
 	return xys
 }
 
-// writePlot draws two panels side by side into an SVG file: TrainJobs
+// writePlot draws two panels side by side into an SVG file and a PNG beside it: TrainJobs
 // created / admitted / finished over time, and the latency distribution
 // (an empirical CDF, so every percentile can be read off it) with p50 and
 // p99 marked.
@@ -128,18 +147,34 @@ func writePlot(path string, r *Result, tl *timeline) error {
 	lat.Y.Min, lat.Y.Max = 0, 100
 
 	const width, height = 28 * vg.Centimeter, 10 * vg.Centimeter
-	img := vgsvg.New(width, height)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Millimeter * 5, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align([][]*plot.Plot{{over, lat}}, tiles, dc)
-	over.Draw(canvases[0][0])
-	lat.Draw(canvases[0][1])
+	for _, out := range []struct {
+		path   string
+		canvas interface {
+			vg.CanvasSizer
+			io.WriterTo
+		}
+	}{
+		{path, vgsvg.New(width, height)},
+		{strings.TrimSuffix(path, ".svg") + ".png", vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))}},
+	} {
+		dc := draw.New(out.canvas)
+		tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Millimeter * 5, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+		canvases := plot.Align([][]*plot.Plot{{over, lat}}, tiles, dc)
+		over.Draw(canvases[0][0])
+		lat.Draw(canvases[0][1])
+		if err := writeTo(out.path, out.canvas); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+func writeTo(path string, w io.WriterTo) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := img.WriteTo(f); err != nil {
+	if _, err := w.WriteTo(f); err != nil {
 		f.Close()
 		return err
 	}
