@@ -37,6 +37,9 @@ type Metrics struct {
 	stageInflight *prometheus.GaugeVec
 	stageWorkers  *prometheus.GaugeVec
 
+	keysInFlight    prometheus.Gauge
+	maxKeysInFlight prometheus.Gauge
+
 	jobSetCreationLatency *prometheus.HistogramVec
 	jobSetCreationSeen    *uidSet
 
@@ -80,6 +83,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Configured worker pool size of a stage.",
 		}, []string{LabelStage}),
 
+		keysInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: PipelineKeysInFlight,
+			Help: "TrainJob keys past the first stage, each with a plan in memory; at the maximum the first stage admits no new key.",
+		}),
+		maxKeysInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: PipelineMaxKeysInFlight,
+			Help: "Bound on the keys past the first stage; 0 means unbounded.",
+		}),
+
 		jobSetCreationLatency: prometheus.NewHistogramVec(histogramOpts(JobSetCreationLatencySeconds,
 			"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
 			jobSetCreationBuckets), []string{LabelRuntimeKind}),
@@ -103,10 +115,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.queue.unfinishedWork, m.queue.longestRunning, m.queue.retries,
 			m.stageDuration, m.stageSyncs, m.stageRetries, m.stageErrors,
 			m.stagePanics, m.stageInflight, m.stageWorkers,
+			m.keysInFlight, m.maxKeysInFlight,
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
 		)
 	}
 	return m
+}
+
+// SetKeysInFlight records the keys past the first stage (n) and their bound (max,
+// 0 for none).
+func (m *Metrics) SetKeysInFlight(n, max int) {
+	m.keysInFlight.Set(float64(n))
+	m.maxKeysInFlight.Set(float64(max))
 }
 
 // WorkqueueMetricsProvider returns the provider to set as MetricsProvider in a

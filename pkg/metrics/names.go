@@ -71,6 +71,16 @@ const (
 	// stage; inflight/workers is the pool's utilisation. Labels: stage.
 	StageWorkers = "trainyard_stage_workers"
 
+	// PipelineKeysInFlight is a gauge (TrainJobs): keys past the first stage
+	// and not yet out of the pipeline, each with a plan in memory. At
+	// PipelineMaxKeysInFlight the first stage admits no new key until one
+	// leaves: a burst then waits in the first queue.
+	PipelineKeysInFlight = "trainyard_pipeline_keys_in_flight"
+
+	// PipelineMaxKeysInFlight is a gauge (TrainJobs): the bound on
+	// PipelineKeysInFlight; 0 means unbounded.
+	PipelineMaxKeysInFlight = "trainyard_pipeline_max_keys_in_flight"
+
 	// JobSetCreationLatencySeconds is a histogram (seconds): end-to-end time
 	// from a TrainJob's creationTimestamp to this process creating its
 	// JobSet, observed once per TrainJob UID. Buckets: 0.1 s … 2 h.

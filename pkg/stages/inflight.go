@@ -23,15 +23,20 @@ import (
 // stage, or the last stage's Continue. Leaving is idempotent, so keys the informers
 // route straight to a later stage (never admitted) leave harmlessly.
 type inFlight struct {
-	max int // 0: unbounded
+	max    int              // 0: unbounded
+	report func(n, max int) // records the count; called with mu held
 
 	mu      sync.Mutex
 	keys    map[cache.ObjectName]struct{}
 	changed chan struct{} // closed and replaced whenever a key leaves
 }
 
-func newInFlight(max int) *inFlight {
-	return &inFlight{max: max, keys: map[cache.ObjectName]struct{}{}, changed: make(chan struct{})}
+func newInFlight(max int, report func(n, max int)) *inFlight {
+	if report == nil {
+		report = func(int, int) {}
+	}
+	report(0, max)
+	return &inFlight{max: max, report: report, keys: map[cache.ObjectName]struct{}{}, changed: make(chan struct{})}
 }
 
 // admit waits until key may enter (it is in flight already, or fewer than max keys
@@ -45,6 +50,7 @@ func (f *inFlight) admit(ctx context.Context, key cache.ObjectName) bool {
 		_, ok := f.keys[key]
 		if ok || len(f.keys) < f.max {
 			f.keys[key] = struct{}{}
+			f.report(len(f.keys), f.max)
 			f.mu.Unlock()
 			return true
 		}
@@ -69,6 +75,7 @@ func (f *inFlight) leave(key cache.ObjectName) {
 		return
 	}
 	delete(f.keys, key)
+	f.report(len(f.keys), f.max)
 	close(f.changed)
 	f.changed = make(chan struct{})
 }

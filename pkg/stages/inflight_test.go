@@ -10,7 +10,8 @@ import (
 )
 
 func TestInFlightAdmitLeave(t *testing.T) {
-	f := newInFlight(2)
+	var reported [2]int
+	f := newInFlight(2, func(n, max int) { reported = [2]int{n, max} })
 	ctx := context.Background()
 	if !f.admit(ctx, key("a")) || !f.admit(ctx, key("b")) {
 		t.Fatal("the first two keys must be admitted")
@@ -35,8 +36,8 @@ func TestInFlightAdmitLeave(t *testing.T) {
 	if !<-admitted {
 		t.Fatal("c not admitted after a left")
 	}
-	if n := f.len(); n != 2 {
-		t.Errorf("len = %d, want 2 (b, c)", n)
+	if n := f.len(); n != 2 || reported != [2]int{2, 2} {
+		t.Errorf("len = %d, reported %v; want 2 (b, c) of 2", n, reported)
 	}
 
 	cancelled, cancel := context.WithCancel(ctx)
@@ -45,7 +46,7 @@ func TestInFlightAdmitLeave(t *testing.T) {
 	if <-admitted {
 		t.Error("admit returned true after its context ended")
 	}
-	if unbounded := newInFlight(0); !unbounded.admit(ctx, key("x")) || unbounded.len() != 0 {
+	if unbounded := newInFlight(0, nil); !unbounded.admit(ctx, key("x")) || unbounded.len() != 0 {
 		t.Error("max 0 must admit everything and track nothing")
 	}
 }

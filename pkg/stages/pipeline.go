@@ -74,7 +74,7 @@ func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 		p.byName[r.name] = r
 		p.names = append(p.names, r.name)
 	}
-	admitted := newInFlight(cfg.maxInFlight)
+	admitted := newInFlight(cfg.maxInFlight, cfg.metrics.SetKeysInFlight)
 	for i, r := range p.runners {
 		r.inFlight = admitted
 		r.first = p.runners[0]
