@@ -11,6 +11,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -125,44 +127,97 @@ func TestDRACapacityHint(t *testing.T) {
 	}
 }
 
+// TestWorkloadSharedClaimStaysPodLevelOn136 (KEP-5729): a podGroupPolicy.workload
+// TrainJob whose two trainer pods share a ResourceClaim. Kubernetes 1.36 serves only
+// scheduling.k8s.io/v1alpha2, whose PodGroup-level claims are behind an alpha gate: the
+// PodGroup gets no resourceClaims, the claim stays pod-level (reserved by both pods),
+// PodGroupResourceClaims=False says that PodGroup-level claims need Kubernetes 1.37,
+// and the TrainJob completes.
+func TestWorkloadSharedClaimStaysPodLevelOn136(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createGPUClaim(t, "shared-gpu", 1)
+	e.createRuntimeWith(t, "torch-gang", map[string]string{cluster.AnnotationCompleteDelay: "5s"}, func(rt *trainer.TrainingRuntime) {
+		rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	})
+	e.createTrainJob(t, trainJob("shared", trainer.TrainingRuntimeKind, "torch-gang").withNumNodes(2).
+		withClaim(corev1.PodResourceClaim{Name: "data", ResourceClaimName: ptr.To("shared-gpu")}, nil))
+
+	c := e.waitCondition(t, "shared", "PodGroupResourceClaims", metav1.ConditionFalse, time.Minute)
+	if c.Reason != "PodGroupClaimsNeedKubernetes137" || !strings.Contains(c.Message, "node/data") || !strings.Contains(c.Message, "Kubernetes 1.37") {
+		t.Errorf("PodGroupResourceClaims = %s/%q, want PodGroupClaimsNeedKubernetes137 naming node/data and Kubernetes 1.37", c.Reason, c.Message)
+	}
+	pg, err := e.c.Dynamic().Resource(schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}).
+		Namespace(e.ns).Get(context.Background(), "shared-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting PodGroup shared-node: %v", err)
+	}
+	if claims, found, _ := unstructured.NestedSlice(pg.Object, "spec", "resourceClaims"); found {
+		t.Errorf("PodGroup resourceClaims = %v on v1alpha2, want none", claims)
+	}
+	cluster.Eventually(t, time.Minute, "the shared claim reserved by both pods", func(ctx context.Context) (bool, string) {
+		claim, err := e.c.Client().ResourceV1().ResourceClaims(e.ns).Get(ctx, "shared-gpu", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(claim.Status.ReservedFor) == 2, fmt.Sprintf("reservedFor %v", claim.Status.ReservedFor)
+	})
+	e.waitCondition(t, "shared", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+}
+
 // createGPUClaimTemplate creates a ResourceClaimTemplate asking for n devices of the
 // fake driver's DeviceClass.
 func (e *env) createGPUClaimTemplate(t *testing.T, name string, n int64) {
 	t.Helper()
 	tmpl := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{
-			Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-				Name: "gpus",
-				Exactly: &resourcev1.ExactDeviceRequest{
-					DeviceClassName: cluster.DeviceClassName,
-					AllocationMode:  resourcev1.DeviceAllocationModeExactCount,
-					Count:           n,
-				},
-			}}},
-		}},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: gpuClaimSpec(n)},
 	}
 	if _, err := e.c.Client().ResourceV1().ResourceClaimTemplates(e.ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating ResourceClaimTemplate %s: %v", name, err)
 	}
 }
 
+// createGPUClaim creates a ResourceClaim (shared by every pod naming it) asking for n
+// devices of the fake driver's DeviceClass.
+func (e *env) createGPUClaim(t *testing.T, name string, n int64) {
+	t.Helper()
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: gpuClaimSpec(n)}
+	if _, err := e.c.Client().ResourceV1().ResourceClaims(e.ns).Create(context.Background(), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ResourceClaim %s: %v", name, err)
+	}
+}
+
+func gpuClaimSpec(n int64) resourcev1.ResourceClaimSpec {
+	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+		Name: "gpus",
+		Exactly: &resourcev1.ExactDeviceRequest{
+			DeviceClassName: cluster.DeviceClassName,
+			AllocationMode:  resourcev1.DeviceAllocationModeExactCount,
+			Count:           n,
+		},
+	}}}}
+}
+
 // withGPUClaim adds a runtime patch giving the trainer pods a claim "gpus" from the
 // ResourceClaimTemplate template, used by the "node" container.
 func (tj testTrainJob) withGPUClaim(template string) testTrainJob {
+	return tj.withClaim(corev1.PodResourceClaim{Name: "gpus", ResourceClaimTemplateName: ptr.To(template)},
+		[]trainer.ContainerPatch{{
+			Name:      trainer.ContainerNode,
+			Resources: &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+		}})
+}
+
+// withClaim adds a runtime patch giving the trainer pods claim, and containers.
+func (tj testTrainJob) withClaim(claim corev1.PodResourceClaim, containers []trainer.ContainerPatch) testTrainJob {
 	tj.Spec.RuntimePatches = append(tj.Spec.RuntimePatches, trainer.RuntimePatch{
 		Manager: "e2e.trainyard.dev/dra",
 		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{
 			Spec: &trainer.JobSetSpecPatch{ReplicatedJobs: []trainer.ReplicatedJobPatch{{
 				Name: trainer.ReplicatedJobNode,
 				Template: &trainer.JobTemplatePatch{Spec: &trainer.JobSpecPatch{Template: &trainer.PodTemplatePatch{
-					Spec: &trainer.PodSpecPatch{
-						ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(template)}},
-						Containers: []trainer.ContainerPatch{{
-							Name:      trainer.ContainerNode,
-							Resources: &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
-						}},
-					},
+					Spec: &trainer.PodSpecPatch{ResourceClaims: []corev1.PodResourceClaim{claim}, Containers: containers},
 				}}},
 			}}},
 		}},

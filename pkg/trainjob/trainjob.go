@@ -33,6 +33,13 @@ const (
 	// allocation, so PET_NPROC_PER_NODE keeps the ML policy's value; set with the JobSet
 	// apply. It is a warning: the TrainJob runs.
 	ConditionProcsPerNodeDerived = "ProcsPerNodeDerived"
+	// ConditionPodGroupResourceClaims is False (reason ReasonPodGroupClaimsUnsupported)
+	// when a podGroupPolicy.workload TrainJob's pods share a ResourceClaim that Trainyard
+	// would reserve for their PodGroup (KEP-5729) but the served Workload API version
+	// cannot take PodGroup-level claims (Kubernetes 1.36's v1alpha2 has them only behind
+	// an alpha gate); the claim stays pod-level and the TrainJob runs. Set with the
+	// JobSet apply; turns True once the claims go to the PodGroup.
+	ConditionPodGroupResourceClaims = "PodGroupResourceClaims"
 
 	ReasonRuntimeNotFound = "TrainingRuntimeNotFound"
 	ReasonRuntimeFound    = "TrainingRuntimeFound"
@@ -47,6 +54,9 @@ const (
 	ReasonGangUnschedulable  = "GangUnschedulable"
 	ReasonGangScheduled      = "GangScheduled"
 	ReasonDeviceCountUnknown = "DeviceCountUnknown"
+
+	ReasonPodGroupClaimsUnsupported = "PodGroupClaimsNeedKubernetes137"
+	ReasonPodGroupClaims            = "ReservedForPodGroup"
 )
 
 // IsFinished reports whether tj reached a terminal condition: Complete or Failed True.

@@ -2,6 +2,7 @@ package gang_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // built returns the plan of the §10 skeleton runtime (dataset and model initializers,
@@ -273,4 +276,90 @@ func TestWorkloadVersions(t *testing.T) {
 	if got := (workload.Backend{Served: func(string) bool { return false }}).Version(); got != "" {
 		t.Errorf("Version() with nothing served = %q, want \"\"", got)
 	}
+}
+
+// Shared claims (resourceClaimName) of a gang's pods are reserved for its PodGroup on
+// the 1.37 versions (KEP-5729), at most four, in the pods' order, in both the PodGroup
+// and its template; claims from templates stay pod-level; on v1alpha2 nothing moves and
+// PodGroupResourceClaims=False explains why; an earlier False turns True once they move.
+func TestWorkloadPodGroupResourceClaims(t *testing.T) {
+	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	claim := func(name string, shared bool) corev1.PodResourceClaim {
+		if shared {
+			return corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To("rc-" + name)}
+		}
+		return corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: ptr.To("tpl-" + name)}
+	}
+	withClaims := func(t *testing.T) (*trainer.TrainJob, *plan.Plan) {
+		tj, p := built(t, policy, 2)
+		plan.PodSpec(plan.TrainerJob(p.JobSet)).ResourceClaims = []corev1.PodResourceClaim{
+			claim("a", true), claim("per-pod", false), claim("b", true), claim("c", true), claim("d", true), claim("e", true),
+		}
+		return tj, p
+	}
+	wantClaims := []any{
+		map[string]any{"name": "a", "resourceClaimName": "rc-a"}, map[string]any{"name": "b", "resourceClaimName": "rc-b"},
+		map[string]any{"name": "c", "resourceClaimName": "rc-c"}, map[string]any{"name": "d", "resourceClaimName": "rc-d"},
+	}
+	served := func(versions ...string) workload.Backend {
+		return workload.Backend{Served: func(gv string) bool { return slices.Contains(versions, gv) }}
+	}
+
+	t.Run("1.37: reserved for the PodGroup", func(t *testing.T) {
+		tj, p := withClaims(t)
+		if err := gang.Step([]gang.Backend{served("scheduling.k8s.io/v1beta1")})(context.Background(), tj, p); err != nil {
+			t.Fatal(err)
+		}
+		template := p.Objects[0].Object["spec"].(map[string]any)["podGroupTemplates"].([]any)[0].(map[string]any)
+		if diff := cmp.Diff(wantClaims, template["resourceClaims"]); diff != "" {
+			t.Errorf("Workload podGroupTemplate resourceClaims (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantClaims, p.Objects[1].Object["spec"].(map[string]any)["resourceClaims"]); diff != "" {
+			t.Errorf("PodGroup resourceClaims (-want +got):\n%s", diff)
+		}
+		if got := plan.PodSpec(plan.TrainerJob(p.JobSet)).ResourceClaims; len(got) != 6 {
+			t.Errorf("pod claims = %v, want all six kept (pods consume a PodGroup claim through their identical entry)", got)
+		}
+		if len(p.Conditions) != 0 {
+			t.Errorf("conditions = %v, want none on the happy path", p.Conditions)
+		}
+	})
+	t.Run("1.36: pod-level, with a condition", func(t *testing.T) {
+		tj, p := withClaims(t)
+		if err := gang.Step([]gang.Backend{served("scheduling.k8s.io/v1alpha2")})(context.Background(), tj, p); err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range p.Objects {
+			if strings.Contains(fmt.Sprint(obj.Object["spec"]), "resourceClaims") {
+				t.Errorf("%s carries resourceClaims on v1alpha2: %v", obj.GetKind(), obj.Object["spec"])
+			}
+		}
+		if len(p.Conditions) != 1 {
+			t.Fatalf("conditions = %v, want PodGroupResourceClaims=False", p.Conditions)
+		}
+		c := p.Conditions[0]
+		if c.Type != trainjob.ConditionPodGroupResourceClaims || c.Status != metav1.ConditionFalse || c.Reason != trainjob.ReasonPodGroupClaimsUnsupported ||
+			!strings.Contains(c.Message, "node/a") || !strings.Contains(c.Message, "Kubernetes 1.37") || strings.Contains(c.Message, "per-pod") {
+			t.Errorf("condition = %+v", c)
+		}
+	})
+	t.Run("healed on 1.37", func(t *testing.T) {
+		tj, p := withClaims(t)
+		tj.Status.Conditions = []metav1.Condition{{Type: trainjob.ConditionPodGroupResourceClaims, Status: metav1.ConditionFalse, Reason: trainjob.ReasonPodGroupClaimsUnsupported}}
+		if err := gang.Step([]gang.Backend{served("scheduling.k8s.io/v1alpha3")})(context.Background(), tj, p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Conditions) != 1 || p.Conditions[0].Status != metav1.ConditionTrue || p.Conditions[0].Reason != trainjob.ReasonPodGroupClaims {
+			t.Errorf("conditions = %+v, want PodGroupResourceClaims=True", p.Conditions)
+		}
+	})
+	t.Run("no shared claims: nothing to say", func(t *testing.T) {
+		tj, p := built(t, policy, 2)
+		if err := gang.Step([]gang.Backend{served("scheduling.k8s.io/v1alpha2")})(context.Background(), tj, p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Conditions) != 0 {
+			t.Errorf("conditions = %v, want none", p.Conditions)
+		}
+	})
 }

@@ -6,7 +6,17 @@
 //     dataset and model initializers, named after the replicatedJob, with
 //     gang.minCount = its pods (parallelism × replicas);
 //   - one PodGroup per template, "<trainjob>-<replicatedJob>", referencing it;
-//   - spec.schedulingGroup.podGroupName on each gang's pod template.
+//   - spec.schedulingGroup.podGroupName on each gang's pod template;
+//   - the gang's shared claims (pod claims naming a resourceClaimName, at most
+//     MaxPodGroupResourceClaims) in the PodGroup's and its template's resourceClaims,
+//     so the scheduler reserves each claim once for the PodGroup instead of once per pod
+//     (KEP-5729; a claim can be reserved for at most 256 consumers). Pods keep their
+//     identical claim entry, which is how they consume a PodGroup's claim. Only
+//     v1beta1 and v1alpha3 (Kubernetes 1.37, feature gate DRAWorkloadResourceClaims,
+//     beta) get them: v1alpha2 has the field behind an alpha gate discovery cannot
+//     see, so there the claims stay pod-level and the condition PodGroupResourceClaims
+//     =False says that reserving them for the PodGroup needs Kubernetes 1.37. Claims
+//     from ResourceClaimTemplates stay pod-level everywhere: one claim per pod.
 //
 // Initializers get no group: they must finish before the trainer starts (dependsOn), so
 // putting them in the trainer's gang would deadlock it, and a one-pod step needs no gang.
@@ -29,6 +39,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,6 +47,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // Versions are the Workload API versions Trainyard speaks, newest first: the backend
@@ -48,6 +60,16 @@ var Resources = []string{"workloads", "podgroups"}
 
 // maxTemplates is the API's limit on podGroupTemplates per Workload.
 const maxTemplates = 8
+
+// MaxPodGroupResourceClaims is the API's limit on resourceClaims per PodGroup; further
+// shared claims stay pod-level.
+const MaxPodGroupResourceClaims = schedulingv1alpha2.MaxPodGroupResourceClaims
+
+// podGroupClaims reports whether version takes PodGroup-level resourceClaims without an
+// alpha gate (see the package doc).
+func podGroupClaims(version string) bool {
+	return version != schedulingv1alpha2.SchemeGroupVersion.String()
+}
 
 // Backend is the Workload API backend. Served reports whether the API server serves a
 // version's workloads and podgroups (informers.ServedAPIs.Served); nil means every
@@ -94,6 +116,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		},
 	}
 	var podGroups []runtime.Object
+	var podLevel []string // shared claims left pod-level because the version cannot take them
 	for i := range p.JobSet.Spec.ReplicatedJobs {
 		rj := &p.JobSet.Spec.ReplicatedJobs[i]
 		switch plan.Ancestor(rj) {
@@ -105,8 +128,15 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 			continue // numNodes 0: nothing to schedule
 		}
 		policy := schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: minCount}}
+		claims := sharedClaims(plan.PodSpec(rj))
+		if !podGroupClaims(version) {
+			for _, c := range claims {
+				podLevel = append(podLevel, rj.Name+"/"+c.Name)
+			}
+			claims = nil
+		}
 		workload.Spec.PodGroupTemplates = append(workload.Spec.PodGroupTemplates,
-			schedulingv1alpha2.PodGroupTemplate{Name: rj.Name, SchedulingPolicy: policy})
+			schedulingv1alpha2.PodGroupTemplate{Name: rj.Name, SchedulingPolicy: policy, ResourceClaims: claims})
 		name := PodGroupName(tj.Name, rj.Name)
 		podGroups = append(podGroups, &schedulingv1alpha2.PodGroup{
 			TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "PodGroup"},
@@ -115,6 +145,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 				PodGroupTemplateRef: &schedulingv1alpha2.PodGroupTemplateReference{Workload: &schedulingv1alpha2.WorkloadPodGroupTemplateReference{
 					WorkloadName: tj.Name, PodGroupTemplateName: rj.Name}},
 				SchedulingPolicy: policy,
+				ResourceClaims:   claims,
 			},
 		})
 		rj.Template.Spec.Template.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
@@ -126,6 +157,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 	if len(workload.Spec.PodGroupTemplates) == 0 {
 		return nil
 	}
+	setClaimsCondition(tj, p, version, podLevel)
 	// The Workload first: the PodGroups reference it.
 	for _, obj := range append([]runtime.Object{workload}, podGroups...) {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
@@ -139,6 +171,42 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		p.Objects = append(p.Objects, out)
 	}
 	return nil
+}
+
+// sharedClaims returns the pod's claims that name a ResourceClaim (shared by every pod
+// that names it), as PodGroup claims with the same name and reference, at most
+// MaxPodGroupResourceClaims, in the pod's order.
+func sharedClaims(pod *corev1.PodSpec) []schedulingv1alpha2.PodGroupResourceClaim {
+	var out []schedulingv1alpha2.PodGroupResourceClaim
+	for _, c := range pod.ResourceClaims {
+		if c.ResourceClaimName == nil || len(out) == MaxPodGroupResourceClaims {
+			continue
+		}
+		out = append(out, schedulingv1alpha2.PodGroupResourceClaim{Name: c.Name, ResourceClaimName: ptr.To(*c.ResourceClaimName)})
+	}
+	return out
+}
+
+// setClaimsCondition asks for PodGroupResourceClaims=False (through p.Conditions, set
+// with the JobSet apply) when shared claims stayed pod-level for want of a version
+// that takes them, and turns an earlier False True once they no longer do.
+func setClaimsCondition(tj *trainer.TrainJob, p *plan.Plan, version string, podLevel []string) {
+	switch {
+	case len(podLevel) > 0:
+		p.Conditions = append(p.Conditions, metav1.Condition{
+			Type: trainjob.ConditionPodGroupResourceClaims, Status: metav1.ConditionFalse,
+			Reason: trainjob.ReasonPodGroupClaimsUnsupported, ObservedGeneration: tj.Generation,
+			Message: fmt.Sprintf("the shared ResourceClaims %v are reserved by each pod, not by the PodGroup: PodGroup-level claims (KEP-5729) "+
+				"need scheduling.k8s.io/v1beta1 or v1alpha3 (Kubernetes 1.37); this cluster serves %s. The TrainJob runs; "+
+				"a claim can be reserved by at most 256 pods", podLevel, version),
+		})
+	case meta.IsStatusConditionFalse(tj.Status.Conditions, trainjob.ConditionPodGroupResourceClaims):
+		p.Conditions = append(p.Conditions, metav1.Condition{
+			Type: trainjob.ConditionPodGroupResourceClaims, Status: metav1.ConditionTrue,
+			Reason: trainjob.ReasonPodGroupClaims, ObservedGeneration: tj.Generation,
+			Message: "the shared ResourceClaims are reserved for the PodGroups (" + version + ")",
+		})
+	}
 }
 
 // reshape turns a v1alpha2 Workload or PodGroup into version. Only the PodGroup's
