@@ -13,6 +13,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -36,6 +37,11 @@ type claimDevices struct {
 //   - the runtime uses mlPolicy.torch and spec.trainer.numProcPerNode is unset (an
 //     explicit value always wins), and
 //   - the trainer replicatedJob's "node" container uses claims of a GPU DeviceClass.
+//
+// For mlPolicy.mpi it sets the slots per host the same way (the hostfile and the
+// launcher's slots variable, mlpolicy.SetMPISlots) from the MPI hosts' "node"
+// container claims, when neither spec.trainer.numProcPerNode nor a policy value other
+// than 1 sets them (trainer-compat §3.4: 1 becomes the node's GPU count).
 //
 // The count is the sum, over the container's claims from ResourceClaimTemplates, of
 // exactly.count of each request of a GPU class (only the request the container names,
@@ -63,17 +69,11 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 			}
 		}()
 	}
-	if p.Runtime.Spec == nil || p.Runtime.Spec.MLPolicy == nil || p.Runtime.Spec.MLPolicy.Torch == nil {
+	target := procsTarget(tj, p)
+	if target == nil {
 		return nil
 	}
-	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
-		return nil
-	}
-	rj := plan.TrainerJob(p.JobSet)
-	if rj == nil {
-		return nil
-	}
-	pod := plan.PodSpec(rj)
+	pod := plan.PodSpec(target.rj)
 	ctr := plan.Container(pod.Containers, trainer.ContainerNode)
 	if ctr == nil || len(ctr.Resources.Claims) == 0 {
 		return nil
@@ -82,11 +82,11 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	current := envValue(ctr.Env, envPETNProcPerNode)
+	current := target.current(ctr)
 	switch {
 	case len(devices.unknown) > 0:
-		message := fmt.Sprintf("cannot derive GPUs per node from the trainer's DRA claims (%s); PET_NPROC_PER_NODE stays %q: "+
-			"set spec.trainer.numProcPerNode", strings.Join(devices.unknown, "; "), current)
+		message := fmt.Sprintf("cannot derive GPUs per node from %s DRA claims (%s); %s stays %q: "+
+			"set spec.trainer.numProcPerNode", target.whose, strings.Join(devices.unknown, "; "), target.what, current)
 		c.event(tj, corev1.EventTypeWarning, ReasonProcsPerNodeUnknown, "%s", message)
 		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
 			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
@@ -94,9 +94,9 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 	case devices.gpus == 0:
 		// Claims, but none of a GPU class: either no GPUs (then the ML policy's value is
 		// right) or a GPU class the IsGPUClass predicate does not know. Say so.
-		message := fmt.Sprintf("the trainer's DRA claims request no DeviceClass counted as GPUs (classes %v; a class counts when "+
-			"its name contains \"gpu\"), so PET_NPROC_PER_NODE stays %q: set spec.trainer.numProcPerNode if these are GPUs",
-			devices.otherClasses, current)
+		message := fmt.Sprintf("%s DRA claims request no DeviceClass counted as GPUs (classes %v; a class counts when "+
+			"its name contains \"gpu\"), so %s stays %q: set spec.trainer.numProcPerNode if these are GPUs",
+			target.whose, devices.otherClasses, target.what, current)
 		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
 			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
 	case devices.gpus > 0:
@@ -104,9 +104,54 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 		if value == current {
 			return nil
 		}
-		setProcsPerNode(p, ctr, value)
+		if err := target.set(ctr, devices.gpus); err != nil {
+			return err
+		}
 		c.event(tj, corev1.EventTypeNormal, ReasonProcsPerNodeFromClaims,
-			"PET_NPROC_PER_NODE is %s, the GPUs each trainer pod claims through DRA (was %q)", value, current)
+			"%s is %s, the GPUs each %s claims through DRA (was %q)", target.what, value, target.pod, current)
+	}
+	return nil
+}
+
+// procsCount is where a derived GPU count goes: Torch's PET_NPROC_PER_NODE on the
+// trainer, or MPI's slots per host (the hostfile and the launcher's variable).
+type procsCount struct {
+	// what, whose and pod name the count, the claims and a pod in messages.
+	what, whose, pod string
+	rj               *jobsetv1alpha2.ReplicatedJob
+	current          func(ctr *corev1.Container) string
+	set              func(ctr *corev1.Container, gpus int64) error
+}
+
+// procsTarget returns where tj's GPU count from claims goes, nil when nowhere: no Torch
+// or MPI policy, an explicit numProcPerNode, or no replicatedJob to count for.
+func procsTarget(tj *trainer.TrainJob, p *plan.Plan) *procsCount {
+	if p.Runtime.Spec == nil || p.Runtime.Spec.MLPolicy == nil {
+		return nil
+	}
+	switch policy := p.Runtime.Spec.MLPolicy; {
+	case policy.Torch != nil:
+		if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
+			return nil
+		}
+		rj := plan.TrainerJob(p.JobSet)
+		if rj == nil {
+			return nil
+		}
+		return &procsCount{what: envPETNProcPerNode, whose: "the trainer's", pod: "trainer pod", rj: rj,
+			current: func(ctr *corev1.Container) string { return envValue(ctr.Env, envPETNProcPerNode) },
+			set: func(ctr *corev1.Container, gpus int64) error {
+				setProcsPerNode(p, ctr, strconv.FormatInt(gpus, 10))
+				return nil
+			}}
+	case policy.MPI != nil:
+		rj, slots := mlpolicy.MPIHosts(tj, p)
+		if rj == nil || !mlpolicy.MPISlotsFromDevices(tj, p) {
+			return nil
+		}
+		return &procsCount{what: "the MPI slots per host", whose: "the MPI hosts'", pod: "MPI host pod", rj: rj,
+			current: func(*corev1.Container) string { return strconv.FormatInt(slots, 10) },
+			set:     func(_ *corev1.Container, gpus int64) error { return mlpolicy.SetMPISlots(tj, p, gpus) }}
 	}
 	return nil
 }
