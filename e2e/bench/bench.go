@@ -23,6 +23,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -237,6 +238,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	peakHeap := sampler.watchHeap(watchCtx)
 	profiled := make(chan error, 1)
 	if r.cfg.CPUProfile > 0 {
 		go func() { profiled <- ctrl.CPUProfile(ctx, r.cfg.CPUProfile, filepath.Join(r.cfg.OutDir, "cpu.pprof")) }()
@@ -281,6 +283,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res.Controller = controllerFigures(before, after, r.cfg.N)
+	res.Controller.PeakHeapBytes = max(peakHeap(), res.Controller.HeapBytes)
 	res.Stages = stageFigures(before.metrics, after.metrics)
 	res.Components = after.componentCPU(before)
 	res.Machine = machineFigures(before, after, res.CPUs)
@@ -487,6 +490,28 @@ func (s *sampler) take(ctx context.Context) (*sample, error) {
 }
 
 func (s *sampler) begin(ctx context.Context) (*sample, error) { return s.take(ctx) }
+
+// watchHeap scrapes the controller's heap in use every second until ctx ends; the
+// returned func gives the highest value seen so far (bytes). The heap peaks during
+// the burst, while plans wait and watch events are decoded, not at the end.
+func (s *sampler) watchHeap(ctx context.Context) func() int64 {
+	var peak atomic.Int64
+	go func() {
+		for {
+			if m, err := s.ctrl.Scrape(ctx); err == nil {
+				v := int64(m.Value("go_memstats_heap_inuse_bytes", nil))
+				for cur := peak.Load(); v > cur && !peak.CompareAndSwap(cur, v); cur = peak.Load() {
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return peak.Load
+}
 
 // untilIdle samples every second until the controller has made no API
 // request, has no key queued and no worker busy for three samples in a row

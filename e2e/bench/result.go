@@ -91,8 +91,10 @@ type Controller struct {
 	CPUSecondsPer1000 float64 `json:"cpuSecondsPer1000TrainJobs"`
 	// PeakRSSBytes is the process's VmHWM: the peak over its whole life.
 	PeakRSSBytes int64 `json:"peakRSSBytes"`
-	// HeapBytes is go_memstats_heap_inuse_bytes at the end of the run.
-	HeapBytes int64 `json:"heapInuseBytes"`
+	// HeapBytes is go_memstats_heap_inuse_bytes at the end of the run; PeakHeapBytes
+	// the highest value scraped (every second) during it.
+	HeapBytes     int64 `json:"heapInuseBytes"`
+	PeakHeapBytes int64 `json:"peakHeapInuseBytes"`
 	// Requests counts API requests by HTTP method during the run.
 	Requests          map[string]float64 `json:"requests"`
 	Writes            float64            `json:"writes"`
@@ -218,6 +220,27 @@ func CompareThroughput(r, baseline *Result) {
 	})
 }
 
+// perTrainJob formats request counts by method divided by n.
+func perTrainJob(m map[string]float64, n int) string {
+	per := make(map[string]float64, len(m))
+	for k, v := range m {
+		per[k] = v / float64(max(n, 1))
+	}
+	keys := make([]string, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.3f", k, per[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // joinNotes joins the non-empty notes with "; ".
 func joinNotes(notes ...string) string {
 	var out []string
@@ -323,9 +346,9 @@ func Report(r *Result) string {
 	}
 	c := r.Controller
 	w("\n## Controller\n\n")
-	w("- CPU %.2f s (%.2f s per 1,000 TrainJobs); peak RSS %.1f MiB; heap in use at the end %.1f MiB\n",
-		c.CPUSeconds, c.CPUSecondsPer1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.HeapBytes)/(1<<20))
-	w("- API requests: %s; writes per TrainJob %.3f\n", methods(c.Requests, false), c.WritesPerTrainJob)
+	w("- CPU %.2f s (%.2f s per 1,000 TrainJobs); peak RSS %.1f MiB; Go heap in use: peak %.1f MiB, at the end %.1f MiB\n",
+		c.CPUSeconds, c.CPUSecondsPer1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.PeakHeapBytes)/(1<<20), float64(c.HeapBytes)/(1<<20))
+	w("- API requests: %s; per TrainJob: %s; writes per TrainJob %.3f\n", methods(c.Requests, false), perTrainJob(c.Requests, r.N), c.WritesPerTrainJob)
 	w("- failed syncs: %s; retries: %s\n", methods(c.Errors, false), methods(c.Retries, false))
 	w("\n| stage | syncs | queue p50 | queue p99 | sync p50 | sync p99 |\n|---|---|---|---|---|---|\n")
 	for _, s := range r.Stages {
