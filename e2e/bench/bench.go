@@ -144,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// Room for every pod at once: kwok nodes are free, and the run
 		// measures the controller, not a scheduling backlog.
 		pods := cfg.N * int(cfg.NumNodes)
-		opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resourceQuantity("1000"), Memory: resourceQuantity("4Ti")}
+		opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resource.MustParse("1000"), Memory: resource.MustParse("4Ti")}
 		opts.Nodes = (pods + 499) / 500
 	}
 	c, err := cluster.Up(ctx, opts)
@@ -234,7 +234,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 
 	sampler := newSampler(ctrl, r.cluster.ComponentPids())
-	before, err := sampler.begin(ctx)
+	before, err := sampler.take(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -489,8 +489,6 @@ func (s *sampler) take(ctx context.Context) (*sample, error) {
 	return out, nil
 }
 
-func (s *sampler) begin(ctx context.Context) (*sample, error) { return s.take(ctx) }
-
 // watchHeap scrapes the controller's heap in use every second until ctx ends; the
 // returned func gives the highest value seen so far (bytes). The heap peaks during
 // the burst, while plans wait and watch events are decoded, not at the end.
@@ -678,5 +676,3 @@ func roundTo(x, scale float64) float64 {
 	}
 	return math.Round(x*scale) / scale
 }
-
-func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }

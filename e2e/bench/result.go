@@ -169,7 +169,7 @@ func evaluateTargets(r *Result) []Target {
 	}
 	if r.Mode == ModeLifecycle && r.Lifecycle != nil {
 		add("API writes per TrainJob to Complete", fmt.Sprintf("≤ %.0f", targetLifecycleWrites), fmt.Sprintf("%.3f (%s)", c.WritesPerTrainJob, methods(c.Requests, true)),
-			c.WritesPerTrainJob <= targetLifecycleWrites, "includes Events")
+			c.WritesPerTrainJob <= targetLifecycleWrites, "every write counts: JobSet apply, status patches, events")
 		add("TrainJobs finished", fmt.Sprint(r.N), fmt.Sprintf("%d (%d Failed)", r.Lifecycle.Finished, r.Lifecycle.Failed),
 			r.Lifecycle.Finished == r.N && r.Lifecycle.Failed == 0, "")
 	}
