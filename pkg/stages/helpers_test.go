@@ -190,6 +190,7 @@ func recordQueue(t *testing.T, p *Pipeline, stage string) <-chan queueCall {
 	}
 	q := &recordingQueue{TypedRateLimitingInterface: r.queue, calls: make(chan queueCall, 100)}
 	r.queue = q
+	p.keys.queues[r.index] = q
 	return q.calls
 }
 

@@ -20,15 +20,14 @@ import (
 // Pipeline runs an ordered list of stages, each with its own queue and worker
 // pool. Its methods are safe for concurrent use.
 //
-// The workqueue guarantees that a key is processed by at most one worker of a
-// stage at a time. It does not stop one key from being in several stages at
-// once: while stage 3 processes a key, an informer event can enqueue it on
-// stage 1. Stages are therefore idempotent, read current state rather than
-// trust the queue, and return CodeRestart when they find their plan stale.
+// A key is in at most one stage at a time, queued or syncing (see the package
+// doc): an event for a key that is in the pipeline already is remembered and
+// acted on when the key's current sync ends, never lost and never run beside it.
 type Pipeline struct {
 	runners []*runner          // in stage order
 	byName  map[string]*runner // immutable after New
 	names   []string
+	keys    *tracker
 	logger  klog.Logger
 	started atomic.Bool
 }
@@ -64,31 +63,36 @@ func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 		byName: make(map[string]*runner, len(stages)),
 		logger: cfg.logger,
 	}
-	for _, s := range stages {
+	queues := make([]queue, 0, len(stages))
+	for i, s := range stages {
 		workers := DefaultWorkers
 		if n, ok := cfg.workers[s.Name()]; ok {
 			workers = n
 		}
-		r := newRunner(s, workers, cfg)
+		r := newRunner(s, i, workers, cfg)
 		p.runners = append(p.runners, r)
 		p.byName[r.name] = r
 		p.names = append(p.names, r.name)
+		queues = append(queues, r.queue)
 	}
-	admitted := newInFlight(cfg.maxInFlight, cfg.metrics.SetKeysInFlight)
-	for i, r := range p.runners {
-		r.inFlight = admitted
-		r.first = p.runners[0]
-		if i+1 < len(p.runners) {
-			r.next = p.runners[i+1]
-		}
+	p.keys = newTracker(queues, cfg.maxInFlight, cfg.metrics.SetKeysInFlight)
+	for _, r := range p.runners {
+		r.keys = p.keys
 	}
 	return p, nil
 }
+
+// maxStages is how many stages a pipeline may have: the tracker keeps a key's pending
+// stages in a 64-bit set.
+const maxStages = 64
 
 func validate(stages []Stage, cfg config) error {
 	var errs []error
 	if len(stages) == 0 {
 		errs = append(errs, errors.New("no stages"))
+	}
+	if len(stages) > maxStages {
+		errs = append(errs, fmt.Errorf("%d stages, at most %d", len(stages), maxStages))
 	}
 	seen := map[string]bool{}
 	for i, s := range stages {
@@ -122,19 +126,26 @@ func (p *Pipeline) Stages() []string {
 	return slices.Clone(p.names)
 }
 
-// Enqueue adds key to the named stage's queue. Event handlers use it to route
-// a change to the earliest stage it can affect, e.g. a JobSet status change
-// straight to the status stage. A key already waiting in that queue is not
-// added twice. An unknown stage name is a wiring bug: the key is dropped and
-// the error logged through utilruntime.HandleError, since event handlers have
-// no one to return an error to. After Run returns, keys are dropped silently.
+// Enqueue routes an event for key to the named stage: the stage syncs the key
+// after this call, whatever the key is doing now. Event handlers use it to
+// route a change to the earliest stage it can affect, e.g. a JobSet status
+// change straight to the status stage. A key not in the pipeline enters it at
+// the stage; a key waiting in the stage's queue is not added twice; a key
+// syncing anywhere, or waiting in an earlier stage, gets the stage as pending
+// and visits it when its current sync ends; a key waiting in a later stage
+// moves to this one at once.
+//
+// An unknown stage name is a wiring bug: the key is dropped and the error
+// logged through utilruntime.HandleError, since event handlers have no one to
+// return an error to. After Run returns, keys are dropped silently.
 func (p *Pipeline) Enqueue(stage string, key cache.ObjectName) {
 	if r := p.lookup(stage); r != nil {
-		r.queue.Add(key)
+		p.keys.enqueue(r.index, key)
 	}
 }
 
-// EnqueueAfter adds key to the named stage's queue after d, as Enqueue does.
+// EnqueueAfter routes an event for key to the named stage once d has passed, as
+// Enqueue does then; adds of a key already waiting coalesce into the earliest.
 // Use it to batch noisy triggers, such as pod status churn.
 func (p *Pipeline) EnqueueAfter(stage string, key cache.ObjectName, d time.Duration) {
 	if r := p.lookup(stage); r != nil {
@@ -142,10 +153,17 @@ func (p *Pipeline) EnqueueAfter(stage string, key cache.ObjectName, d time.Durat
 	}
 }
 
-// EnqueueFirst adds key to the first stage's queue: the route for a new or
-// changed TrainJob spec, or a changed runtime.
+// EnqueueFirst routes an event for key to the first stage: the route for a new
+// or changed TrainJob spec, or a changed runtime.
 func (p *Pipeline) EnqueueFirst(key cache.ObjectName) {
-	p.runners[0].queue.Add(key)
+	p.keys.enqueue(0, key)
+}
+
+// Has reports whether key is in the pipeline: queued in a stage or syncing. A
+// key whose only future is a delayed add (EnqueueAfter, CodeRequeueAfter) is
+// not. Like Len, the answer may be stale as soon as it is returned.
+func (p *Pipeline) Has(key cache.ObjectName) bool {
+	return p.keys.has(key)
 }
 
 // Len returns the number of keys waiting in the named stage's queue, not

@@ -69,6 +69,16 @@ func (s *Plans[P]) Delete(key cache.ObjectName) {
 	delete(s.plans, key)
 }
 
+// DeleteIf removes the plan for key if it is plan (the same pointer Get returned), so
+// a stage done with the plan it read never drops a newer one stored meanwhile.
+func (s *Plans[P]) DeleteIf(key cache.ObjectName, plan *P) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.plans[key]; ok && p.plan == plan {
+		delete(s.plans, key)
+	}
+}
+
 // Len returns the number of stored plans, stale ones included.
 func (s *Plans[P]) Len() int {
 	s.mu.RLock()

@@ -17,21 +17,21 @@ import (
 // runner owns one stage's queue and worker pool.
 type runner struct {
 	name    string
+	index   int // position in the pipeline, from 0
 	stage   Stage
 	workers int
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	clock   clock.PassiveClock
 	metrics *metrics.StageMetrics
 
-	next     *runner // nil on the last stage
-	first    *runner
-	inFlight *inFlight // shared by every stage of the pipeline
+	keys *tracker // shared by every stage of the pipeline
 }
 
-func newRunner(s Stage, workers int, cfg config) *runner {
+func newRunner(s Stage, index, workers int, cfg config) *runner {
 	name := s.Name()
 	r := &runner{
 		name:    name,
+		index:   index,
 		stage:   s,
 		workers: workers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -69,8 +69,8 @@ func (r *runner) processNext(ctx context.Context) bool {
 		// cancelled context. Informers replay every TrainJob at the next start.
 		return true
 	}
-	if r == r.first && !r.inFlight.admit(ctx, key) {
-		return true // shutting down while waiting for room
+	if !r.keys.begin(r.index, key) {
+		return true // due in another stage (this one stays pending), or waiting for room
 	}
 	r.handle(ctx, key)
 	return true
@@ -101,28 +101,10 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 		code = CodeRetry
 	}
 	r.metrics.SyncFinished(code.String(), elapsed)
-	if r.leavesPipeline(code) {
-		r.inFlight.leave(key)
-	}
-
-	switch code {
-	case CodeContinue:
-		r.queue.Forget(key)
-		if r.next != nil {
-			r.next.queue.Add(key)
-		}
-	case CodeRequeueAfter:
-		r.queue.Forget(key)
-		r.queue.AddAfter(key, res.After)
-	case CodeWaitForEvent, CodeTerminal:
-		r.queue.Forget(key)
-	case CodeRestart:
-		r.queue.Forget(key)
-		r.first.queue.Add(key)
-	case CodeRetry:
+	if code == CodeRetry {
 		r.metrics.Retried()
-		r.queue.AddRateLimited(key)
 	}
+	r.keys.finish(r.index, key, Result{Code: code, After: res.After})
 
 	switch {
 	case err == nil && code == CodeRequeueAfter:
@@ -136,21 +118,6 @@ func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 	default:
 		r.metrics.Failed(err)
 		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed, retrying with backoff", "requeues", r.queue.NumRequeues(key))
-	}
-}
-
-// leavesPipeline reports whether a key this stage finished with code is out of the
-// pipeline (see inFlight): only the first stage's keys carry no plan yet, so there
-// only Continue keeps a key in flight; later stages keep it on Continue (except the
-// last), Retry and Restart.
-func (r *runner) leavesPipeline(code Code) bool {
-	switch {
-	case r == r.first:
-		return code != CodeContinue || r.next == nil
-	case code == CodeContinue:
-		return r.next == nil
-	default:
-		return code != CodeRetry && code != CodeRestart
 	}
 }
 

@@ -143,6 +143,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	claims := &dra.Claims{Recorder: recorder}
 	deps := pipelineDeps{
 		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
+		applyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
 		claims:       claims,
@@ -244,8 +245,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 
 // pipelineDeps are the clients and collaborators the stages need.
 type pipelineDeps struct {
-	trainers     trainerclient.Interface
-	jobsets      jobsetclient.Interface
+	trainers trainerclient.Interface
+	jobsets  jobsetclient.Interface
+	// applyJobSet writes JobSets (status.RESTJobSetApply in production).
+	applyJobSet  status.JobSetApplyFunc
 	recorder     events.EventRecorder
 	metrics      *metrics.Metrics
 	logger       klog.Logger
@@ -270,7 +273,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 	}
 	statusStage := &status.Stage{
 		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
-		ApplyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
+		ApplyJobSet: deps.applyJobSet,
 		Plans:       plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
 		Gang: deps.gangWaiting,
 	}

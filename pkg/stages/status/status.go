@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
@@ -76,10 +77,12 @@ type Stage struct {
 }
 
 // appliedJobSet remembers what this process last applied for a TrainJob, so a sync that
-// runs before the informer cache shows the write does not apply it again.
+// runs before the informer cache shows the write neither applies it again nor judges
+// the gate by the JobSet as it was before the write.
 type appliedJobSet struct {
-	uid  types.UID
-	hash string
+	uid       types.UID
+	hash      string
+	suspended bool // the applied JobSet's spec.suspend
 }
 
 var _ stages.Stage = (*Stage)(nil)
@@ -119,7 +122,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		return stages.Retry(), err
 	} else if !metav1.IsControlledBy(js, tj) {
 		return s.rejectForeignJobSet(ctx, tj)
-	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID) {
+	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID).hash {
 		// The cache shows what this process last applied, so the record has done its
 		// job; keeping it would stop a JobSet deleted later from being re-created.
 		s.Forget(key)
@@ -140,7 +143,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 				planned = p.Conditions
 			}
 			// The plan has served its purpose; free it (a spec change rebuilds it).
-			s.Plans.Delete(key)
+			s.Plans.DeleteIf(key, p)
 		case js == nil && !havePlan:
 			return stages.Restart(), nil
 		}
@@ -171,7 +174,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 // applyIfChanged server-side applies the plan's JobSet when the gate allows it and its
 // hash differs from what was last applied. It reports whether it applied.
 func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, error) {
-	if !mayApply(tj, js) {
+	key := cache.MetaObjectToName(tj)
+	last := s.lastApplied(key, tj.UID)
+	if !mayApply(tj, js, last) {
 		return false, nil
 	}
 	desired, err := DesiredOf(p)
@@ -179,8 +184,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 		return false, err
 	}
 	hash := desired.Hash
-	key := cache.MetaObjectToName(tj)
-	if s.lastApplied(key, tj.UID) == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
+	if last.hash == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
 		return false, nil
 	}
 	body, err := desired.JobSetApplyBody()
@@ -195,7 +199,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
 		return false, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
-	s.remember(key, tj.UID, hash)
+	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false)})
 	logger := klog.FromContext(ctx)
 	if js == nil {
 		latency := s.now().Sub(tj.CreationTimestamp.Time)
@@ -216,29 +220,39 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 // mayApply is the upstream gate (§2.5, §2.8.1): a JobSet is written when absent, while
 // the TrainJob is suspended (runtimePatches may change then), and once more on resume
 // (the JobSet is still suspended). A running JobSet is never modified.
-func mayApply(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
-	if js == nil || trainjob.IsSuspended(tj) {
+//
+// js is the cache's JobSet and last what this process last applied (zero if nothing).
+// When the cache does not show that apply yet, the JobSet is as applied: judging by the
+// older cached JobSet would take a JobSet this process just suspended for a running one,
+// and drop the resume that follows (issue 18).
+func mayApply(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, last appliedJobSet) bool {
+	if trainjob.IsSuspended(tj) {
 		return true
 	}
-	return js.Spec.Suspend != nil && *js.Spec.Suspend
+	if last.hash != "" && (js == nil || js.Annotations[AnnotationJobSetHash] != last.hash) {
+		return last.suspended
+	}
+	return js == nil || ptr.Deref(js.Spec.Suspend, false)
 }
 
-func (s *Stage) lastApplied(key cache.ObjectName, uid types.UID) string {
+// lastApplied returns what this process last applied for the TrainJob of uid at key,
+// zero if nothing.
+func (s *Stage) lastApplied(key cache.ObjectName, uid types.UID) appliedJobSet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a, ok := s.applied[key]; ok && a.uid == uid {
-		return a.hash
+		return a
 	}
-	return ""
+	return appliedJobSet{}
 }
 
-func (s *Stage) remember(key cache.ObjectName, uid types.UID, hash string) {
+func (s *Stage) remember(key cache.ObjectName, a appliedJobSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.applied == nil {
 		s.applied = map[cache.ObjectName]appliedJobSet{}
 	}
-	s.applied[key] = appliedJobSet{uid: uid, hash: hash}
+	s.applied[key] = a
 }
 
 // rejectForeignJobSet refuses to touch a JobSet of the TrainJob's name that the

@@ -1,0 +1,268 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// An event for a key that is syncing in a later stage waits for that sync to end — the
+// key is never in two stages at once — and is then acted on: the update is not lost.
+// This is the Kueue two-step of issue 18: the status stage applies generation 2 while
+// generation 3 arrives.
+func TestEventDuringSyncIsNotLost(t *testing.T) {
+	rec := newRecorder()
+	applying := make(chan struct{})
+	release := make(chan struct{})
+	var statusSyncs atomic.Int32
+	stages := []Stage{
+		rec.stage("build", func(context.Context, cache.ObjectName) (Result, error) { return Continue(), nil }),
+		rec.stage("status", func(context.Context, cache.ObjectName) (Result, error) {
+			if statusSyncs.Add(1) == 1 {
+				close(applying)
+				<-release
+			}
+			return WaitForEvent(), nil
+		}),
+	}
+	p := mustNew(t, stages, WithWorkers(map[string]int{"build": 2, "status": 2}))
+	run(t, p)
+	k := key("llm")
+	p.EnqueueFirst(k)
+	<-applying
+	p.EnqueueFirst(k) // generation 3, while the status stage applies generation 2
+	rec.expectNoVisit(t, 50*time.Millisecond)
+	if !p.Has(k) {
+		t.Error("Has = false for a key syncing in the status stage")
+	}
+	close(release)
+	rec.waitFor(t, "build", k)
+	rec.waitFor(t, "build", k)
+	rec.waitFor(t, "status", k)
+	rec.waitFor(t, "status", k)
+	if got, want := rec.stagesOf(k), []string{"build", "status", "build", "status"}; !slices.Equal(got, want) {
+		t.Errorf("syncs of %v = %v, want %v", k, got, want)
+	}
+	waitUntil(t, func() bool { return !p.Has(k) }, "the key leaves the pipeline")
+}
+
+// A stage asked for while the key syncs in an earlier stage is visited even when the
+// pass stops before it: a JobSet status change is not swallowed by a TrainJob whose
+// rebuild waits for its runtime.
+func TestPendingStageVisitedWhenPassStops(t *testing.T) {
+	rec := newRecorder()
+	syncing := make(chan struct{})
+	release := make(chan struct{})
+	stages := []Stage{
+		rec.stage("build", func(context.Context, cache.ObjectName) (Result, error) {
+			close(syncing)
+			<-release
+			return WaitForEvent(), nil // e.g. the runtime is missing
+		}),
+		rec.stage("plan", func(context.Context, cache.ObjectName) (Result, error) { return Continue(), nil }),
+		rec.stage("status", func(context.Context, cache.ObjectName) (Result, error) { return WaitForEvent(), nil }),
+	}
+	p := mustNew(t, stages)
+	run(t, p)
+	k := key("llm")
+	p.EnqueueFirst(k)
+	<-syncing
+	p.Enqueue("status", k)
+	close(release)
+	rec.waitFor(t, "status", k)
+	if got, want := rec.stagesOf(k), []string{"build", "status"}; !slices.Equal(got, want) {
+		t.Errorf("syncs of %v = %v, want %v", k, got, want)
+	}
+}
+
+// An event for a key that waits out a retry backoff in a later stage moves it to the
+// event's stage at once; the later stage still syncs it on the way.
+func TestEventMovesWaitingKeyEarlier(t *testing.T) {
+	rec := newRecorder()
+	var fail atomic.Bool
+	fail.Store(true)
+	stages := []Stage{
+		rec.stage("build", func(context.Context, cache.ObjectName) (Result, error) { return Continue(), nil }),
+		rec.stage("status", func(context.Context, cache.ObjectName) (Result, error) {
+			if fail.Load() {
+				return Retry(), nil
+			}
+			return WaitForEvent(), nil
+		}),
+	}
+	// A first retry after an hour: only the event can bring the key back in time.
+	p := mustNew(t, stages, WithRateLimit(RateLimit{BaseDelay: time.Hour, MaxDelay: time.Hour, QPS: 1000, Burst: 1000}))
+	run(t, p)
+	k := key("llm")
+	p.EnqueueFirst(k)
+	rec.waitFor(t, "build", k)
+	rec.waitFor(t, "status", k)
+	fail.Store(false)
+	p.EnqueueFirst(k)
+	rec.waitFor(t, "build", k)
+	rec.waitFor(t, "status", k)
+	waitUntil(t, func() bool { return !p.Has(k) }, "the key leaves the pipeline")
+}
+
+// Randomly routed events never make two stages sync one key at the same time, and
+// every event is followed by a sync of its stage.
+func TestOneStageAtATimePerKey(t *testing.T) {
+	names := []string{"s0", "s1", "s2", "s3"}
+	var (
+		mu      sync.Mutex
+		active  = map[cache.ObjectName]string{}
+		lastRun = map[visit]time.Time{}
+		overlap []string
+	)
+	var stages []Stage
+	for i, name := range names {
+		stages = append(stages, &fakeStage{name: name, sync: func(_ context.Context, k cache.ObjectName) (Result, error) {
+			mu.Lock()
+			if other, ok := active[k]; ok {
+				overlap = append(overlap, fmt.Sprintf("%v in %s and %s", k, other, name))
+			}
+			active[k] = name
+			lastRun[visit{name, k}] = time.Now()
+			mu.Unlock()
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+			mu.Lock()
+			delete(active, k)
+			mu.Unlock()
+			switch r := rand.IntN(10); {
+			case r < 6 && i < len(names)-1:
+				return Continue(), nil
+			case r < 7 && i > 0:
+				return Restart(), nil
+			case r < 8:
+				return Retry(), nil
+			}
+			return WaitForEvent(), nil
+		}})
+	}
+	p := mustNew(t, stages, WithMaxInFlight(3), WithRateLimit(RateLimit{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, QPS: 10000, Burst: 10000}),
+		WithWorkers(map[string]int{"s0": 4, "s1": 4, "s2": 4, "s3": 4}))
+	run(t, p)
+	type event struct {
+		visit
+		at time.Time
+	}
+	var events []event
+	for range 2000 {
+		v := visit{names[rand.IntN(len(names))], key(fmt.Sprint(rand.IntN(8)))}
+		events = append(events, event{v, time.Now()})
+		if v.Stage == "s0" {
+			p.EnqueueFirst(v.Key)
+		} else {
+			p.Enqueue(v.Stage, v.Key)
+		}
+		if rand.IntN(4) == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	waitUntil(t, func() bool {
+		for i := range 8 {
+			if p.Has(key(fmt.Sprint(i))) {
+				return false
+			}
+		}
+		return true
+	}, "every key leaves the pipeline")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(overlap) > 0 {
+		t.Errorf("a key synced in two stages at once: %v", overlap[:min(5, len(overlap))])
+	}
+	for _, e := range events {
+		if !lastRun[e.visit].After(e.at) {
+			t.Errorf("stage %s did not sync %v after the event at %v (last sync %v)", e.Stage, e.Key, e.at, lastRun[e.visit])
+		}
+	}
+}
+
+// A key retrying in a later stage gives up its in-flight slot: keys that keep failing
+// do not stop new ones (issue 15's in-flight starvation).
+func TestRetryingKeyReleasesItsSlot(t *testing.T) {
+	rec := newRecorder()
+	stages := []Stage{
+		rec.stage("build", func(context.Context, cache.ObjectName) (Result, error) { return Continue(), nil }),
+		rec.stage("status", func(_ context.Context, k cache.ObjectName) (Result, error) {
+			if k.Name == "denied" {
+				return Retry(), errors.New("admission webhook denied the JobSet")
+			}
+			return WaitForEvent(), nil
+		}),
+	}
+	p := mustNew(t, stages, WithMaxInFlight(1), WithRateLimit(RateLimit{BaseDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond, QPS: 1000, Burst: 1000}))
+	run(t, p)
+	p.EnqueueFirst(key("denied"))
+	rec.waitFor(t, "status", key("denied"))
+	p.EnqueueFirst(key("healthy"))
+	rec.waitFor(t, "status", key("healthy"))
+	rec.waitFor(t, "status", key("denied")) // still retried
+}
+
+// waitUntil polls cond until it holds.
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// With WithMaxInFlight(2) and the last stage holding every key, the first stage syncs
+// only two keys; the third is synced once one of them leaves the pipeline.
+func TestPipelineBoundsKeysInFlight(t *testing.T) {
+	var mu sync.Mutex
+	firstSynced := map[string]bool{}
+	release := make(chan struct{})
+	lastSynced := make(chan string, 10)
+	first := &fakeStage{name: "build", sync: func(_ context.Context, k cache.ObjectName) (Result, error) {
+		mu.Lock()
+		firstSynced[k.Name] = true
+		mu.Unlock()
+		return Continue(), nil
+	}}
+	last := &fakeStage{name: "status", sync: func(_ context.Context, k cache.ObjectName) (Result, error) {
+		lastSynced <- k.Name
+		<-release
+		return WaitForEvent(), nil
+	}}
+	p := mustNew(t, []Stage{first, last}, WithMaxInFlight(2), WithWorkers(map[string]int{"build": 3, "status": 3}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		close(release)
+		<-done
+	}()
+
+	for _, n := range []string{"a", "b", "c"} {
+		p.EnqueueFirst(key(n))
+	}
+	got := map[string]bool{<-lastSynced: true, <-lastSynced: true}
+	time.Sleep(100 * time.Millisecond) // give a third admission the chance to happen wrongly
+	mu.Lock()
+	synced := len(firstSynced)
+	mu.Unlock()
+	if synced != 2 {
+		t.Fatalf("first stage synced %d keys while 2 were in flight, want 2", synced)
+	}
+	release <- struct{}{} // one of the two leaves
+	third := <-lastSynced
+	if got[third] {
+		t.Errorf("third key through = %q, want the one that waited", third)
+	}
+}
