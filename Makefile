@@ -60,6 +60,12 @@ lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, and the forbidden-depe
 test: ## Unit tests (race detector on).
 	$(GO) test -race -count=1 ./...
 
+FUZZ_ROUNDS ?= 200
+
+.PHONY: fuzz
+fuzz: ## Long randomized runs: FUZZ_ROUNDS seeds of the convergence test (issue 18), with the race detector.
+	$(GO) test -race -count=1 -timeout 0 -run '^TestConvergence$$' ./cmd/trainyard/app -convergence.rounds=$(FUZZ_ROUNDS)
+
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local control plane (each test package starts its own cluster).
 	cd e2e && $(GO) test -count=1 $(E2E_TEST_FLAGS) ./...

@@ -40,6 +40,10 @@ type Metrics struct {
 	keysInFlight    prometheus.Gauge
 	maxKeysInFlight prometheus.Gauge
 
+	jobSetLagging prometheus.Gauge
+	sweepRequeues prometheus.Counter
+	sweeps        prometheus.Counter
+
 	jobSetCreationLatency *prometheus.HistogramVec
 	jobSetCreationSeen    *uidSet
 
@@ -92,6 +96,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Bound on the keys past the first stage; 0 means unbounded.",
 		}),
 
+		jobSetLagging: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: TrainJobsJobSetLagging,
+			Help: "TrainJobs whose JobSet has lagged their spec for longer than the consistency sweep's lag threshold.",
+		}),
+		sweepRequeues: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ConsistencySweepRequeuesTotal,
+			Help: "TrainJobs the consistency sweep found lagging, and not in the pipeline, on two sweeps in a row and sent back to the first stage; any increase is a bug.",
+		}),
+		sweeps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ConsistencySweepsTotal,
+			Help: "Consistency sweeps over the informer caches.",
+		}),
+
 		jobSetCreationLatency: prometheus.NewHistogramVec(histogramOpts(JobSetCreationLatencySeconds,
 			"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
 			jobSetCreationBuckets), []string{LabelRuntimeKind}),
@@ -116,6 +133,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.stageDuration, m.stageSyncs, m.stageRetries, m.stageErrors,
 			m.stagePanics, m.stageInflight, m.stageWorkers,
 			m.keysInFlight, m.maxKeysInFlight,
+			m.jobSetLagging, m.sweepRequeues, m.sweeps,
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
 		)
 	}
@@ -127,6 +145,14 @@ func New(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) SetKeysInFlight(n, max int) {
 	m.keysInFlight.Set(float64(n))
 	m.maxKeysInFlight.Set(float64(max))
+}
+
+// ObserveSweep records one consistency sweep: lagging TrainJobs past the lag threshold
+// and how many it re-queued.
+func (m *Metrics) ObserveSweep(lagging, requeued int) {
+	m.sweeps.Inc()
+	m.jobSetLagging.Set(float64(lagging))
+	m.sweepRequeues.Add(float64(requeued))
 }
 
 // WorkqueueMetricsProvider returns the provider to set as MetricsProvider in a

@@ -81,6 +81,23 @@ const (
 	// PipelineKeysInFlight; 0 means unbounded.
 	PipelineMaxKeysInFlight = "trainyard_pipeline_max_keys_in_flight"
 
+	// TrainJobsJobSetLagging is a gauge (TrainJobs): TrainJobs whose JobSet has
+	// lagged their spec for longer than the consistency sweep's lag threshold:
+	// built from an older TrainJob generation while it may still change (the
+	// TrainJob or the JobSet is suspended), or missing, with no condition saying
+	// why. Set by each sweep of the leader; a TrainJob stuck in retries counts.
+	TrainJobsJobSetLagging = "trainyard_trainjobs_jobset_lagging"
+
+	// ConsistencySweepRequeuesTotal is a counter (TrainJobs): TrainJobs the
+	// consistency sweep found lagging on two sweeps in a row while the pipeline
+	// was not working on them, and sent back to the first stage. The pipeline
+	// never loses an update by design, so any increase is a bug to report.
+	ConsistencySweepRequeuesTotal = "trainyard_consistency_sweep_requeues_total"
+
+	// ConsistencySweepsTotal is a counter (sweeps): consistency sweeps over the
+	// informer caches, each reading only the caches.
+	ConsistencySweepsTotal = "trainyard_consistency_sweeps_total"
+
 	// JobSetCreationLatencySeconds is a histogram (seconds): end-to-end time
 	// from a TrainJob's creationTimestamp to this process creating its
 	// JobSet, observed once per TrainJob UID. Buckets: 0.1 s … 2 h.

@@ -18,12 +18,38 @@
 // last (Pipeline.Enqueue), so that status-only traffic never re-runs the
 // stages that build the JobSet.
 //
-// Ordering: a key is processed by at most one worker of a stage at a time,
-// and adds of a key already waiting in a queue are coalesced. Nothing orders a
-// key across stages: it can be in several queues at once, e.g. in flight in
-// stage 3 while a spec change enqueues it on stage 1. Stages must therefore
-// be idempotent, and a stage that finds its plan built for an older TrainJob
-// generation returns Restart().
+// One pass at a time, and no lost update. The engine tracks every key in the
+// pipeline: the stage whose queue holds it or that syncs it, and the set of
+// stages asked to see it again meanwhile (its pending set). A key is in at most
+// one stage at a time, so stages never race each other over a key's plan. An
+// event routed to a stage (Enqueue, EnqueueFirst, or a delayed add falling due)
+// for a key syncing elsewhere adds the stage to the pending set; for a key
+// waiting in a later stage's queue it moves the key to the event's stage at
+// once. A stage leaves the pending set only when it begins a sync of the key.
+// When a sync ends, the key goes to the earlier of the stage its result names
+// and its lowest pending stage; a key with a pending stage never leaves the
+// pipeline. This is client-go's workqueue dirty mark (an Add during processing
+// re-queues the key at Done), extended across the stages. It establishes:
+//
+//	After the last event for a key routed to stage s, stage s (or, for a key
+//	waiting in a later stage, a stage before s followed by s) syncs the key at
+//	least once, and that sync begins after the event, so it reads listers at
+//	least as new as the event (informers update their store before they call
+//	the handler that routes the event).
+//
+// Stages keep what makes that enough: a stage reads current state from listers,
+// never from the queue, and one that finds its plan built for an older
+// TrainJob generation returns Restart(), so a pass that began before an update
+// is redone from the first stage. Stages must still be idempotent: a key can be
+// synced more often than events ask (a stale entry of a queue it left, a
+// delayed add).
+//
+// The first stage admits a key past it only while fewer than WithMaxInFlight
+// keys are past it. A key without room is parked, not waited for, so a worker
+// never blocks and keys already in flight that return to the first stage always
+// find a worker; a parked key is queued again when a slot frees. A key waiting
+// out a retry backoff gives its slot up: failing keys hold no capacity healthy
+// TrainJobs need.
 //
 // The caller starts the informers and waits for their caches to sync before
 // Pipeline.Run; the engine does not. Run blocks until its context is

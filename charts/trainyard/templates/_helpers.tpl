@@ -167,6 +167,8 @@ stages:
   {{- toYaml .Values.config.stages | nindent 2 }}
 rateLimit:
   {{- toYaml .Values.config.rateLimit | nindent 2 }}
+consistency:
+  {{- toYaml .Values.config.consistency | nindent 2 }}
 {{- with .Values.config.featureGates }}
 featureGates:
   {{- toYaml . | nindent 2 }}

@@ -148,6 +148,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if rl := cfg.RateLimit; rl.BaseDelay.Duration <= 0 || rl.MaxDelay.Duration < rl.BaseDelay.Duration {
 		problems = append(problems, "rateLimit.baseDelay must be positive and not above rateLimit.maxDelay")
 	}
+	if c := cfg.Consistency; c.SweepPeriod.Duration < 0 || c.LagThreshold.Duration <= 0 {
+		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}

@@ -49,6 +49,10 @@ func defaults() *configv1alpha1.Configuration {
 			QPS:       ptr.To[float32](10),
 			Burst:     ptr.To[int32](100),
 		},
+		Consistency: configv1alpha1.ConsistencyConfiguration{
+			SweepPeriod:  &metav1.Duration{Duration: time.Minute},
+			LagThreshold: &metav1.Duration{Duration: 5 * time.Minute},
+		},
 	}
 }
 
@@ -73,6 +77,8 @@ stages:
 rateLimit:
   baseDelay: 10ms
   qps: 50
+consistency:
+  sweepPeriod: 0s
 featureGates:
   Foo: true
 `
@@ -112,6 +118,7 @@ func TestConfig(t *testing.T) {
 		c.Stages.MLPolicy.Workers = ptr.To[int32](2)
 		c.RateLimit.BaseDelay = &metav1.Duration{Duration: 10 * time.Millisecond}
 		c.RateLimit.QPS = ptr.To[float32](50)
+		c.Consistency.SweepPeriod = &metav1.Duration{}
 		c.FeatureGates = map[string]bool{"Foo": true}
 		return c
 	}
@@ -192,6 +199,7 @@ func TestConfigErrors(t *testing.T) {
 	unknownField := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  bindAdress: \":9090\"\n")
 	zeroWorkers := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstages:\n  gang:\n    workers: 0\n")
 	badRateLimit := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nrateLimit:\n  baseDelay: 1m\n  maxDelay: 1s\n")
+	badSweep := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nconsistency:\n  sweepPeriod: -1m\n")
 	wrongKind := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Settings\n")
 	missing := filepath.Join(t.TempDir(), "absent.yaml")
 
@@ -243,6 +251,10 @@ func TestConfigErrors(t *testing.T) {
 		"negative QPS": {
 			args:   []string{"--kube-api-qps=-1"},
 			wantIn: []string{"clientConnection.qps"},
+		},
+		"negative sweep period": {
+			args:   []string{"--config=" + badSweep},
+			wantIn: []string{"consistency.sweepPeriod"},
 		},
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},

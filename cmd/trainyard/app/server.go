@@ -219,6 +219,14 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			logger.Error(err, "Routing informer events to the pipeline")
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
+		if period := cfg.Consistency.SweepPeriod.Duration; period > 0 {
+			sweeper := &informers.Sweeper{
+				TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, RuntimeExists: inf.RuntimeExists,
+				Target: pipeline, Observe: m.ObserveSweep,
+				Period: period, LagThreshold: cfg.Consistency.LagThreshold.Duration,
+			}
+			go sweeper.Run(ctx)
+		}
 		if err := pipeline.Run(ctx); err != nil {
 			logger.Error(err, "Pipeline stopped")
 		}

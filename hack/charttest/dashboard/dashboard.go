@@ -255,9 +255,12 @@ func Build() *Dashboard {
 	l.add(8, 8, dashed(timeseries("In flight vs workers", "Workers inside Sync (solid) against the configured pool size (dashed). A stage at its pool size while its queue wait grows needs more workers (config.stages.<stage>.workers).", "none",
 		target(`sum by (stage) (trainyard_stage_inflight{`+stageSel+`})`, "{{stage}} in flight"),
 		target(`max by (stage) (trainyard_stage_workers{`+stageSel+`})`, "{{stage}} workers")), "workers$"))
-	l.add(8, 8, dashed(timeseries("TrainJobs past the first stage", "TrainJob keys between the first stage and the end of the pipeline, each with a built plan in memory, against the bound (dashed). At the bound, new TrainJobs wait in the resolve_runtime queue: a burst costs queue time, not memory.", "none",
+	l.add(12, 8, dashed(timeseries("TrainJobs past the first stage", "TrainJob keys between the first stage and the end of the pipeline, each with a built plan in memory, against the bound (dashed). At the bound, new TrainJobs wait in the resolve_runtime queue: a burst costs queue time, not memory.", "none",
 		target(`max(`+leaderOnly(`trainyard_pipeline_keys_in_flight{`+sel+`}`)+`)`, "in flight"),
 		target(`max(trainyard_pipeline_max_keys_in_flight{`+sel+`})`, "bound")), "^bound$"))
+	l.add(12, 8, timeseries("JobSets lagging their TrainJob", "TrainJobs whose JobSet has lagged their spec (built from an older generation while it could be updated) for longer than config.consistency.lagThreshold (alert TrainyardJobSetLagging), and TrainJobs the consistency sweep re-queued because the pipeline had lost their update (alert TrainyardLostUpdate; should stay 0).", "none",
+		target(`max(`+leaderOnly(`trainyard_trainjobs_jobset_lagging{`+sel+`}`)+`)`, "lagging"),
+		target(`sum(increase(trainyard_consistency_sweep_requeues_total{`+sel+`}[$__range]))`, "re-queued by the sweep")))
 	l.add(12, 8, timeseries("Oldest running sync", "Age of the oldest key being processed in each stage. A line that climbs steadily is a blocked worker (alert TrainyardStageWorkerStuck).", "s",
 		target(`max by (name) (workqueue_longest_running_processor_seconds{`+queueSel+`})`, "{{name}}")))
 	l.add(12, 8, timeseries("Unfinished work growth", "Growth per second of the summed age of keys being processed. Around 0 is healthy; a value near the number of workers means every worker is stuck.", "none",

@@ -36,6 +36,8 @@ const (
 	DefaultRetryMaxDelay          = 5 * time.Minute
 	DefaultRetryQPS               = 10
 	DefaultRetryBurst             = 100
+	DefaultSweepPeriod            = time.Minute
+	DefaultLagThreshold           = 5 * time.Minute
 )
 
 // SetDefaults_Configuration fills every unset field of c with its documented default.
@@ -101,6 +103,13 @@ func SetDefaults_Configuration(c *Configuration) {
 	}
 	if rl.Burst == nil {
 		rl.Burst = ptr.To[int32](DefaultRetryBurst)
+	}
+
+	if c.Consistency.SweepPeriod == nil {
+		c.Consistency.SweepPeriod = &metav1.Duration{Duration: DefaultSweepPeriod}
+	}
+	if c.Consistency.LagThreshold == nil {
+		c.Consistency.LagThreshold = &metav1.Duration{Duration: DefaultLagThreshold}
 	}
 }
 

@@ -56,6 +56,10 @@ type Configuration struct {
 	// +optional
 	RateLimit RateLimitConfiguration `json:"rateLimit"`
 
+	// consistency configures the backstop that finds TrainJobs whose JobSet lags their
+	// spec.
+	// +optional
+	Consistency ConsistencyConfiguration `json:"consistency"`
 	// featureGates turns Trainyard features on or off by name.
 	// +optional
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
@@ -102,6 +106,24 @@ type StagesConfiguration struct {
 	// 2,000 TrainJobs queued 4 s for this stage while the API server had idle CPU).
 	// +optional
 	Status StageConfiguration `json:"status"`
+}
+
+// ConsistencyConfiguration configures the consistency sweep: a periodic pass over the
+// informer caches (no API reads) that finds TrainJobs whose JobSet was built from an
+// older generation while it may still change, or is missing with no condition saying
+// why. The pipeline never loses an update by design; the sweep is a backstop that makes
+// a lost one visible (trainyard_trainjobs_jobset_lagging,
+// trainyard_consistency_sweep_requeues_total) and never permanent.
+type ConsistencyConfiguration struct {
+	// sweepPeriod is the time between sweeps. A TrainJob found lagging on two sweeps in a
+	// row while the pipeline is not working on it is sent back to the first stage. "0s"
+	// turns the sweep off. Defaults to 1m.
+	// +optional
+	SweepPeriod *metav1.Duration `json:"sweepPeriod,omitempty"`
+	// lagThreshold is how long a TrainJob's JobSet may lag before the TrainJob counts in
+	// trainyard_trainjobs_jobset_lagging. Defaults to 5m.
+	// +optional
+	LagThreshold *metav1.Duration `json:"lagThreshold,omitempty"`
 }
 
 // StageConfiguration configures one stage.
