@@ -112,7 +112,8 @@ func (d *Deps) ValidateTrainJob(old, tj *trainer.TrainJob) (warnings []string, e
 		warnings = append(warnings, fmt.Sprintf("Referenced ClusterTrainingRuntime %q is deprecated and will be removed in a future "+
 			"release of Kubeflow Trainer. See runtime deprecation policy: %s", rt.Name, deprecationPolicyURL))
 	}
-	errs = append(errs, d.validateAgainstRuntime(tj, rt)...)
+	more, runtimeErrs := d.validateAgainstRuntime(tj, rt)
+	warnings, errs = append(warnings, more...), append(errs, runtimeErrs...)
 	if len(errs) == 0 {
 		warnings = append(warnings, d.trainJobWarnings(tj, rt)...)
 	}
@@ -141,15 +142,16 @@ func (d *Deps) runtime(kind, namespace, name string) (plan.Runtime, map[string]s
 }
 
 // validateAgainstRuntime applies the rules that need tj's runtime rt.
-func (d *Deps) validateAgainstRuntime(tj *trainer.TrainJob, rt plan.Runtime) field.ErrorList {
+func (d *Deps) validateAgainstRuntime(tj *trainer.TrainJob, rt plan.Runtime) ([]string, field.ErrorList) {
 	plugins := d.plugins()
 	runtimeErrs := append(mergepatches.ValidateSteps(rt.Spec), mlpolicy.ValidateRuntime(rt.Spec, plugins)...)
 	if len(runtimeErrs) > 0 {
 		// The TrainJob's own rules assume a runtime that builds.
-		return atRuntimeRef(rt, runtimeErrs)
+		return nil, atRuntimeRef(rt, runtimeErrs)
 	}
 	errs := mergepatches.ValidateRuntimePatches(tj, rt)
-	errs = append(errs, validateInitializers(tj, rt)...)
+	warnings, initErrs := validateInitializers(tj, rt)
+	errs = append(errs, initErrs...)
 	p := &plan.Plan{Runtime: rt}
 	merged := tj
 	if len(errs) > 0 {
@@ -160,7 +162,7 @@ func (d *Deps) validateAgainstRuntime(tj *trainer.TrainJob, rt plan.Runtime) fie
 	}
 	js, err := mergepatches.Merge(merged, rt)
 	if err != nil {
-		return append(errs, field.InternalError(runtimeRefPath, err))
+		return warnings, append(errs, field.InternalError(runtimeRefPath, err))
 	}
 	p.JobSet = js
 	errs = append(errs, mlpolicy.ValidateTrainJob(tj, p, plugins)...)
@@ -172,7 +174,7 @@ func (d *Deps) validateAgainstRuntime(tj *trainer.TrainJob, rt plan.Runtime) fie
 		}
 		errs = append(errs, d.validatePriorityClasses(rt, p)...)
 	}
-	return errs
+	return warnings, errs
 }
 
 // atRuntimeRef reports errs, findings about runtime rt's fields, at the TrainJob's
@@ -277,15 +279,16 @@ func validatePatchChange(old, tj *trainer.TrainJob, jobSets jobsetlisters.JobSet
 // validateInitializers applies upstream's initializer rules (trainer-compat §6.2): with
 // spec.initializer.dataset (model) set, the runtime has a replicatedJob named
 // dataset-initializer (model-initializer), with a container or init container of that
-// name, whose container of that name mounts the volume "initializer". Invalid at
-// spec.initializer.dataset (model), the messages starting with upstream's texts
-// (upstream reports them at spec.runtimeRef).
-func validateInitializers(tj *trainer.TrainJob, rt plan.Runtime) field.ErrorList {
+// name: Invalid at spec.initializer.dataset (model), the messages starting with
+// upstream's texts (upstream reports them at spec.runtimeRef). Upstream also denies
+// when that container mounts no volume "initializer"; Trainyard only warns, since
+// upstream's own example 05-multi-step (an initializer without the mount) would be
+// denied otherwise, and the TrainJob runs.
+func validateInitializers(tj *trainer.TrainJob, rt plan.Runtime) (warnings []string, errs field.ErrorList) {
 	in := tj.Spec.Initializer
 	if in == nil {
-		return nil
+		return nil, nil
 	}
-	var errs field.ErrorList
 	js := &jobsetv1alpha2.JobSet{Spec: rt.Spec.Template.Spec}
 	check := func(set bool, step, config, member string) {
 		if !set {
@@ -309,13 +312,12 @@ func validateInitializers(tj *trainer.TrainJob, rt plan.Runtime) field.ErrorList
 		if c != nil && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == initializerVolume }) {
 			return
 		}
-		errs = append(errs, field.Invalid(path, field.OmitValueType{}, fmt.Sprintf("must have volumeMount with name - %s in container "+
-			"%s of the %s job: runtime %s's initializer writes to the volume %q, which the trainer reads",
-			initializerVolume, step, step, rt.Ref(), initializerVolume)))
+		warnings = append(warnings, fmt.Sprintf("%s: the %q container of runtime %s mounts no volume %q, where the trainer "+
+			"usually reads what it downloads", path, step, rt.Ref(), initializerVolume))
 	}
 	check(in.Dataset != nil, trainer.ContainerDatasetInitializer, "datasetConfig", "dataset")
 	check(in.Model != nil, trainer.ContainerModelInitializer, "modelConfig", "model")
-	return errs
+	return warnings, errs
 }
 
 // initializerVolume is the volume initializers write to (trainer-compat §1.9).
