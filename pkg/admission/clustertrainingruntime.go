@@ -11,12 +11,9 @@ import (
 
 // validateClusterTrainingRuntime answers the ClusterTrainingRuntime validating webhook.
 func (d *Deps) validateClusterTrainingRuntime(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	obj, old := &trainer.ClusterTrainingRuntime{}, &trainer.ClusterTrainingRuntime{}
-	if resp := decodeRequest(req, obj, old); resp != nil {
+	obj, old, resp := decodeRequest[trainer.ClusterTrainingRuntime](req)
+	if resp != nil {
 		return resp
-	}
-	if req.Operation != admissionv1.Update {
-		old = nil
 	}
 	return verdict(d.ValidateClusterTrainingRuntime(old, obj))
 }

@@ -150,18 +150,20 @@ func decodeStrict(raw []byte, what string, out any) error {
 	return nil
 }
 
-// decodeRequest decodes req's object, and on UPDATE its old object, into obj and old.
-// It returns a response to send instead when one does not decode.
-func decodeRequest(req *admissionv1.AdmissionRequest, obj, old any) *admissionv1.AdmissionResponse {
+// decodeRequest decodes req's object, and on UPDATE its old object (else old is nil),
+// strictly. It returns a response to send instead when one does not decode.
+func decodeRequest[T any](req *admissionv1.AdmissionRequest) (obj, old *T, resp *admissionv1.AdmissionResponse) {
+	obj = new(T)
 	if err := decodeStrict(req.Object.Raw, "request.object", obj); err != nil {
-		return badRequest(err.Error())
+		return nil, nil, badRequest(err.Error())
 	}
 	if req.Operation == admissionv1.Update {
+		old = new(T)
 		if err := decodeStrict(req.OldObject.Raw, "request.oldObject", old); err != nil {
-			return badRequest(err.Error())
+			return nil, nil, badRequest(err.Error())
 		}
 	}
-	return nil
+	return obj, old, nil
 }
 
 // badRequest refuses a request that cannot be reviewed.

@@ -23,12 +23,12 @@ const LabelWebhookValidation = "trainer.kubeflow.org/webhook-validation"
 
 // validateTrainingRuntime answers the TrainingRuntime validating webhook.
 func (d *Deps) validateTrainingRuntime(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	obj, old := &trainer.TrainingRuntime{}, &trainer.TrainingRuntime{}
-	if resp := decodeRequest(req, obj, old); resp != nil {
+	obj, old, resp := decodeRequest[trainer.TrainingRuntime](req)
+	if resp != nil {
 		return resp
 	}
 	var oldSpec *trainer.TrainingRuntimeSpec
-	if req.Operation == admissionv1.Update {
+	if old != nil {
 		oldSpec = &old.Spec
 	}
 	return verdict(d.ValidateRuntime(trainer.TrainingRuntimeKind, &obj.ObjectMeta, oldSpec, &obj.Spec))

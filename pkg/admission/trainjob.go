@@ -36,12 +36,9 @@ const deprecationPolicyURL = "https://trainer.kubeflow.org/en/latest/operator-gu
 
 // validateTrainJob answers the TrainJob validating webhook.
 func (d *Deps) validateTrainJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	tj, old := &trainer.TrainJob{}, &trainer.TrainJob{}
-	if resp := decodeRequest(req, tj, old); resp != nil {
+	tj, old, resp := decodeRequest[trainer.TrainJob](req)
+	if resp != nil {
 		return resp
-	}
-	if req.Operation != admissionv1.Update {
-		old = nil
 	}
 	return verdict(d.ValidateTrainJob(old, tj))
 }
@@ -397,15 +394,12 @@ func (d *Deps) claimsWarning(tj *trainer.TrainJob, rt plan.Runtime) string {
 
 // mutateTrainJob answers the TrainJob mutating webhook.
 func (d *Deps) mutateTrainJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	tj, old := &trainer.TrainJob{}, &trainer.TrainJob{}
-	if resp := decodeRequest(req, tj, old); resp != nil {
+	tj, old, resp := decodeRequest[trainer.TrainJob](req)
+	if resp != nil {
 		return resp
 	}
-	if req.Operation != admissionv1.Update {
-		old = nil
-	}
 	ops := DefaultRuntimePatchTimes(old, tj, d.now())
-	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	resp = &admissionv1.AdmissionResponse{Allowed: true}
 	if len(ops) == 0 {
 		return resp
 	}

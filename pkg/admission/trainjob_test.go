@@ -18,6 +18,12 @@ import (
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
+// mutated returns tj changed by mutate.
+func mutated(tj *trainer.TrainJob, mutate func(*trainer.TrainJob)) *trainer.TrainJob {
+	mutate(tj)
+	return tj
+}
+
 func policy(s trainer.MLPolicySource) *trainer.MLPolicy { return &trainer.MLPolicy{MLPolicySource: s} }
 
 var (
@@ -66,29 +72,23 @@ func TestValidateTrainJobCreate(t *testing.T) {
 			tj:      trainJob(rt, &trainer.Trainer{NumNodes: ptr.To[int32](2), Env: []corev1.EnvVar{env("FOO", "1")}}),
 		},
 		"unsupported kind": {
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimeRef.Kind = ptr.To("Deployment")
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.runtimeRef.kind"},
 			wantInMsg: "unsupported runtime: Deployment.trainer.kubeflow.org",
 		},
 		"unsupported apiGroup": {
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimeRef.APIGroup = ptr.To("example.com")
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.runtimeRef.apiGroup"},
 			wantInMsg: "unsupported runtime: ClusterTrainingRuntime.example.com",
 		},
 		"runtime missing: admitted with a warning, runtime-free rules still apply": {
-			tj: func() *trainer.TrainJob {
-				tj := trainJob("nowhere", nil)
+			tj: mutated(trainJob("nowhere", nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "kueue"}}
-				return tj
-			}(),
+			}),
 			wantErrs:     []string{"FieldValueInvalid: spec.runtimePatches[0].manager"},
 			wantWarnings: []string{`ClusterTrainingRuntime "nowhere" referenced by spec.runtimeRef not found`},
 		},
@@ -98,24 +98,20 @@ func TestValidateTrainJobCreate(t *testing.T) {
 		},
 		"manager not domain-prefixed": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, skeleton(torchPolicy), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "kueue.x-k8s.io/manager"}, {Manager: "UPPER/x"}, {Manager: "nodomain"}}
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.runtimePatches[1].manager", "FieldValueInvalid: spec.runtimePatches[2].manager"},
 			wantInMsg: `must be a domain-prefixed path (such as "acme.io/foo")`,
 		},
 		"env in a patch to node and model-initializer": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, skeleton(torchPolicy), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{
 					podPatch("example.io/a", "node", trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: []corev1.EnvVar{env("A", "1")}}}}),
 					podPatch("example.io/b", "model-initializer", trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "model-initializer", Env: []corev1.EnvVar{env("A", "1")}}}}),
 				}
-				return tj
-			}(),
+			}),
 			wantErrs: []string{
 				"FieldValueForbidden: spec.runtimePatches[manager=example.io/a].trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers[name=node].env",
 				"FieldValueForbidden: spec.runtimePatches[manager=example.io/b].trainingRuntimeSpec.template.spec.replicatedJobs[name=model-initializer].template.spec.template.spec.containers[name=model-initializer].env",
@@ -124,8 +120,7 @@ func TestValidateTrainJobCreate(t *testing.T) {
 		},
 		"patch of a missing replicatedJob, container and init container": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, skeleton(torchPolicy), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{
 					podPatch("example.io/a", "worker", trainer.PodSpecPatch{}),
 					podPatch("example.io/b", "node", trainer.PodSpecPatch{
@@ -133,8 +128,7 @@ func TestValidateTrainJobCreate(t *testing.T) {
 						InitContainers: []trainer.ContainerPatch{{Name: "node"}},
 					}),
 				}
-				return tj
-			}(),
+			}),
 			wantErrs: []string{
 				"FieldValueInvalid: spec.runtimePatches[manager=example.io/a].trainingRuntimeSpec.template.spec.replicatedJobs[name=worker]",
 				"FieldValueInvalid: spec.runtimePatches[manager=example.io/b].trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers[name=sidecar]",
@@ -144,24 +138,20 @@ func TestValidateTrainJobCreate(t *testing.T) {
 		},
 		"patch that fits, plus its metadata": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, skeleton(torchPolicy), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				p := podPatch("kueue.x-k8s.io/manager", "node", trainer.PodSpecPatch{
 					NodeSelector: map[string]string{"pool": "a"},
 					Containers:   []trainer.ContainerPatch{{Name: "node", VolumeMounts: []corev1.VolumeMount{{Name: "x", MountPath: "/x"}}}},
 				})
 				p.TrainingRuntimeSpec.Template.Metadata = &metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{p}
-				return tj
-			}(),
+			}),
 		},
 		"dataset initializer without its replicatedJob": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, without(skeleton(torchPolicy), "dataset-initializer"), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{}, Model: &trainer.ModelInitializer{}}
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.initializer.dataset"},
 			wantInMsg: "must have dataset-initializer job when trainJob is configured with input datasetConfig",
 		},
@@ -173,11 +163,9 @@ func TestValidateTrainJobCreate(t *testing.T) {
 				rj.Template.Spec.Template.Spec.Containers[0].Name = "fetch"
 				return spec
 			}(), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.Initializer = &trainer.Initializer{Model: &trainer.ModelInitializer{}}
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.initializer.model"},
 			wantInMsg: "must have container with name - model-initializer in the model-initializer job",
 		},
@@ -187,11 +175,9 @@ func TestValidateTrainJobCreate(t *testing.T) {
 				rjob(spec, "model-initializer").Template.Spec.Template.Spec.Containers[0].VolumeMounts = nil
 				return spec
 			}(), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.Initializer = &trainer.Initializer{Model: &trainer.ModelInitializer{}}
-				return tj
-			}(),
+			}),
 			wantWarnings: []string{`spec.initializer.model: the "model-initializer" container of runtime ClusterTrainingRuntime/test-runtime mounts no volume "initializer"`},
 		},
 		"torch reserved env": {
@@ -258,12 +244,10 @@ func TestValidateTrainJobCreate(t *testing.T) {
 		},
 		"volcano empty queue in a patch": {
 			fixture: fixture{runtimes: []runtime.Object{ctr(rt, volcanoRuntime(map[string]string{volcano.AnnotationQueueName: "a"}, ""), nil)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "example.io/q", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
 					Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{volcano.AnnotationQueueName: ""}}}}}}
-				return tj
-			}(),
+			}),
 			wantErrs:  []string{"FieldValueInvalid: spec.runtimePatches[manager=example.io/q].trainingRuntimeSpec.template.metadata.annotations[scheduling.volcano.sh/queue-name]"},
 			wantInMsg: "Volcano queue name must not be empty",
 		},
@@ -299,19 +283,15 @@ func TestValidateTrainJobCreate(t *testing.T) {
 				obj.Spec = *skeleton(torchPolicy)
 				return obj
 			}()}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimeRef.Kind = ptr.To(trainer.TrainingRuntimeKind)
-				return tj
-			}(),
+			}),
 		},
 		"TrainingRuntime of another namespace is missing": {
 			fixture: fixture{runtimes: []runtime.Object{utiltesting.MakeTrainingRuntime("other", rt)}},
-			tj: func() *trainer.TrainJob {
-				tj := trainJob(rt, nil)
+			tj: mutated(trainJob(rt, nil), func(tj *trainer.TrainJob) {
 				tj.Spec.RuntimeRef.Kind = ptr.To(trainer.TrainingRuntimeKind)
-				return tj
-			}(),
+			}),
 			wantWarnings: []string{`TrainingRuntime "test-runtime" referenced by spec.runtimeRef not found in namespace "default"`},
 		},
 	}
