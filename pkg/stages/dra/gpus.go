@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -69,24 +70,14 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 			}
 		}()
 	}
-	target := procsTarget(tj, p)
-	if target == nil {
-		return nil
-	}
-	pod := plan.PodSpec(target.rj)
-	ctr := plan.Container(pod.Containers, trainer.ContainerNode)
-	if ctr == nil || len(ctr.Resources.Claims) == 0 {
-		return nil
-	}
-	devices, err := c.trainerDevices(tj.Namespace, pod, ctr)
-	if err != nil {
+	target, ctr, devices, err := c.claimedDevices(tj, p)
+	if err != nil || target == nil {
 		return err
 	}
 	current := target.current(ctr)
 	switch {
 	case len(devices.unknown) > 0:
-		message := fmt.Sprintf("cannot derive GPUs per node from %s DRA claims (%s); %s stays %q: "+
-			"set spec.trainer.numProcPerNode", target.whose, strings.Join(devices.unknown, "; "), target.what, current)
+		message := fmt.Sprintf("%s; %s stays %q: set spec.trainer.numProcPerNode", devices.problem(target.whose), target.what, current)
 		c.event(tj, corev1.EventTypeWarning, ReasonProcsPerNodeUnknown, "%s", message)
 		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
 			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
@@ -94,9 +85,8 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 	case devices.gpus == 0:
 		// Claims, but none of a GPU class: either no GPUs (then the ML policy's value is
 		// right) or a GPU class the IsGPUClass predicate does not know. Say so.
-		message := fmt.Sprintf("%s DRA claims request no DeviceClass counted as GPUs (classes %v; a class counts when "+
-			"its name contains \"gpu\"), so %s stays %q: set spec.trainer.numProcPerNode if these are GPUs",
-			target.whose, devices.otherClasses, target.what, current)
+		message := fmt.Sprintf("%s, so %s stays %q: set spec.trainer.numProcPerNode if these are GPUs",
+			devices.problem(target.whose), target.what, current)
 		p.Conditions = append(p.Conditions, metav1.Condition{Type: trainjob.ConditionProcsPerNodeDerived,
 			Status: metav1.ConditionFalse, Reason: trainjob.ReasonDeviceCountUnknown, Message: message, ObservedGeneration: tj.Generation})
 	case devices.gpus > 0:
@@ -111,6 +101,59 @@ func (c *run) applyProcsPerNode(tj *trainer.TrainJob, p *plan.Plan) error {
 			"%s is %s, the GPUs each %s claims through DRA (was %q)", target.what, value, target.pod, current)
 	}
 	return nil
+}
+
+// claimedDevices returns where tj's GPU count from claims goes (nil when nowhere, see
+// procsTarget, or when the counted "node" container has no claims), that container, and
+// what its claims say.
+func (c *run) claimedDevices(tj *trainer.TrainJob, p *plan.Plan) (*procsCount, *corev1.Container, claimDevices, error) {
+	target := procsTarget(tj, p)
+	if target == nil {
+		return nil, nil, claimDevices{}, nil
+	}
+	pod := plan.PodSpec(target.rj)
+	ctr := plan.Container(pod.Containers, trainer.ContainerNode)
+	if ctr == nil || len(ctr.Resources.Claims) == 0 {
+		return nil, nil, claimDevices{}, nil
+	}
+	devices, err := c.trainerDevices(tj.Namespace, pod, ctr)
+	return target, ctr, devices, err
+}
+
+// problem says why claims that are d give no GPU count for processes per node (whose
+// names them, e.g. "the trainer's"), "" when they give one.
+func (d claimDevices) problem(whose string) string {
+	switch {
+	case len(d.unknown) > 0:
+		return fmt.Sprintf("cannot derive GPUs per node from %s DRA claims (%s)", whose, strings.Join(d.unknown, "; "))
+	case d.gpus == 0:
+		return fmt.Sprintf("%s DRA claims request no DeviceClass counted as GPUs (classes %v; a class counts when "+
+			"its name contains \"gpu\")", whose, d.otherClasses)
+	}
+	return ""
+}
+
+// ProcsPerNodeUnknown returns why the GPUs per node cannot be derived from tj's DRA
+// claims — what the condition ProcsPerNodeDerived=False the stage sets says, without
+// the value kept — or "" when they can, when nothing is derived (no Torch or MPI policy,
+// spec.trainer.numProcPerNode set, no claims on the counted "node" container), when a
+// claim's template or ResourceClaim is not in the cache yet (the stage waits for it),
+// and before the stage has DRA caches (SetListers). p.JobSet is the desired JobSet.
+// The TrainJob admission webhook calls it to warn at admission. Errors: the listers'.
+func (c *Claims) ProcsPerNodeUnknown(tj *trainer.TrainJob, p *plan.Plan) (string, error) {
+	l := c.listers.Load()
+	if l == nil || p.JobSet == nil || p.Runtime.Spec == nil {
+		return "", nil
+	}
+	r := &run{Listers: *l, Claims: c}
+	target, _, devices, err := r.claimedDevices(tj, p)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil || target == nil {
+		return "", err
+	}
+	return devices.problem(target.whose), nil
 }
 
 // procsCount is where a derived GPU count goes: Torch's PET_NPROC_PER_NODE on the

@@ -45,14 +45,18 @@ import (
 // Neither tj nor rt.Spec (shared with the informer cache) is modified: everything taken
 // from them is copied.
 //
-// Errors: *plan.InvalidInputError when the runtime has no trainer step or a step lacks
-// its container (see validateSteps), or a runtimePatch names a replicatedJob or
-// container the runtime does not have; any other error is a bug.
+// Errors: *plan.InvalidInputError for the first violation of ValidateSteps (the runtime
+// has no trainer step or a step lacks its container; Object is the runtime) or of
+// ValidateRuntimePatches (a runtimePatch names a replicatedJob or container the runtime
+// does not have); any other error is a bug.
 func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error) {
 	if tj == nil || rt.Spec == nil {
 		return nil, errors.New("mergepatches: nil TrainJob or runtime spec")
 	}
-	if err := validateSteps(rt); err != nil {
+	if err := plan.FirstInvalid(rt.Ref(), ValidateSteps(rt.Spec)); err != nil {
+		return nil, err
+	}
+	if err := plan.FirstInvalid("", ValidateRuntimePatches(tj, rt)); err != nil {
 		return nil, err
 	}
 	js := &jobsetv1alpha2.JobSet{
@@ -77,7 +81,7 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 		js.Annotations[plan.AnnotationTrainJobGeneration] = strconv.FormatInt(tj.Generation, 10)
 	}
 	rt.Spec.Template.Spec.DeepCopyInto(&js.Spec)
-	if err := applyRuntimePatches(tj, rt, &js.Spec); err != nil {
+	if err := applyRuntimePatches(tj, &js.Spec); err != nil {
 		return nil, err
 	}
 
@@ -258,19 +262,25 @@ var stepContainers = map[string]string{
 	trainer.AncestorModelInitializer:   trainer.ContainerModelInitializer,
 }
 
-// validateSteps checks that rt has a trainer step (a replicatedJob labelled
-// trainer.kubeflow.org/trainjob-ancestor-step=trainer) and that every labelled step has
-// its container: "node" for the trainer, "dataset-initializer" and "model-initializer"
-// for the initializers. Without them spec.trainer and spec.initializer would silently
-// apply to nothing.
+// ValidateSteps checks a runtime spec's steps: every replicatedJob labelled
+// trainer.kubeflow.org/trainjob-ancestor-step has the container of its step ("node" for
+// the trainer, "dataset-initializer" and "model-initializer" for the initializers), and
+// some replicatedJob is the trainer step (labelled trainer, or named "node"; not
+// required of MPI runtimes, whose trainer may be the launcher and whose replicatedJobs
+// package mlpolicy checks). Without them spec.trainer and spec.initializer would
+// silently apply to nothing. It returns every violation, with paths relative to the
+// runtime object: spec.template.spec.replicatedJobs[name=<rj>].template.spec.template.
+// spec.containers ("must contain the required container for the ancestor: <step>",
+// upstream's runtime admission text, trainer-compat §6.4) and
+// spec.template.spec.replicatedJobs (no trainer step).
 //
-// Upstream's runtime admission webhook rejects a step without its container when the
-// runtime is created (trainer-compat §6.4) and builds a JobSet without a trainer.
-// Trainyard has no webhook: the TrainJob gets a condition naming the runtime field, and
-// a runtime without a trainer step is refused too, since no ML policy, count or
-// spec.trainer field could reach any pod.
-func validateSteps(rt plan.Runtime) error {
-	rjs := rt.Spec.Template.Spec.ReplicatedJobs
+// Upstream's runtime admission webhook has the container rule and builds a JobSet
+// without a trainer. Trainyard refuses both: the runtime admission webhook (package
+// admission) and the merge-patches stage (Merge, as a JobSetReady=False condition for
+// a runtime admitted without the webhook) call this same function.
+func ValidateSteps(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
+	var errs field.ErrorList
+	rjs := spec.Template.Spec.ReplicatedJobs
 	path := field.NewPath("spec", "template", "spec", "replicatedJobs")
 	hasTrainer := false
 	for i := range rjs {
@@ -284,25 +294,16 @@ func validateSteps(rt plan.Runtime) error {
 		if plan.Container(containers, want) != nil {
 			continue
 		}
-		return &plan.InvalidInputError{
-			Object: rt.Ref(),
-			Field:  path.Key("name="+rjs[i].Name).Child("template", "spec", "template", "spec", "containers").String(),
-			Message: fmt.Sprintf("must contain the required container for the ancestor: %s (a container named %q; it has %v): "+
-				"rename the container in the runtime", step, want, plan.ContainerNames(containers)),
-		}
+		errs = append(errs, field.Invalid(path.Key("name="+rjs[i].Name).Child("template", "spec", "template", "spec", "containers"),
+			field.OmitValueType{}, fmt.Sprintf("must contain the required container for the ancestor: %s (a container named %q; it has %v): "+
+				"rename the container in the runtime", step, want, plan.ContainerNames(containers))))
 	}
-	// The trainer step is the replicatedJob labelled trainer, or named "node"
-	// (trainer-compat §2.3). MPI runtimes are the ML policy's to check: their trainer
-	// may be the launcher (runLauncherAsNode, §3.4), and the MPI plugin names a missing
-	// launcher or node itself.
-	if !hasTrainer && (rt.Spec.MLPolicy == nil || rt.Spec.MLPolicy.MPI == nil) {
-		return &plan.InvalidInputError{
-			Object: rt.Ref(),
-			Field:  path.String(),
-			Message: fmt.Sprintf("no replicatedJob is the trainer step (replicatedJobs %v): label the Job template of the one "+
-				"that trains, usually %q, with %s: %s", replicatedJobNames(&rt.Spec.Template.Spec), trainer.ReplicatedJobNode,
-				trainer.LabelTrainJobAncestor, trainer.AncestorTrainer),
-		}
+	// MPI runtimes are the ML policy's to check: their trainer may be the launcher
+	// (runLauncherAsNode, §3.4), and the MPI plugin names a missing launcher or node.
+	if !hasTrainer && (spec.MLPolicy == nil || spec.MLPolicy.MPI == nil) {
+		errs = append(errs, field.Invalid(path, field.OmitValueType{}, fmt.Sprintf(
+			"no replicatedJob is the trainer step (replicatedJobs %v): label the Job template of the one that trains, usually %q, with %s: %s",
+			replicatedJobNames(&spec.Template.Spec), trainer.ReplicatedJobNode, trainer.LabelTrainJobAncestor, trainer.AncestorTrainer)))
 	}
-	return nil
+	return errs
 }

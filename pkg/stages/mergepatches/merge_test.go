@@ -444,17 +444,17 @@ func TestMergeInvalidPatches(t *testing.T) {
 		"missing replicatedJob": {
 			patch:     podPatch("foo", trainer.PodSpecPatch{ServiceAccountName: ptr.To("sa")}),
 			wantField: "spec.runtimePatches[manager=example.io/x].trainingRuntimeSpec.template.spec.replicatedJobs[name=foo]",
-			wantMsg:   `replicatedJob "foo" not found: the runtime TrainingRuntime/test-runtime has replicatedJobs [dataset-initializer model-initializer node]`,
+			wantMsg:   `must not have replicated job that doesn't exist in the runtime job template: replicatedJob "foo" not found: the runtime TrainingRuntime/test-runtime has replicatedJobs [dataset-initializer model-initializer node]`,
 		},
 		"missing container": {
 			patch:     podPatch("node", trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "sidecar"}}}),
 			wantField: "spec.runtimePatches[manager=example.io/x].trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec.template.spec.containers[name=sidecar]",
-			wantMsg:   `container "sidecar" not found: replicatedJob "node" of the runtime TrainingRuntime/test-runtime has containers [node]`,
+			wantMsg:   `must not have container that doesn't exist in the runtime job node: container "sidecar" not found: replicatedJob "node" has containers [node]`,
 		},
 		"init container patched as a container's name": {
 			patch:     podPatch("node", trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "node"}}}),
 			wantField: "spec.runtimePatches[manager=example.io/x].trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec.template.spec.initContainers[name=node]",
-			wantMsg:   `init container "node" not found: replicatedJob "node" of the runtime TrainingRuntime/test-runtime has initContainers []`,
+			wantMsg:   `must not have initContainer that doesn't exist in the runtime job node: init container "node" not found: replicatedJob "node" has initContainers []`,
 		},
 	}
 	for name, tc := range cases {

@@ -31,41 +31,104 @@ func mustPatchMeta(v any) strategicpatch.PatchMetaFromStruct {
 
 // applyRuntimePatches applies the spec part of each of tj's runtimePatches, in list
 // order, to spec (a copy of rt's JobSet spec), so a later manager wins on scalars and
-// map keys (trainer-compat §2.3 step 2).
+// map keys (trainer-compat §2.3 step 2). The patches must have passed
+// ValidateRuntimePatches: a replicatedJob they name that spec lacks is skipped.
 //
 // Upstream applies each JobSetSpecPatch to the whole JobSetSpec and then restores the
 // runtime's replicatedJobs order. Trainyard patches each named replicatedJob in place
 // with its ReplicatedJobPatch instead: replicatedJobs merge by name, so the result is the
 // same, the order never changes, and only the patched parts are converted.
-//
-// Errors: *plan.InvalidInputError when a patch names a replicatedJob, container or init
-// container the runtime does not have (a strategic merge would add a half-specified
-// one that the API server then rejects).
-func applyRuntimePatches(tj *trainer.TrainJob, rt plan.Runtime, spec *jobsetv1alpha2.JobSetSpec) error {
+func applyRuntimePatches(tj *trainer.TrainJob, spec *jobsetv1alpha2.JobSetSpec) error {
 	for i := range tj.Spec.RuntimePatches {
 		p := &tj.Spec.RuntimePatches[i]
-		if p.TrainingRuntimeSpec == nil || p.TrainingRuntimeSpec.Template == nil || p.TrainingRuntimeSpec.Template.Spec == nil {
-			continue
-		}
-		path := field.NewPath("spec", "runtimePatches").Key("manager="+p.Manager).
-			Child("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
-		for j := range p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs {
-			rjp := &p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[j]
-			rjPath := path.Key("name=" + rjp.Name)
+		for j, rjp := range patchedReplicatedJobs(p) {
 			rj := findReplicatedJob(spec, rjp.Name)
 			if rj == nil {
-				return &plan.InvalidInputError{
-					Field: rjPath.String(),
-					Message: fmt.Sprintf("replicatedJob %q not found: the runtime %s has replicatedJobs %v; "+
-						"patch one of those or remove this entry", rjp.Name, rt.Ref(), replicatedJobNames(spec)),
-				}
+				continue
 			}
-			if err := patchReplicatedJob(rt, rj, rjp, rjPath); err != nil {
+			if err := patchReplicatedJob(rj, &p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[j], replicatedJobPatchPath(p).Key("name="+rjp.Name)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// patchedReplicatedJobs returns the replicatedJob patches of p, nil when it has none.
+func patchedReplicatedJobs(p *trainer.RuntimePatch) []trainer.ReplicatedJobPatch {
+	if p.TrainingRuntimeSpec == nil || p.TrainingRuntimeSpec.Template == nil || p.TrainingRuntimeSpec.Template.Spec == nil {
+		return nil
+	}
+	return p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs
+}
+
+// replicatedJobPatchPath is the path of p's replicatedJob patches in the TrainJob.
+func replicatedJobPatchPath(p *trainer.RuntimePatch) *field.Path {
+	return field.NewPath("spec", "runtimePatches").Key("manager="+p.Manager).
+		Child("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+}
+
+// ValidateRuntimePatches checks that every replicatedJob, container and init container
+// tj's runtimePatches name exists in runtime rt: a replicatedJob by name among the
+// runtime's replicatedJobs, a containers[] entry among that replicatedJob's containers
+// and an initContainers[] entry among its init containers (a strategic merge would
+// otherwise add a half-specified one, which the API server then rejects). It returns
+// every violation, at spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.spec.
+// replicatedJobs[name=<rj>] (plus .template.spec.template.spec.containers[name=<c>] or
+// .initContainers[name=<c>]), each message starting with upstream's admission text
+// (trainer-compat §6.2: "must not have replicated job that doesn't exist in the runtime
+// job template", "must not have container that doesn't exist in the runtime job <rj>",
+// "must not have initContainer that doesn't exist in the runtime job <rj>").
+//
+// Upstream checks patches against the runtime template with the patches already
+// applied, and accepts a containers[] patch naming an init container (and the reverse);
+// Trainyard checks the runtime itself and the list the patch names, which is what the
+// merge needs. The merge-patches stage (Merge) and the TrainJob admission webhook both
+// call it.
+func ValidateRuntimePatches(tj *trainer.TrainJob, rt plan.Runtime) field.ErrorList {
+	var errs field.ErrorList
+	spec := &rt.Spec.Template.Spec
+	for i := range tj.Spec.RuntimePatches {
+		p := &tj.Spec.RuntimePatches[i]
+		for _, rjp := range patchedReplicatedJobs(p) {
+			rjPath := replicatedJobPatchPath(p).Key("name=" + rjp.Name)
+			rj := findReplicatedJob(spec, rjp.Name)
+			if rj == nil {
+				errs = append(errs, field.Invalid(rjPath, field.OmitValueType{}, fmt.Sprintf(
+					"must not have replicated job that doesn't exist in the runtime job template: replicatedJob %q not found: "+
+						"the runtime %s has replicatedJobs %v; patch one of those or remove this entry", rjp.Name, rt.Ref(), replicatedJobNames(spec))))
+				continue
+			}
+			t := rjp.Template
+			if t == nil || t.Spec == nil || t.Spec.Template == nil || t.Spec.Template.Spec == nil {
+				continue
+			}
+			podPath := rjPath.Child("template", "spec", "template", "spec")
+			pod := plan.PodSpec(rj)
+			errs = append(errs, validateContainerPatches(rj.Name, "containers", t.Spec.Template.Spec.Containers, pod.Containers, podPath)...)
+			errs = append(errs, validateContainerPatches(rj.Name, "initContainers", t.Spec.Template.Spec.InitContainers, pod.InitContainers, podPath)...)
+		}
+	}
+	return errs
+}
+
+// validateContainerPatches checks that every patch in patches (the list named list of
+// replicatedJob rj's pod spec patch at podPath) names one of have.
+func validateContainerPatches(rj, list string, patches []trainer.ContainerPatch, have []corev1.Container, podPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	upstream, what := "container", "container"
+	if list == "initContainers" {
+		upstream, what = "initContainer", "init container"
+	}
+	for i := range patches {
+		if plan.Container(have, patches[i].Name) != nil {
+			continue
+		}
+		errs = append(errs, field.Invalid(podPath.Child(list).Key("name="+patches[i].Name), field.OmitValueType{}, fmt.Sprintf(
+			"must not have %s that doesn't exist in the runtime job %s: %s %q not found: replicatedJob %q has %s %v; "+
+				"patch one of those or remove this entry", upstream, rj, what, patches[i].Name, rj, list, plan.ContainerNames(have))))
+	}
+	return errs
 }
 
 // patchReplicatedJob applies one ReplicatedJobPatch to rj as a strategic merge patch
@@ -77,7 +140,7 @@ func applyRuntimePatches(tj *trainer.TrainJob, rt plan.Runtime, spec *jobsetv1al
 // merged separately, the same result as merging the whole replicatedJob: a strategic
 // merge treats the keys of an object independently, and typed patches carry no
 // directives ($patch, $retainKeys, ...) that would tie them.
-func patchReplicatedJob(rt plan.Runtime, rj *jobsetv1alpha2.ReplicatedJob, rjp *trainer.ReplicatedJobPatch, path *field.Path) error {
+func patchReplicatedJob(rj *jobsetv1alpha2.ReplicatedJob, rjp *trainer.ReplicatedJobPatch, path *field.Path) error {
 	if rjp.Template == nil {
 		return nil
 	}
@@ -98,9 +161,6 @@ func patchReplicatedJob(rt plan.Runtime, rj *jobsetv1alpha2.ReplicatedJob, rjp *
 	}
 	if podTemplate.Spec == nil {
 		return nil
-	}
-	if err := validateContainerPatches(rt, rj, podTemplate.Spec, podPath.Child("spec")); err != nil {
-		return err
 	}
 	claims := containerClaims(rj, podTemplate.Spec)
 	if err := patchPodSpec(plan.PodSpec(rj), podTemplate.Spec, podPath.Child("spec")); err != nil {
@@ -197,40 +257,6 @@ func strategicMerge(original, patch, out any, meta strategicpatch.LookupPatchMet
 		return fmt.Errorf("converting the patched object at %s: %w", path, err)
 	}
 	return nil
-}
-
-// validateContainerPatches checks that every ContainerPatch names a container (for
-// containers) or an init container (for initContainers) of rj.
-func validateContainerPatches(rt plan.Runtime, rj *jobsetv1alpha2.ReplicatedJob, podPatch *trainer.PodSpecPatch, path *field.Path) error {
-	if podPatch == nil {
-		return nil
-	}
-	pod := plan.PodSpec(rj)
-	check := func(list string, patches []trainer.ContainerPatch, have []corev1.Container) error {
-		for i := range patches {
-			if plan.Container(have, patches[i].Name) != nil {
-				continue
-			}
-			return &plan.InvalidInputError{
-				Field: path.Child(list).Key("name=" + patches[i].Name).String(),
-				Message: fmt.Sprintf("%s %q not found: replicatedJob %q of the runtime %s has %s %v; "+
-					"patch one of those or remove this entry",
-					singular(list), patches[i].Name, rj.Name, rt.Ref(), list, plan.ContainerNames(have)),
-			}
-		}
-		return nil
-	}
-	if err := check("containers", podPatch.Containers, pod.Containers); err != nil {
-		return err
-	}
-	return check("initContainers", podPatch.InitContainers, pod.InitContainers)
-}
-
-func singular(list string) string {
-	if list == "initContainers" {
-		return "init container"
-	}
-	return "container"
 }
 
 // patchedClaims remembers, per patched container, its resources.claims before the

@@ -2,6 +2,7 @@ package mlpolicy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -141,20 +142,53 @@ func cpuCount(res *corev1.ResourceRequirements) int64 {
 	return 0
 }
 
+// Paths of the findings the plugins' validations return.
+var (
+	trainerPath        = field.NewPath("spec", "trainer")
+	replicatedJobsPath = field.NewPath("spec", "template", "spec", "replicatedJobs")
+)
+
+// runtimeJobSet wraps a runtime spec's JobSet template for the plan helpers. It shares
+// the runtime's replicatedJobs: read only.
+func runtimeJobSet(spec *trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+	return &jobsetv1alpha2.JobSet{Spec: spec.Template.Spec}
+}
+
 // onePerNode rejects spec.trainer.numProcPerNode other than 1 for a policy that starts
 // a fixed number of processes per node and would otherwise ignore it silently: JAX (one
 // process per node) and XGBoost (one worker per GPU). Upstream ignores the field there;
 // a TrainJob asking for 4 processes per node and getting 1 is a mistake to report, not
 // to run (see docs/compatibility.md). policy names the runtime's policy, e.g. "jax".
-func onePerNode(tj *trainer.TrainJob, rt plan.Runtime, policy, processes string) error {
+func onePerNode(tj *trainer.TrainJob, rt plan.Runtime, policy, processes string) field.ErrorList {
 	t := tj.Spec.Trainer
 	if t == nil || t.NumProcPerNode == nil || *t.NumProcPerNode == 1 {
 		return nil
 	}
-	return &plan.InvalidInputError{
-		Field: field.NewPath("spec", "trainer", "numProcPerNode").String(),
-		Message: fmt.Sprintf("runtime %s uses mlPolicy.%s, which starts %s and does not support numProcPerNode %d: "+
+	return field.ErrorList{field.Invalid(trainerPath.Child("numProcPerNode"), *t.NumProcPerNode, fmt.Sprintf(
+		"runtime %s uses mlPolicy.%s, which starts %s and does not support numProcPerNode %d: "+
 			"remove spec.trainer.numProcPerNode (or set it to 1), or use a runtime with mlPolicy.torch, mpi or flux",
-			rt.Ref(), policy, processes, *t.NumProcPerNode),
+		rt.Ref(), policy, processes, *t.NumProcPerNode))}
+}
+
+// reservedEnv rejects the entries of spec.trainer.env named in reserved, variables the
+// policy sets itself (owner names it), in one error at spec.trainer.env whose message
+// starts with upstream's admission text (trainer-compat §3.1, §3.4).
+func reservedEnv(tj *trainer.TrainJob, reserved []string, owner string) field.ErrorList {
+	t := tj.Spec.Trainer
+	if t == nil {
+		return nil
 	}
+	var bad []string
+	for _, e := range t.Env {
+		if slices.Contains(reserved, e.Name) {
+			bad = append(bad, e.Name)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	return field.ErrorList{field.Invalid(trainerPath.Child("env"), field.OmitValueType{}, fmt.Sprintf(
+		"must not have reserved envs, invalid envs configured: %v: %s sets them; remove %s from spec.trainer.env",
+		bad, owner, strings.Join(bad, ", ")))}
 }

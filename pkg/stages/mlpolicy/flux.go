@@ -118,9 +118,33 @@ func idRange(n int64) string {
 	return "0-" + strconv.FormatInt(n-1, 10)
 }
 
-// Apply implements Plugin. Errors, before anything is changed: *plan.InvalidInputError
-// for a runtime without a "node" replicatedJob and container, or one that already
-// declares the init container "flux-installer".
+// ValidateRuntime implements Plugin: the runtime must have the replicatedJob "node"
+// with a "node" container (Invalid at spec.template.spec.replicatedJobs), and that
+// replicatedJob must not declare the init container "flux-installer" the plugin adds
+// (Invalid at spec.template.spec.replicatedJobs[name=node].template.spec.template.spec.
+// initContainers[name=flux-installer], upstream's "InitContainer 'flux-installer' is
+// reserved", trainer-compat §3.6, which upstream reports at a TrainJob's admission).
+func (flux) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
+	rj := plan.ReplicatedJob(runtimeJobSet(spec), trainer.ReplicatedJobNode)
+	if rj == nil || plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode) == nil {
+		return field.ErrorList{field.Invalid(replicatedJobsPath, field.OmitValueType{}, fmt.Sprintf(
+			"mlPolicy.flux runs a Flux broker in the %q container of the replicatedJob %q, and the runtime has none: add it or use another mlPolicy",
+			trainer.ContainerNode, trainer.ReplicatedJobNode))}
+	}
+	if plan.Container(plan.PodSpec(rj).InitContainers, fluxInstaller) != nil {
+		return field.ErrorList{field.Invalid(replicatedJobsPath.Key("name="+trainer.ReplicatedJobNode).
+			Child("template", "spec", "template", "spec", "initContainers").Key("name="+fluxInstaller), field.OmitValueType{}, fmt.Sprintf(
+			"InitContainer '%s' is reserved: it is the one mlPolicy.flux adds; rename the runtime's", fluxInstaller))}
+	}
+	return nil
+}
+
+// ValidateTrainJob implements Plugin: Flux accepts every TrainJob its runtime accepts
+// (numProcPerNode >= 1, upstream's other Flux rule, is the CRD's).
+func (flux) ValidateTrainJob(*trainer.TrainJob, *plan.Plan) field.ErrorList { return nil }
+
+// Apply implements Plugin. Errors: only for bugs (a runtime that did not pass
+// ValidateRuntime).
 func (flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	rj := plan.ReplicatedJob(js, trainer.ReplicatedJobNode)
@@ -129,22 +153,9 @@ func (flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 		c = plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode)
 	}
 	if c == nil {
-		return &plan.InvalidInputError{
-			Object: p.Runtime.Ref(),
-			Field:  field.NewPath("spec", "template", "spec", "replicatedJobs").String(),
-			Message: fmt.Sprintf("mlPolicy.flux runs a Flux broker in the %q container of the replicatedJob %q, and the runtime has none: add it or use another mlPolicy",
-				trainer.ContainerNode, trainer.ReplicatedJobNode),
-		}
+		return fmt.Errorf("mlpolicy: Flux runtime %s without a %q container in replicatedJob %q", p.Runtime.Ref(), trainer.ContainerNode, trainer.ReplicatedJobNode)
 	}
 	pod := plan.PodSpec(rj)
-	if plan.Container(pod.InitContainers, fluxInstaller) != nil {
-		return &plan.InvalidInputError{
-			Object: p.Runtime.Ref(),
-			Field: field.NewPath("spec", "template", "spec", "replicatedJobs").Key("name="+trainer.ReplicatedJobNode).
-				Child("template", "spec", "template", "spec", "initContainers").Key("name=" + fluxInstaller).String(),
-			Message: fmt.Sprintf("the init container name %q is reserved for the one mlPolicy.flux adds: rename the runtime's", fluxInstaller),
-		}
-	}
 
 	settings := map[string]string{}
 	for k, v := range fluxDefaults {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -30,12 +31,17 @@ func (jax) Name() string { return "JAX" }
 
 func (jax) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.JAX != nil }
 
-// Apply implements Plugin. Errors: *plan.InvalidInputError for a
-// spec.trainer.numProcPerNode other than 1.
+// ValidateRuntime implements Plugin: JAX needs nothing of the runtime.
+func (jax) ValidateRuntime(*trainer.TrainingRuntimeSpec) field.ErrorList { return nil }
+
+// ValidateTrainJob implements Plugin: spec.trainer.numProcPerNode other than 1 is
+// rejected (onePerNode; upstream has no JAX validation).
+func (jax) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
+	return onePerNode(tj, p.Runtime, "jax", "one JAX process per node")
+}
+
+// Apply implements Plugin. It does not fail.
 func (jax) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
-	if err := onePerNode(tj, p.Runtime, "jax", "one JAX process per node"); err != nil {
-		return err
-	}
 	js := p.JobSet
 	overrideTrainerCount(tj, js)
 	c := trainerContainer(js)

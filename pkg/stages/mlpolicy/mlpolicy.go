@@ -48,6 +48,8 @@ package mlpolicy
 import (
 	"errors"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
@@ -59,11 +61,45 @@ type Plugin interface {
 	// Enabled reports whether the plugin acts on a runtime with this mlPolicy (nil when
 	// the runtime has none).
 	Enabled(policy *trainer.MLPolicy) bool
+	// ValidateRuntime checks what the plugin needs of a runtime spec whose mlPolicy
+	// enables it, with paths relative to the runtime object (spec.template..., spec.
+	// mlPolicy...). The runtime admission webhook and Apply call it.
+	ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList
+	// ValidateTrainJob checks tj against p.Runtime, whose spec passed ValidateRuntime,
+	// with paths relative to the TrainJob (spec.trainer...). p.JobSet is the desired
+	// JobSet before any ML policy (package mergepatches). The TrainJob admission
+	// webhook and Apply call it.
+	ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList
 	// Apply refines p.JobSet, built from p.Runtime for tj, and may append side objects
-	// to p.Objects. It must not modify tj or p.Runtime.Spec. Errors:
-	// *plan.InvalidInputError or *plan.UnsupportedError for inputs it cannot handle,
-	// anything else for bugs.
+	// to p.Objects. It runs only on inputs that passed ValidateRuntime and
+	// ValidateTrainJob, and must not modify tj or p.Runtime.Spec. Errors:
+	// *plan.UnsupportedError for features it does not implement, anything else for
+	// bugs.
 	Apply(tj *trainer.TrainJob, p *plan.Plan) error
+}
+
+// ValidateRuntime returns the findings of ValidateRuntime of every plugin enabled for
+// spec's mlPolicy, in list order (see Plugin).
+func ValidateRuntime(spec *trainer.TrainingRuntimeSpec, plugins []Plugin) field.ErrorList {
+	var errs field.ErrorList
+	for _, pl := range plugins {
+		if pl.Enabled(spec.MLPolicy) {
+			errs = append(errs, pl.ValidateRuntime(spec)...)
+		}
+	}
+	return errs
+}
+
+// ValidateTrainJob returns the findings of ValidateTrainJob of every plugin enabled for
+// p.Runtime's mlPolicy, in list order (see Plugin).
+func ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan, plugins []Plugin) field.ErrorList {
+	var errs field.ErrorList
+	for _, pl := range plugins {
+		if pl.Enabled(p.Runtime.Spec.MLPolicy) {
+			errs = append(errs, pl.ValidateTrainJob(tj, p)...)
+		}
+	}
+	return errs
 }
 
 // DefaultPlugins returns Trainyard's ML policies in the order Apply runs them. MPI and
@@ -76,11 +112,19 @@ func DefaultPlugins() []Plugin {
 // p.JobSet, then sets completions = parallelism on every replicatedJob so the counts
 // the plugins changed stay in sync (trainer-compat §2.4 PreBuildSync).
 //
-// On error p is partially modified and must be discarded; the error is the plugin's
-// (see Plugin.Apply).
+// Errors: the first finding of ValidateRuntime (a *plan.InvalidInputError whose Object
+// is the runtime) or of ValidateTrainJob (about the TrainJob), before anything is
+// changed; else the plugin's (see Plugin.Apply), with p partially modified and to be
+// discarded.
 func Apply(tj *trainer.TrainJob, p *plan.Plan, plugins []Plugin) error {
 	if tj == nil || p == nil || p.JobSet == nil || p.Runtime.Spec == nil {
 		return errors.New("mlpolicy: nil TrainJob, plan, JobSet or runtime spec")
+	}
+	if err := plan.FirstInvalid(p.Runtime.Ref(), ValidateRuntime(p.Runtime.Spec, plugins)); err != nil {
+		return err
+	}
+	if err := plan.FirstInvalid("", ValidateTrainJob(tj, p, plugins)); err != nil {
+		return err
 	}
 	policy := p.Runtime.Spec.MLPolicy
 	for _, pl := range plugins {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -202,6 +203,10 @@ type fakePlugin struct {
 
 func (f fakePlugin) Name() string                   { return f.name }
 func (f fakePlugin) Enabled(*trainer.MLPolicy) bool { return f.enabled }
+func (f fakePlugin) ValidateRuntime(*trainer.TrainingRuntimeSpec) field.ErrorList {
+	return nil
+}
+func (f fakePlugin) ValidateTrainJob(*trainer.TrainJob, *plan.Plan) field.ErrorList { return nil }
 func (f fakePlugin) Apply(_ *trainer.TrainJob, p *plan.Plan) error {
 	*f.ran = append(*f.ran, f.name)
 	plan.ReplicatedJob(p.JobSet, f.rj).Template.Spec.Parallelism = ptr.To(f.count)

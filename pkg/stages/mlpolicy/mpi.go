@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -88,18 +87,55 @@ type mpiConfig struct {
 	slots             int64
 }
 
-// Apply implements Plugin. Errors, all before anything is changed:
-// *plan.InvalidInputError for a runtime without a "launcher" replicatedJob, a runtime
-// and TrainJob whose hostfile would list no pod, or a spec.trainer.env that sets one of
-// the implementation's reserved variables; *plan.UnsupportedError for an
-// mpiImplementation Trainyard does not know.
+// ValidateRuntime implements Plugin. A "launcher" replicatedJob is required: it runs
+// mpirun and is the only pod that gets the hostfile and the implementation's env.
+// Upstream builds such a JobSet anyway; its workers then wait for a launcher that never
+// comes. Without runLauncherAsNode a "node" replicatedJob is required too, or the
+// hostfile would list no pod. Both are Invalid at spec.template.spec.replicatedJobs.
+func (mpi) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
+	var errs field.ErrorList
+	js := runtimeJobSet(spec)
+	if plan.ReplicatedJob(js, trainer.ReplicatedJobLauncher) == nil {
+		errs = append(errs, field.Invalid(replicatedJobsPath, field.OmitValueType{}, fmt.Sprintf(
+			"mlPolicy.mpi needs a replicatedJob named %q whose %q container runs mpirun; "+
+				"add one (see the shipped deepspeed-distributed runtime) or use another mlPolicy",
+			trainer.ReplicatedJobLauncher, trainer.ContainerNode)))
+	}
+	if plan.ReplicatedJob(js, trainer.ReplicatedJobNode) == nil && !ptr.Deref(spec.MLPolicy.MPI.RunLauncherAsNode, false) {
+		errs = append(errs, field.Invalid(replicatedJobsPath, field.OmitValueType{}, fmt.Sprintf(
+			"mlPolicy.mpi without runLauncherAsNode lists only the pods of the replicatedJob %q in the hostfile, "+
+				"and the runtime has none: add a %q replicatedJob or set mlPolicy.mpi.runLauncherAsNode to true",
+			trainer.ReplicatedJobNode, trainer.ReplicatedJobNode)))
+	}
+	return errs
+}
+
+// ValidateTrainJob implements Plugin, with upstream's admission rules (trainer-compat
+// §3.4): spec.trainer.numNodes of 2 or more is Invalid when the runtime runs the
+// launcher as its only node (runLauncherAsNode and no "node" replicatedJob to scale),
+// and spec.trainer.env must not set the variables the launcher gets (OpenMPI's
+// OMPI_MCA_*, and likewise Intel MPI's and MPICH's), Invalid at spec.trainer.env.
+func (mpi) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
+	var errs field.ErrorList
+	pol := p.Runtime.Spec.MLPolicy.MPI
+	noNode := plan.ReplicatedJob(runtimeJobSet(p.Runtime.Spec), trainer.ReplicatedJobNode) == nil
+	if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil && *t.NumNodes >= 2 && noNode && ptr.Deref(pol.RunLauncherAsNode, false) {
+		errs = append(errs, field.Invalid(trainerPath.Child("numNodes"), *t.NumNodes, fmt.Sprintf(
+			"must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either launcher and node: "+
+				"must be 1: runtime %s runs the MPI launcher as the only node and has no %q replicatedJob to scale; "+
+				"remove spec.trainer.numNodes or use a runtime with a %q replicatedJob",
+			p.Runtime.Ref(), trainer.ReplicatedJobNode, trainer.ReplicatedJobNode)))
+	}
+	impl := mpiImplementation(pol)
+	return append(errs, reservedEnv(tj, mpiReservedEnv(impl), fmt.Sprintf("mlPolicy.mpi (the %s launcher's variables)", impl))...)
+}
+
+// Apply implements Plugin. Errors, before anything is changed: *plan.UnsupportedError
+// for an mpiImplementation Trainyard does not know.
 func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	cfg, err := mpiSettings(tj, p)
 	if err != nil {
-		return err
-	}
-	if err := validateMPI(tj, p.Runtime, js, cfg); err != nil {
 		return err
 	}
 
@@ -172,13 +208,10 @@ const sshPublicKeyKey = "ssh-publickey"
 func mpiSettings(tj *trainer.TrainJob, p *plan.Plan) (mpiConfig, error) {
 	pol := p.Runtime.Spec.MLPolicy.MPI
 	cfg := mpiConfig{
-		impl:              ptr.Deref(pol.MPIImplementation, trainer.MPIImplementationOpenMPI),
+		impl:              mpiImplementation(pol),
 		sshAuthMountPath:  ptr.Deref(pol.SSHAuthMountPath, "/root/.ssh"),
 		runLauncherAsNode: ptr.Deref(pol.RunLauncherAsNode, false),
 		slots:             int64(ptr.Deref(pol.NumProcPerNode, 1)),
-	}
-	if cfg.impl == "" {
-		cfg.impl = trainer.MPIImplementationOpenMPI
 	}
 	switch cfg.impl {
 	case trainer.MPIImplementationOpenMPI, trainer.MPIImplementationIntel, trainer.MPIImplementationMPICH:
@@ -194,67 +227,13 @@ func mpiSettings(tj *trainer.TrainJob, p *plan.Plan) (mpiConfig, error) {
 	return cfg, nil
 }
 
-// validateMPI rejects the runtimes and TrainJobs MPI cannot run, before anything is
-// built.
-//
-// A "launcher" replicatedJob is required: it runs mpirun and is the only pod that gets
-// the hostfile and the implementation's env. Upstream builds such a JobSet anyway; its
-// workers then wait for a launcher that never comes.
-//
-// The hostfile must list at least one pod: with runLauncherAsNode only the launcher is
-// left when the runtime has no "node" replicatedJob, so spec.trainer.numNodes above 1
-// cannot be honoured (the rule upstream's admission webhook enforces, trainer-compat
-// §3.4); without runLauncherAsNode the hostfile would be empty.
-//
-// spec.trainer.env must not set the variables the plugin owns (upstream's admission
-// rule, trainer-compat §3.4, extended to the other implementations' variables).
-func validateMPI(tj *trainer.TrainJob, rt plan.Runtime, js *jobsetv1alpha2.JobSet, cfg mpiConfig) error {
-	replicatedJobs := field.NewPath("spec", "template", "spec", "replicatedJobs")
-	if plan.ReplicatedJob(js, trainer.ReplicatedJobLauncher) == nil {
-		return &plan.InvalidInputError{
-			Object: rt.Ref(),
-			Field:  replicatedJobs.String(),
-			Message: fmt.Sprintf("mlPolicy.mpi needs a replicatedJob named %q whose %q container runs mpirun; "+
-				"add one (see the shipped deepspeed-distributed runtime) or use another mlPolicy",
-				trainer.ReplicatedJobLauncher, trainer.ContainerNode),
-		}
+// mpiImplementation is pol's mpiImplementation, OpenMPI when unset or empty (the CRD
+// default, trainer-compat §1.10).
+func mpiImplementation(pol *trainer.MPIMLPolicySource) trainer.MPIImplementation {
+	if impl := ptr.Deref(pol.MPIImplementation, ""); impl != "" {
+		return impl
 	}
-	if plan.ReplicatedJob(js, trainer.ReplicatedJobNode) == nil {
-		if !cfg.runLauncherAsNode {
-			return &plan.InvalidInputError{
-				Object: rt.Ref(),
-				Field:  replicatedJobs.String(),
-				Message: fmt.Sprintf("mlPolicy.mpi without runLauncherAsNode lists only the pods of the replicatedJob %q in the hostfile, "+
-					"and the runtime has none: add a %q replicatedJob or set mlPolicy.mpi.runLauncherAsNode to true",
-					trainer.ReplicatedJobNode, trainer.ReplicatedJobNode),
-			}
-		}
-		if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil && *t.NumNodes >= 2 {
-			return &plan.InvalidInputError{
-				Field: field.NewPath("spec", "trainer", "numNodes").String(),
-				Message: fmt.Sprintf("must be 1: runtime %s runs the MPI launcher as the only node and has no %q replicatedJob to scale; "+
-					"remove spec.trainer.numNodes or use a runtime with a %q replicatedJob", rt.Ref(), trainer.ReplicatedJobNode, trainer.ReplicatedJobNode),
-			}
-		}
-	}
-	if t := tj.Spec.Trainer; t != nil {
-		reserved := mpiReservedEnv(cfg.impl)
-		var bad []string
-		for _, e := range t.Env {
-			if slices.Contains(reserved, e.Name) {
-				bad = append(bad, e.Name)
-			}
-		}
-		if len(bad) > 0 {
-			slices.Sort(bad)
-			return &plan.InvalidInputError{
-				Field: field.NewPath("spec", "trainer", "env").String(),
-				Message: fmt.Sprintf("must not set %s: the %s launcher's variables are set by mlPolicy.mpi; remove them",
-					strings.Join(bad, ", "), cfg.impl),
-			}
-		}
-	}
-	return nil
+	return trainer.MPIImplementationOpenMPI
 }
 
 // launcherEnv is the env of the launcher's "node" container: where the hostfile is,

@@ -1,6 +1,8 @@
 package mlpolicy
 
 import (
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
@@ -19,6 +21,12 @@ func (plainML) Name() string { return "PlainML" }
 func (plainML) Enabled(p *trainer.MLPolicy) bool {
 	return p == nil || (p.Torch == nil && p.MPI == nil && p.JAX == nil)
 }
+
+// ValidateRuntime implements Plugin: PlainML needs nothing of the runtime.
+func (plainML) ValidateRuntime(*trainer.TrainingRuntimeSpec) field.ErrorList { return nil }
+
+// ValidateTrainJob implements Plugin: PlainML accepts every TrainJob.
+func (plainML) ValidateTrainJob(*trainer.TrainJob, *plan.Plan) field.ErrorList { return nil }
 
 // Apply implements Plugin. It does not fail.
 func (plainML) Apply(tj *trainer.TrainJob, p *plan.Plan) error {

@@ -32,9 +32,49 @@ func (torch) Name() string { return "Torch" }
 
 func (torch) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.Torch != nil }
 
-// Apply implements Plugin. Errors: *plan.InvalidInputError for an envInjection target
-// the runtime does not have, or a torchtune TrainJob whose runtime names no supported
-// model.
+// torchReservedEnv are the torchrun variables the plugin sets.
+var torchReservedEnv = []string{envPETNNodes, envPETNProcPerNode, envPETNodeRank, envPETMasterAddr, envPETMasterPort}
+
+// ValidateRuntime implements Plugin: every container an envInjection target names is
+// a container or init container of the replicatedJob jobName. A missing one is Invalid
+// at spec.mlPolicy.torch.envInjection.targets[jobName=<job>].containerNames[<i>], the
+// message starting with upstream's "envInjection target podSet %q container %q not
+// found in runtime template" (trainer-compat §3.1 step 4; upstream reports it at the
+// TrainJob's spec.runtimeRef when a TrainJob is admitted).
+func (torch) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
+	inj := spec.MLPolicy.Torch.EnvInjection
+	if inj == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	js := runtimeJobSet(spec)
+	targets := field.NewPath("spec", "mlPolicy", "torch", "envInjection", "targets")
+	for _, target := range inj.Targets {
+		for i, name := range target.ContainerNames {
+			if injectionContainer(js, target.JobName, name) != nil {
+				continue
+			}
+			errs = append(errs, field.Invalid(targets.Key("jobName="+target.JobName).Child("containerNames").Index(i), name,
+				fmt.Sprintf("envInjection target podSet %q container %q not found in runtime template; "+
+					"name a container or init container of that replicatedJob", target.JobName, name)))
+		}
+	}
+	return errs
+}
+
+// ValidateTrainJob implements Plugin: spec.trainer.env must not set the PET_* variables
+// the plugin injects (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
+// PET_MASTER_PORT; Invalid at spec.trainer.env, upstream's rule and text, trainer-compat
+// §3.1), and a torchtune TrainJob must pass validateTorchtune (§3.1.1).
+func (torch) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
+	errs := reservedEnv(tj, torchReservedEnv, "mlPolicy.torch (torchrun)")
+	if isTorchtune(tj) {
+		errs = append(errs, validateTorchtune(tj, p)...)
+	}
+	return errs
+}
+
+// Apply implements Plugin. It does not fail.
 //
 // Quirk trainer-compat §11.1, not reproduced: the PET_* env and the port are injected
 // even when the TrainJob has no spec.trainer (see the package doc).
@@ -58,20 +98,17 @@ func (torch) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	if c := trainerContainer(js); c != nil {
 		if isTorchtune(tj) {
 			// torchtune gets the rendezvous endpoint on its command line instead.
-			cmd, err := torchtuneCommand(tj, p.Runtime, torchtuneParams{
+			c.Command = torchtuneCommand(tj, p.Runtime, torchtuneParams{
 				nnodes: nnodes, procs: procs, gpus: gpus, endpoint: master + ":" + rendezvousPortString,
 			})
-			if err != nil {
-				return err
-			}
-			c.Command = cmd
 			c.Env = plan.UpsertEnv(c.Env, env[:3]...)
 		} else {
 			c.Env = plan.UpsertEnv(c.Env, env...)
 		}
 		c.Ports = plan.UpsertPort(c.Ports, rendezvousPort)
 	}
-	return injectEnv(p.Runtime, js, env)
+	injectEnv(p.Runtime, js, env)
+	return nil
 }
 
 // procsPerNode is a numProcPerNode value: a count, or "auto" (torchrun picks the GPU
@@ -103,29 +140,21 @@ func torchProcsPerNode(tj *trainer.TrainJob, res *corev1.ResourceRequirements, g
 
 // injectEnv upserts env into the containers the runtime's envInjection targets name:
 // for each target, the container or init container of that name in the replicatedJob
-// named jobName (trainer-compat §3.1 step 4). It applies whether or not the TrainJob
-// has spec.trainer, and always includes PET_MASTER_*, even for torchtune.
-func injectEnv(rt plan.Runtime, js *jobsetv1alpha2.JobSet, env []corev1.EnvVar) error {
+// named jobName (trainer-compat §3.1 step 4; ValidateRuntime checked they exist). It
+// applies whether or not the TrainJob has spec.trainer, and always includes
+// PET_MASTER_*, even for torchtune.
+func injectEnv(rt plan.Runtime, js *jobsetv1alpha2.JobSet, env []corev1.EnvVar) {
 	inj := rt.Spec.MLPolicy.Torch.EnvInjection
 	if inj == nil {
-		return nil
+		return
 	}
 	for _, target := range inj.Targets {
-		for i, name := range target.ContainerNames {
-			c := injectionContainer(js, target.JobName, name)
-			if c == nil {
-				return &plan.InvalidInputError{
-					Object: rt.Ref(),
-					Field: field.NewPath("spec", "mlPolicy", "torch", "envInjection", "targets").
-						Key("jobName=" + target.JobName).Child("containerNames").Index(i).String(),
-					Message: fmt.Sprintf("envInjection target podSet %q container %q not found in runtime template; "+
-						"name a container or init container of that replicatedJob", target.JobName, name),
-				}
+		for _, name := range target.ContainerNames {
+			if c := injectionContainer(js, target.JobName, name); c != nil {
+				c.Env = plan.UpsertEnv(c.Env, env...)
 			}
-			c.Env = plan.UpsertEnv(c.Env, env...)
 		}
 	}
-	return nil
 }
 
 // injectionContainer finds container name in replicatedJob job: containers first, then

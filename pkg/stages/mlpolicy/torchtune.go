@@ -17,7 +17,7 @@ import (
 
 // torchtuneModels are the models the shipped torchtune runtimes support, as
 // "<family>/<size>" derived from the runtime name.
-var torchtuneModels = []string{"llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B"}
+var torchtuneModels = []string{torchtuneLlama32_1B, torchtuneLlama32_3B, torchtuneLlama33_70B, torchtuneQwen25_1_5B}
 
 // torchtuneRuntimeKeys are the runtime command's "key=value" items the rewrite keeps:
 // where the initializers put the model and where the output goes.
@@ -37,27 +37,16 @@ type torchtuneParams struct {
 	endpoint string // "<host>:29500" of the first trainer pod
 }
 
-// torchtuneCommand returns the trainer command for a torchtune TrainJob:
+// torchtuneCommand returns the trainer command for a torchtune TrainJob that passed
+// validateTorchtune:
 //
 //	tune run [--rdzv_endpoint=<endpoint>] <recipe> --config <model><suffix> <runtime paths...>
 //
 // The endpoint is included when more than one process takes part. The runtime paths
 // are the runtime trainer container's command items keyed output_dir, tokenizer.path,
 // checkpointer.checkpoint_dir or tokenizer.merges_file; spec.trainer.args stay args.
-//
-// Errors: *plan.InvalidInputError at spec.runtimeRef.name when the runtime name does not
-// give a supported model ("<x>-<family>-<size>", e.g. torchtune-llama3.2-1b); upstream
-// rejects such a TrainJob at admission.
-func torchtuneCommand(tj *trainer.TrainJob, rt plan.Runtime, p torchtuneParams) ([]string, error) {
+func torchtuneCommand(tj *trainer.TrainJob, rt plan.Runtime, p torchtuneParams) []string {
 	model := torchtuneModel(tj.Spec.RuntimeRef.Name)
-	if !slices.Contains(torchtuneModels, model) {
-		return nil, &plan.InvalidInputError{
-			Field: field.NewPath("spec", "runtimeRef", "name").String(),
-			Message: fmt.Sprintf("torchtune (command [tune run]) supports the runtimes of models %v, named "+
-				"<prefix>-<family>-<size> (e.g. torchtune-llama3.2-1b); %q is not one of them",
-				torchtuneModels, tj.Spec.RuntimeRef.Name),
-		}
-	}
 	recipe, suffix := torchtuneRecipe(p.nnodes, p.procs, p.gpus, tj.Spec.Trainer.Args)
 
 	cmd := make([]string, 0, 12)
@@ -72,7 +61,80 @@ func torchtuneCommand(tj *trainer.TrainJob, rt plan.Runtime, p torchtuneParams) 
 			cmd = append(cmd, item)
 		}
 	}
-	return cmd, nil
+	return cmd
+}
+
+// Torchtune models with rules of their own (trainer-compat §3.1.1).
+const (
+	torchtuneLlama32_1B  = "llama3_2/1B"
+	torchtuneLlama32_3B  = "llama3_2/3B"
+	torchtuneLlama33_70B = "llama3_3/70B"
+	torchtuneQwen25_1_5B = "qwen2_5/1.5B"
+)
+
+// validateTorchtune checks a torchtune TrainJob (spec.trainer.command [tune run])
+// against upstream's admission rules (trainer-compat §3.1.1), with p.JobSet the
+// desired JobSet before the ML policy; each message starts with upstream's text:
+//
+//   - the runtime name must give a supported model (spec.runtimeRef.name);
+//   - only llama3_3/70B runs on more than one node (spec.trainer.numNodes);
+//   - QLoRA is not for qwen2_5/1.5B (spec.runtimeRef.name), and distributed QLoRA not
+//     for llama3_2 1B and 3B (spec.trainer.numProcPerNode and
+//     spec.trainer.resourcesPerNode);
+//   - LoRA and QLoRA run on one node only (spec.trainer.numNodes);
+//   - spec.trainer.args[i] must not set a key the runtime manages (output_dir,
+//     tokenizer.path, checkpointer.checkpoint_dir, tokenizer.merges_file).
+//
+// The node count is the one the ML policy will use: spec.trainer.numNodes, else the
+// runtime's (upstream takes 1 when spec.trainer.numNodes is unset; every shipped
+// torchtune runtime has 1).
+func validateTorchtune(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
+	var errs field.ErrorList
+	t := tj.Spec.Trainer
+	name := field.NewPath("spec", "runtimeRef", "name")
+	model := torchtuneModel(tj.Spec.RuntimeRef.Name)
+	if !slices.Contains(torchtuneModels, model) {
+		errs = append(errs, field.Invalid(name, tj.Spec.RuntimeRef.Name, fmt.Sprintf(
+			"must have a supported pretrained model, invalid model configured: %q: torchtune (command [tune run]) supports "+
+				"the runtimes of models %v, named <prefix>-<family>-<size> (e.g. torchtune-llama3.2-1b)", model, torchtuneModels)))
+	}
+	res := nodeResources(tj, p.JobSet)
+	gpus := gpuCount(res)
+	procs := torchProcsPerNode(tj, res, gpus)
+	nnodes := trainerCount(p.JobSet)
+	if t.NumNodes != nil && plan.TrainerJob(p.JobSet) != nil {
+		nnodes = *t.NumNodes
+	}
+	numNodes := trainerPath.Child("numNodes")
+	if nnodes > 1 && model != "" && model != torchtuneLlama33_70B {
+		errs = append(errs, field.Invalid(numNodes, nnodes, fmt.Sprintf(
+			"must be 1 for %v model: only %s fine-tunes on several nodes; set spec.trainer.numNodes to 1", model, torchtuneLlama33_70B)))
+	}
+	_, suffix := torchtuneRecipe(nnodes, procs, gpus, t.Args)
+	if strings.Contains(suffix, "_qlora") {
+		if model == torchtuneQwen25_1_5B {
+			errs = append(errs, field.Invalid(name, tj.Spec.RuntimeRef.Name, fmt.Sprintf(
+				"QLoRA is not supported for %v model: remove model.quantize_base=true from spec.trainer.args", model)))
+		}
+		if suffix == "_qlora" && (model == torchtuneLlama32_1B || model == torchtuneLlama32_3B) {
+			errs = append(errs,
+				field.Invalid(trainerPath.Child("numProcPerNode"), procs.String(), fmt.Sprintf(
+					"must be auto or 1 for %v model when using QLoRA: QLoRA runs on a single device; set it to 1", model)),
+				field.Invalid(trainerPath.Child("resourcesPerNode"), field.OmitValueType{}, fmt.Sprintf(
+					"must have gpu resource with value 1 for %v model when using QLoRA: request one GPU per node", model)))
+		}
+	}
+	if lora, qlora := torchtuneMode(t.Args); nnodes > 1 && (lora || qlora) {
+		errs = append(errs, field.Invalid(numNodes, nnodes,
+			"LoRA fine-tuning is not supported for multi-node training in TorchTune: set spec.trainer.numNodes to 1 or drop the LoRA args"))
+	}
+	for i, arg := range t.Args {
+		if key, _, _ := strings.Cut(arg, "="); slices.Contains(torchtuneRuntimeKeys, key) {
+			errs = append(errs, field.Invalid(trainerPath.Child("args").Index(i), arg, fmt.Sprintf(
+				"must not set immutable config %q in trainer args; it is managed by the runtime", key)))
+		}
+	}
+	return errs
 }
 
 // torchtuneModel derives "<family>/<SIZE>" from a runtime name "<x>-<family>-<size>",

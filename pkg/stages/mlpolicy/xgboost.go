@@ -1,9 +1,12 @@
 package mlpolicy
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -31,12 +34,32 @@ func (xgboost) Name() string { return "XGBoost" }
 
 func (xgboost) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.XGBoost != nil }
 
-// Apply implements Plugin. Errors: *plan.InvalidInputError for a
-// spec.trainer.numProcPerNode other than 1.
-func (xgboost) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
-	if err := onePerNode(tj, p.Runtime, "xgboost", "one worker per GPU (one on a node without GPUs)"); err != nil {
-		return err
+// xgboostReservedEnv are the variables the plugin sets.
+var xgboostReservedEnv = []string{envDMLCTrackerURI, envDMLCTrackerPort, envDMLCTaskID, envDMLCNumWorker}
+
+// ValidateRuntime implements Plugin: XGBoost needs nothing of the runtime.
+func (xgboost) ValidateRuntime(*trainer.TrainingRuntimeSpec) field.ErrorList { return nil }
+
+// ValidateTrainJob implements Plugin: spec.trainer.numProcPerNode other than 1 is
+// rejected (onePerNode), and each spec.trainer.env[i] named DMLC_TRACKER_URI,
+// DMLC_TRACKER_PORT, DMLC_TASK_ID or DMLC_NUM_WORKER is Forbidden at
+// spec.trainer.env[i]: "<NAME> is reserved for the XGBoost runtime" (upstream's
+// admission rule and text, trainer-compat §3.5).
+func (xgboost) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
+	errs := onePerNode(tj, p.Runtime, "xgboost", "one worker per GPU (one on a node without GPUs)")
+	if t := tj.Spec.Trainer; t != nil {
+		for i, e := range t.Env {
+			if slices.Contains(xgboostReservedEnv, e.Name) {
+				errs = append(errs, field.Forbidden(trainerPath.Child("env").Index(i), fmt.Sprintf(
+					"%s is reserved for the XGBoost runtime: mlPolicy.xgboost sets it; remove it from spec.trainer.env", e.Name)))
+			}
+		}
 	}
+	return errs
+}
+
+// Apply implements Plugin. It does not fail.
+func (xgboost) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	if plan.TrainerJob(js) == nil {
 		return nil

@@ -2,6 +2,8 @@ package plan
 
 import (
 	"errors"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // InvalidInputError reports a TrainJob, or the runtime it references, that no JobSet
@@ -71,4 +73,21 @@ func IsInputError(err error) bool {
 // Ref returns the "<Kind>/<name>" form of r used in error messages.
 func (r Runtime) Ref() string {
 	return r.Kind + "/" + r.Name
+}
+
+// FirstInvalid returns the first of errs, the findings of a validation rule about
+// object ("" for the TrainJob, else "<Kind>/<name>" of the runtime), as the
+// *InvalidInputError a stage returns; nil when errs is empty. Rules shared by the
+// stages and admission (package admission) return field.ErrorList: admission reports
+// every error, a stage stops at the first and turns it into a condition.
+func FirstInvalid(object string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	e := errs[0]
+	message := e.Detail
+	if message == "" {
+		message = e.ErrorBody()
+	}
+	return &InvalidInputError{Object: object, Field: e.Field, Message: message}
 }

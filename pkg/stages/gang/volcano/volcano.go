@@ -9,6 +9,8 @@ package volcano
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -44,11 +46,10 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 	if err != nil {
 		return err
 	}
+	if object, errs := ValidateQueue(tj, p.Runtime, p.JobSet.Annotations); len(errs) > 0 {
+		return plan.FirstInvalid(object, errs)
+	}
 	if queue, ok := p.JobSet.Annotations[AnnotationQueueName]; ok {
-		if queue == "" {
-			return &plan.InvalidInputError{Field: "spec.template.metadata.annotations[" + AnnotationQueueName + "]",
-				Object: p.Runtime.Ref(), Message: "Volcano queue name must not be empty: set a queue or remove the annotation"}
-		}
 		spec["queue"] = queue
 	}
 	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
@@ -69,4 +70,31 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 	p.Objects = append(p.Objects, gang.PodGroup(tj, GroupVersion, spec))
 	gang.SetPodAnnotation(p, AnnotationGroupName, tj.Name)
 	return nil
+}
+
+// ValidateQueue rejects an empty AnnotationQueueName among annotations, the desired
+// JobSet's (the runtime's template metadata overlaid by tj's runtimePatches): upstream's
+// admission rule and text, "Volcano queue name must not be empty" (trainer-compat §4.2).
+// The error names where the value comes from: the last runtimePatch that sets it (object
+// "", at spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.metadata.
+// annotations[...]), else the runtime (object rt.Ref(), at spec.template.metadata.
+// annotations[...]). Upstream names spec.annotations[...], a field no kind has. The
+// Volcano backend and the TrainJob admission webhook both call it.
+func ValidateQueue(tj *trainer.TrainJob, rt plan.Runtime, annotations map[string]string) (object string, errs field.ErrorList) {
+	if queue, ok := annotations[AnnotationQueueName]; !ok || queue != "" {
+		return "", nil
+	}
+	const message = "Volcano queue name must not be empty: set a queue or remove the annotation"
+	for i := len(tj.Spec.RuntimePatches) - 1; i >= 0; i-- {
+		p := &tj.Spec.RuntimePatches[i]
+		if s := p.TrainingRuntimeSpec; s == nil || s.Template == nil || s.Template.Metadata == nil {
+			continue
+		}
+		if _, ok := p.TrainingRuntimeSpec.Template.Metadata.Annotations[AnnotationQueueName]; ok {
+			return "", field.ErrorList{field.Invalid(field.NewPath("spec", "runtimePatches").Key("manager="+p.Manager).
+				Child("trainingRuntimeSpec", "template", "metadata", "annotations").Key(AnnotationQueueName), "", message)}
+		}
+	}
+	return rt.Ref(), field.ErrorList{field.Invalid(
+		field.NewPath("spec", "template", "metadata", "annotations").Key(AnnotationQueueName), "", message)}
 }
