@@ -45,6 +45,9 @@ type Metrics struct {
 
 	trainJobs *phaseCollector
 	buildInfo *prometheus.GaugeVec
+
+	certExpiry    *prometheus.GaugeVec
+	certRotations *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg. If reg is nil, the
@@ -108,6 +111,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, kind := range runtimeKinds {
 		m.jobSetCreationLatency.WithLabelValues(kind)
 	}
+	m.certExpiry, m.certRotations = newCertificateMetrics()
 
 	if reg != nil {
 		reg.MustRegister(
@@ -117,6 +121,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.stagePanics, m.stageInflight, m.stageWorkers,
 			m.keysInFlight, m.maxKeysInFlight,
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
+			m.certExpiry, m.certRotations,
 		)
 	}
 	return m
