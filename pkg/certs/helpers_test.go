@@ -37,7 +37,7 @@ const (
 // testOptions: a 30 h CA and 12 h serving certificates renewed at 2/3, so
 // that a test steps through rotations with a fake clock.
 func testOptions(clk *clocktesting.FakeClock, rec *recorder) Options {
-	return Options{
+	o := Options{
 		Namespace:                       testNamespace,
 		SecretName:                      testSecret,
 		Services:                        []string{testService},
@@ -50,8 +50,11 @@ func testOptions(clk *clocktesting.FakeClock, rec *recorder) Options {
 		CAPublishDelay:                  time.Minute,
 		CheckInterval:                   time.Hour,
 		Clock:                           clk,
-		Metrics:                         rec,
 	}
+	if rec != nil {
+		o.Metrics = rec
+	}
+	return o
 }
 
 // webhookConfigs returns the two named configurations, each with two webhooks

@@ -65,8 +65,8 @@ func keyPair(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 }
 
 // renew returns the Secret data that cur should be replaced with at now, and
-// the certificates (metrics.Certificate* values) it rotated; nil data when cur
-// needs no change. published says whether the webhook configurations already
+// the certificates (metrics.Certificate* values) it rotated, i.e. replaced
+// one that was stored; nil data when cur needs no change. published says whether the webhook configurations already
 // carry cur's bundle: only then may a serving certificate signed by an
 // earlier CA be replaced by one signed by the active CA.
 //
@@ -86,7 +86,7 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 
 	ca := cur.ca
 	if ca == nil || due(ca.Leaf, now, o.RenewFraction) {
-		if ca != nil {
+		if ca != nil || len(cur.bundle) > 0 {
 			rotated = append(rotated, metrics.CertificateCA)
 		}
 		tmpl := &x509.Certificate{
@@ -124,7 +124,7 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 		replace = published && !now.Before(ca.Leaf.NotBefore.Add(backdate+o.CAPublishDelay))
 	}
 	if replace {
-		if s != nil {
+		if len(cur.data[TLSCertKey]) > 0 {
 			rotated = append(rotated, metrics.CertificateServing)
 		}
 		name := ""

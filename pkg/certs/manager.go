@@ -50,6 +50,10 @@ import (
 
 // Retry bounds.
 const (
+	// mutationTTL is how long a Secret this process wrote or read overrides
+	// an older copy in the informer cache, the time the informer has to catch
+	// up.
+	mutationTTL = time.Minute
 	// maxWriteAttempts bounds the writes of one sync that lose a race to
 	// another replica before the sync fails and is retried with backoff.
 	maxWriteAttempts = 5
@@ -66,13 +70,13 @@ type Manager struct {
 	opts   Options
 
 	secrets  cache.SharedIndexInformer
+	newer    cache.MutationCache // the Secret store, overlaid with this process's newer writes and reads
 	webhooks []*webhookConfig
 	trigger  chan struct{}
 	started  atomic.Bool
 
-	mu     sync.Mutex
-	secret *corev1.Secret    // last seen, from the informer, a read or a write; nil when absent
-	last   map[string][]byte // data of the last complete state seen, to re-create a deleted Secret unchanged
+	mu   sync.Mutex        // serializes refresh
+	last map[string][]byte // data of the last complete state seen, to re-create a deleted Secret unchanged
 
 	served    atomic.Pointer[served]
 	ready     chan struct{}
@@ -100,15 +104,15 @@ func New(client kubernetes.Interface, opts Options) (*Manager, error) {
 		ready:   make(chan struct{}),
 	}
 	m.secrets = coreinformers.NewFilteredSecretInformer(client, o.Namespace, 0, cache.Indexers{}, byName(o.SecretName))
+	m.newer = cache.NewIntegerResourceVersionMutationCache(klog.Background(), m.secrets.GetStore(), nil, mutationTTL, false)
+	changed := func() {
+		m.refresh(nil)
+		m.enqueue()
+	}
 	_, err = m.secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { m.secretSeen(obj) },
-		UpdateFunc: func(_, obj any) { m.secretSeen(obj) },
-		DeleteFunc: func(obj any) {
-			if s, ok := secretOf(obj); ok && s.Name == o.SecretName {
-				m.setSecret(nil)
-				m.enqueue()
-			}
-		},
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("certs: adding the Secret event handler: %w", err)
@@ -124,21 +128,6 @@ func New(client kubernetes.Interface, opts Options) (*Manager, error) {
 func byName(name string) func(*metav1.ListOptions) {
 	return func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-	}
-}
-
-func secretOf(obj any) (*corev1.Secret, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*corev1.Secret)
-	return s, ok
-}
-
-func (m *Manager) secretSeen(obj any) {
-	if s, ok := secretOf(obj); ok && s.Name == m.opts.SecretName {
-		m.observe(s)
-		m.enqueue()
 	}
 }
 
@@ -239,7 +228,7 @@ func (m *Manager) ensureSecret(ctx context.Context) (*state, error) {
 		}
 		written, err := m.write(ctx, cur, next)
 		if err == nil {
-			m.observe(written)
+			m.record(written)
 			for _, c := range rotated {
 				if m.opts.Metrics != nil {
 					m.opts.Metrics.CertificateRotated(c)
@@ -268,13 +257,12 @@ func (m *Manager) ensureSecret(ctx context.Context) (*state, error) {
 func (m *Manager) readSecret(ctx context.Context) (*corev1.Secret, error) {
 	s, err := m.client.CoreV1().Secrets(m.opts.Namespace).Get(ctx, m.opts.SecretName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		m.setSecret(nil)
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("certs: reading Secret %s/%s: %w", m.opts.Namespace, m.opts.SecretName, err)
 	}
-	m.observe(s)
+	m.record(s)
 	return s, nil
 }
 
@@ -327,28 +315,50 @@ func (m *Manager) nextCheck(now time.Time, st *state) time.Time {
 	return next
 }
 
+// current returns the newest Secret known (nil when the informer has none)
+// and the data of the last complete one seen.
 func (m *Manager) current() (*corev1.Secret, map[string][]byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.secret, m.last
+	return m.newest(), m.last
 }
 
-func (m *Manager) setSecret(s *corev1.Secret) {
+// newest returns the informer's copy of the Secret or, when this process
+// has since written or read a newer one, that one; nil when the informer has
+// none (it may not have seen a create yet, or the Secret was deleted).
+func (m *Manager) newest() *corev1.Secret {
+	obj, ok, _ := m.newer.GetByKey(m.opts.Namespace + "/" + m.opts.SecretName)
+	if !ok {
+		return nil
+	}
+	s, _ := obj.(*corev1.Secret)
+	return s
+}
+
+// record notes s, just written or read by this process, as newer than the
+// informer's copy until the informer catches up, and serves it.
+func (m *Manager) record(s *corev1.Secret) {
+	m.newer.Mutation(s)
+	m.refresh(s)
+}
+
+// refresh serves the pair of the newest Secret known, or of fallback when
+// the informer has none. A Secret without a usable pair leaves the previous
+// one served.
+func (m *Manager) refresh(fallback *corev1.Secret) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.secret = s
-}
-
-// observe records s as the current Secret and serves its pair when it parses.
-// A Secret without a usable pair leaves the previous one served.
-func (m *Manager) observe(s *corev1.Secret) {
+	s := m.newest()
+	if s == nil {
+		s = fallback
+	}
+	if s == nil {
+		return
+	}
 	st := parseState(s.Data)
-	m.mu.Lock()
-	m.secret = s
 	if st.ca != nil && st.serving != nil {
 		m.last = st.data
 	}
-	m.mu.Unlock()
 	if st.serving == nil {
 		return
 	}

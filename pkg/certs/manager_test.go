@@ -99,6 +99,13 @@ func TestDeletedSecretRecreatedWithSameCA(t *testing.T) {
 	client := newAPIClient(webhookConfigs()...)
 	m, _ := start(t, client, testOptions(clk, newRecorder()))
 	before := client.secret(t).Data
+	// The fake watch, unlike the API server's, does not replay events from
+	// the list's resourceVersion: wait until the informer has the Secret, or
+	// it could miss both its creation and its deletion.
+	eventually(t, "the informer to see the Secret", func() bool {
+		_, ok, _ := m.secrets.GetStore().GetByKey(testNamespace + "/" + testSecret)
+		return ok
+	})
 	if err := client.CoreV1().Secrets(testNamespace).Delete(context.Background(), testSecret, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +154,9 @@ func TestRacingManagersConvergeOnOneCA(t *testing.T) {
 	// second update conflicts, and the loser adopts the winner's certificate.
 	stale := client.secret(t)
 	clk.Step(9 * time.Hour)
-	m2.observe(stale)
+	if err := m2.secrets.GetStore().Add(stale); err != nil { // m2's informer lags
+		t.Fatal(err)
+	}
 	if _, err := m1.ensureSecret(ctx); err != nil {
 		t.Fatal(err)
 	}
