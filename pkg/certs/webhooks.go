@@ -27,36 +27,40 @@ type webhookConfig struct {
 	update   func(context.Context, runtime.Object) error
 }
 
+// webhookAPI is the typed client of one kind of webhook configuration.
+type webhookAPI[T runtime.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+func newWebhookConfig[T runtime.Object](kind, name string, api webhookAPI[T], informer cache.SharedIndexInformer, opts metav1.UpdateOptions) *webhookConfig {
+	return &webhookConfig{
+		kind:     kind,
+		name:     name,
+		informer: informer,
+		get:      func(ctx context.Context) (runtime.Object, error) { return api.Get(ctx, name, metav1.GetOptions{}) },
+		update: func(ctx context.Context, obj runtime.Object) error {
+			_, err := api.Update(ctx, obj.(T), opts)
+			return err
+		},
+	}
+}
+
 // newWebhookConfigs returns the webhook configurations named in o, each
 // calling changed on every event.
 func newWebhookConfigs(client kubernetes.Interface, o *Options, changed func()) ([]*webhookConfig, error) {
 	var out []*webhookConfig
 	update := metav1.UpdateOptions{FieldManager: o.FieldManager}
+	api := client.AdmissionregistrationV1()
 	for _, name := range o.ValidatingWebhookConfigurations {
-		api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-		out = append(out, &webhookConfig{
-			kind:     "ValidatingWebhookConfiguration",
-			name:     name,
-			informer: admissioninformers.NewFilteredValidatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)),
-			get:      func(ctx context.Context) (runtime.Object, error) { return api.Get(ctx, name, metav1.GetOptions{}) },
-			update: func(ctx context.Context, obj runtime.Object) error {
-				_, err := api.Update(ctx, obj.(*admissionregistrationv1.ValidatingWebhookConfiguration), update)
-				return err
-			},
-		})
+		out = append(out, newWebhookConfig[*admissionregistrationv1.ValidatingWebhookConfiguration]("ValidatingWebhookConfiguration", name,
+			api.ValidatingWebhookConfigurations(),
+			admissioninformers.NewFilteredValidatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)), update))
 	}
 	for _, name := range o.MutatingWebhookConfigurations {
-		api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-		out = append(out, &webhookConfig{
-			kind:     "MutatingWebhookConfiguration",
-			name:     name,
-			informer: admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)),
-			get:      func(ctx context.Context) (runtime.Object, error) { return api.Get(ctx, name, metav1.GetOptions{}) },
-			update: func(ctx context.Context, obj runtime.Object) error {
-				_, err := api.Update(ctx, obj.(*admissionregistrationv1.MutatingWebhookConfiguration), update)
-				return err
-			},
-		})
+		out = append(out, newWebhookConfig[*admissionregistrationv1.MutatingWebhookConfiguration]("MutatingWebhookConfiguration", name,
+			api.MutatingWebhookConfigurations(),
+			admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)), update))
 	}
 	for _, w := range out {
 		handler := cache.ResourceEventHandlerFuncs{
