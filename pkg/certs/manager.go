@@ -248,7 +248,6 @@ func (m *Manager) ensureSecret(ctx context.Context) (*state, error) {
 		if cur, err = m.readSecret(ctx); err != nil {
 			return nil, err
 		}
-		last = nil
 	}
 }
 
