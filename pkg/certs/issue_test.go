@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -189,7 +190,7 @@ func TestNextCheck(t *testing.T) {
 // published reads the Secret again instead of taking the newer CA away; a
 // newer-looking CA that is not in the Secret is overwritten.
 func TestStaleReplicaDoesNotRevertNewerBundle(t *testing.T) {
-	ctx := context.Background()
+	_, ctx := ktesting.NewTestContext(t)
 	t0 := time.Now()
 	clk := clocktesting.NewFakeClock(t0.Add(20 * time.Hour))
 	o := testOptions(clk, nil)

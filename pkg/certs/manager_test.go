@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -124,7 +125,7 @@ func TestDeletedSecretRecreatedWithSameCA(t *testing.T) {
 // Two replicas that both find no Secret both create one: the loser reads the
 // winner's and serves it, writing nothing else.
 func TestRacingManagersConvergeOnOneCA(t *testing.T) {
-	ctx := context.Background()
+	_, ctx := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakeClock(time.Now())
 	client := newAPIClient(webhookConfigs()...)
 	rec1, rec2 := newRecorder(), newRecorder()
@@ -183,7 +184,8 @@ func TestRacingManagersConvergeOnOneCA(t *testing.T) {
 func TestConcurrentReplicasConverge(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	client := newAPIClient(webhookConfigs()...)
-	ctx, cancel := context.WithCancel(context.Background())
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -325,7 +327,7 @@ func TestCARotationKeepsOldAndNewCA(t *testing.T) {
 }
 
 func TestBlankedOrEditedCABundleRestored(t *testing.T) {
-	ctx := context.Background()
+	_, ctx := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakeClock(time.Now())
 	client := newAPIClient(webhookConfigs()...)
 	m, _ := start(t, client, testOptions(clk, newRecorder()))
