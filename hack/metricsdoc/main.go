@@ -50,6 +50,7 @@ var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name,
 var enumLabels = map[string]bool{
 	metrics.LabelName: true, metrics.LabelStage: true, metrics.LabelResult: true,
 	metrics.LabelReason: true, metrics.LabelRuntimeKind: true, metrics.LabelPhase: true,
+	metrics.LabelCertificate: true,
 }
 
 // runtimeLabels describes the labels whose values are not enumerated.

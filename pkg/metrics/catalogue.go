@@ -21,6 +21,9 @@ func Catalogue(reg prometheus.Registerer, stages []string) *Metrics {
 	m := New(reg)
 	m.SetBuildInfo("v0.0.0", "0000000")
 	m.SetTrainJobPhaseCounts(func() map[string]int { return nil })
+	for _, c := range certificates {
+		m.SetCertificateExpiry(c, time.Unix(0, 0))
+	}
 	q := m.WorkqueueMetricsProvider()
 	for _, s := range stages {
 		m.Stage(s)

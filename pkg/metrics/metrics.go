@@ -49,6 +49,9 @@ type Metrics struct {
 
 	trainJobs *phaseCollector
 	buildInfo *prometheus.GaugeVec
+
+	certExpiry    *prometheus.GaugeVec
+	certRotations *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg. If reg is nil, the
@@ -125,6 +128,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, kind := range runtimeKinds {
 		m.jobSetCreationLatency.WithLabelValues(kind)
 	}
+	m.certExpiry, m.certRotations = newCertificateMetrics()
 
 	if reg != nil {
 		reg.MustRegister(
@@ -135,6 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.keysInFlight, m.maxKeysInFlight,
 			m.jobSetLagging, m.sweepRequeues, m.sweeps,
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
+			m.certExpiry, m.certRotations,
 		)
 	}
 	return m

@@ -46,6 +46,8 @@ func TestLint(t *testing.T) {
 	m.ObserveJobSetCreation("uid-1", metrics.RuntimeKindClusterTrainingRuntime, 2*time.Second)
 	m.SetTrainJobPhaseCounts(func() map[string]int { return map[string]int{metrics.PhaseRunning: 1} })
 	m.SetBuildInfo("v0.1.0", "abc123")
+	m.SetCertificateExpiry(metrics.CertificateServing, time.Unix(1700000000, 0))
+	m.CertificateRotated(metrics.CertificateCA)
 
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -63,6 +65,7 @@ func TestLint(t *testing.T) {
 		metrics.StageDurationSeconds, metrics.StageSyncsTotal, metrics.StageRetriesTotal,
 		metrics.StageErrorsTotal, metrics.StagePanicsTotal, metrics.StageInflight, metrics.StageWorkers,
 		metrics.JobSetCreationLatencySeconds, metrics.TrainJobs, metrics.BuildInfo,
+		metrics.CertificateExpiryTimestampSeconds, metrics.CertificateRotationsTotal,
 	}
 	for _, name := range names {
 		if !strings.HasPrefix(name, "trainyard_") && !strings.HasPrefix(name, "workqueue_") {
@@ -278,6 +281,34 @@ func TestBuildInfo(t *testing.T) {
 trainyard_build_info{git_commit="abc123",go_version=%q,version="v0.1.0"} 1
 `, runtime.Version())
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.BuildInfo); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCertificates(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	if n, err := testutil.GatherAndCount(reg, metrics.CertificateExpiryTimestampSeconds); err != nil || n != 0 {
+		t.Fatalf("before any certificate is served: got %d expiry series (err %v), want 0", n, err)
+	}
+
+	m.SetCertificateExpiry(metrics.CertificateServing, time.Unix(1700000000, 0))
+	m.SetCertificateExpiry(metrics.CertificateCA, time.Unix(1800000000, 0))
+	m.SetCertificateExpiry("other", time.Unix(1, 0))
+	m.CertificateRotated(metrics.CertificateServing)
+	m.CertificateRotated("other")
+	want := `
+# HELP trainyard_certificate_expiry_timestamp_seconds NotAfter, in Unix seconds, of the self-managed serving certificate this process serves and of the active CA, by certificate (serving, ca).
+# TYPE trainyard_certificate_expiry_timestamp_seconds gauge
+trainyard_certificate_expiry_timestamp_seconds{certificate="ca"} 1.8e+09
+trainyard_certificate_expiry_timestamp_seconds{certificate="serving"} 1.7e+09
+# HELP trainyard_certificate_rotations_total Certificates this process renewed and stored in the certificate Secret, by certificate (serving, ca).
+# TYPE trainyard_certificate_rotations_total counter
+trainyard_certificate_rotations_total{certificate="ca"} 0
+trainyard_certificate_rotations_total{certificate="serving"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		metrics.CertificateExpiryTimestampSeconds, metrics.CertificateRotationsTotal); err != nil {
 		t.Error(err)
 	}
 }

@@ -108,6 +108,20 @@ const (
 	// phase, computed at scrape time. Labels: phase (Phase* values).
 	TrainJobs = "trainyard_trainjobs"
 
+	// CertificateExpiryTimestampSeconds is a gauge (Unix seconds): the NotAfter
+	// of the self-managed serving certificate this process serves, and of the
+	// active CA that signs it. Rotation replaces them once RenewFraction of
+	// their lifetime has passed, so time() approaching this value means
+	// rotation is failing. Absent when the controller does not manage its
+	// certificates. Labels: certificate (Certificate* values).
+	CertificateExpiryTimestampSeconds = "trainyard_certificate_expiry_timestamp_seconds"
+
+	// CertificateRotationsTotal is a counter (rotations): certificates this
+	// process renewed and stored in the certificate Secret, not counting the
+	// first ones it created. Summed over replicas it counts every rotation.
+	// Labels: certificate (Certificate* values).
+	CertificateRotationsTotal = "trainyard_certificate_rotations_total"
+
 	// BuildInfo is a gauge, always 1, whose labels describe the running
 	// binary. Labels: version, git_commit, go_version.
 	BuildInfo = "trainyard_build_info"
@@ -124,6 +138,7 @@ const (
 	LabelVersion     = "version"
 	LabelGitCommit   = "git_commit"
 	LabelGoVersion   = "go_version"
+	LabelCertificate = "certificate"
 )
 
 // Values of the "result" label: the outcome of one Stage.Sync call. They match
@@ -166,7 +181,15 @@ const (
 	PhaseFailed    = "Failed"
 )
 
+// Values of the "certificate" label: the self-managed serving certificate and
+// the CA that signs it (package certs).
+const (
+	CertificateServing = "serving"
+	CertificateCA      = "ca"
+)
+
 var (
+	certificates = []string{CertificateServing, CertificateCA}
 	results      = []string{ResultContinue, ResultRequeueAfter, ResultWaitForEvent, ResultRetry, ResultTerminal, ResultRestart}
 	reasons      = []string{ReasonConflict, ReasonNotFound, ReasonInvalid, ReasonForbidden, ReasonThrottled, ReasonTimeout, ReasonInternal}
 	runtimeKinds = []string{RuntimeKindTrainingRuntime, RuntimeKindClusterTrainingRuntime, RuntimeKindOther}
