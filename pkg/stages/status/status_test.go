@@ -359,6 +359,67 @@ func TestSyncGate(t *testing.T) {
 	}
 }
 
+// TestSyncGateBeforeTheCacheCatchesUp: a TrainJob suspended and resumed in quick
+// succession (Kueue preempting, then admitting again): the stage applies the suspended
+// JobSet, then syncs the resume while the cache still shows the JobSet running as it was
+// before. The JobSet is suspended (this process just applied it), so the resume is
+// applied; judged by the stale cache, it was dropped and the JobSet stayed suspended
+// (issue 18).
+func TestSyncGateBeforeTheCacheCatchesUp(t *testing.T) {
+	running := makeTrainJob().Generation(1).Suspend(false).Obj()
+	cached := makeJobSet(running).Suspend(false).Annotation(status.AnnotationJobSetHash, hashOf(t, running)).Obj()
+	suspended := makeTrainJob().Generation(2).Suspend(true).Obj()
+	f := newFixture(t, suspended, cached)
+	f.plans.Put(key, suspended.UID, suspended.Generation, desiredPlan(t, suspended))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 1 {
+		t.Fatalf("suspending: %d applies, want 1", n)
+	}
+
+	resumed := makeTrainJob().Generation(3).Suspend(false).Obj()
+	if err := f.tjCache.Update(resumed); err != nil {
+		t.Fatal(err)
+	}
+	f.plans.Put(key, resumed.UID, resumed.Generation, desiredPlan(t, resumed))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	applies := f.jobSetApplies()
+	if len(applies) != 2 {
+		t.Fatalf("resuming with the cache still showing the JobSet running: %d applies in all, want 2", len(applies))
+	}
+	var applied jobsetv1alpha2.JobSet
+	if err := json.Unmarshal(applies[1].Patch, &applied); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(applied.Spec.Suspend, true) {
+		t.Error("the resume applied a suspended JobSet")
+	}
+
+	// Once the cache shows this process's last apply, the cache decides again: a
+	// running JobSet is not modified.
+	last := cached.DeepCopy()
+	last.Annotations[status.AnnotationJobSetHash] = appliedHash(t, applies[1])
+	if err := f.jsCache.Update(last); err != nil {
+		t.Fatal(err)
+	}
+	edited := makeTrainJob().Generation(4).Suspend(false).Obj()
+	if err := f.tjCache.Update(edited); err != nil {
+		t.Fatal(err)
+	}
+	p := desiredPlan(t, edited)
+	p.JobSet.Labels = map[string]string{"edited": "true"}
+	f.plans.Put(key, edited.UID, edited.Generation, p)
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 2 {
+		t.Errorf("editing a running JobSet: %d applies in all, want still 2", n)
+	}
+}
+
 // TestSyncForeignJobSet: a JobSet of the TrainJob's name that the TrainJob does not
 // control is never applied over; the TrainJob says why.
 func TestSyncForeignJobSet(t *testing.T) {
