@@ -218,11 +218,3 @@ func (t *tracker) has(key cache.ObjectName) bool {
 	_, ok := t.keys[key]
 	return ok
 }
-
-// len returns the number of keys in the pipeline, and how many of them hold an
-// in-flight slot.
-func (t *tracker) len() (keys, admitted int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.keys), t.admitted
-}
