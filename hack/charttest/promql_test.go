@@ -79,7 +79,7 @@ func gatherExported() (map[string]family, error) {
 // enumLabels have a closed set of values; a literal matcher on them must name
 // one of the values the binary exports. (Except "name" on the leader election metrics:
 // there it is the Lease name, which the chart sets.)
-var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase"}
+var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate"}
 
 // checkQuery parses expr and checks each selector against the exported
 // families: the metric exists (as itself or as a histogram's _bucket, _sum or
@@ -416,6 +416,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardControllerDown", "TrainyardNoLeader", "TrainyardStageWorkerStuck", "TrainyardStageQueueBacklog",
 				"TrainyardStageErrorRatio", "TrainyardStagePanics", "TrainyardAPIClientThrottled",
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
+				"TrainyardLostUpdate", "TrainyardJobSetLagging",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })

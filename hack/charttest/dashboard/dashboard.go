@@ -260,7 +260,8 @@ func Build() *Dashboard {
 		target(`max(trainyard_pipeline_max_keys_in_flight{`+sel+`})`, "bound")), "^bound$"))
 	l.add(12, 8, timeseries("JobSets lagging their TrainJob", "TrainJobs whose JobSet has lagged their spec (built from an older generation while it could be updated) for longer than config.consistency.lagThreshold (alert TrainyardJobSetLagging), and TrainJobs the consistency sweep re-queued because the pipeline had lost their update (alert TrainyardLostUpdate; should stay 0).", "none",
 		target(`max(`+leaderOnly(`trainyard_trainjobs_jobset_lagging{`+sel+`}`)+`)`, "lagging"),
-		target(`sum(increase(trainyard_consistency_sweep_requeues_total{`+sel+`}[$__range]))`, "re-queued by the sweep")))
+		target(`sum(increase(trainyard_consistency_sweep_requeues_total{`+sel+`}[$__range]))`, "re-queued by the sweep"),
+		target(`sum(increase(trainyard_consistency_sweeps_total{`+sel+`}[$__range]))`, "sweeps")))
 	l.add(12, 8, timeseries("Oldest running sync", "Age of the oldest key being processed in each stage. A line that climbs steadily is a blocked worker (alert TrainyardStageWorkerStuck).", "s",
 		target(`max by (name) (workqueue_longest_running_processor_seconds{`+queueSel+`})`, "{{name}}")))
 	l.add(12, 8, timeseries("Unfinished work growth", "Growth per second of the summed age of keys being processed. Around 0 is healthy; a value near the number of workers means every worker is stuck.", "none",
@@ -292,6 +293,12 @@ func Build() *Dashboard {
 	l.add(12, 8, timeseries("Client-side throttling p50 / p99", "Time requests waited in the controller's own rate limiter (config.clientConnection.qps/burst) before being sent. Anything above a few ms means the limit, not the API server, slows the pipeline.", "s",
 		target(quantile("0.5", "rest_client_rate_limiter_duration_seconds", sel, "verb"), "p50 {{verb}}"),
 		target(quantile("0.99", "rest_client_rate_limiter_duration_seconds", sel, "verb"), "p99 {{verb}}")))
+
+	l.row(row("Webhook certificates"))
+	l.add(12, 8, timeseries("Time to certificate expiry", "Time left before the self-managed serving certificate and CA expire, per pod. Each is renewed at two thirds of its lifetime: a line that reaches the last third without a jump is a rotation that failed (its errors are in the logs).", "s",
+		target(`min by (certificate) (trainyard_certificate_expiry_timestamp_seconds{`+sel+`}) - time()`, "{{certificate}}")))
+	l.add(12, 8, timeseries("Certificate rotations", "Rotations of the serving certificate and CA over the dashboard's range, over all pods.", "none",
+		target(`sum by (certificate) (increase(trainyard_certificate_rotations_total{`+sel+`}[$__range]))`, "{{certificate}}")))
 
 	l.row(row("Process"))
 	l.add(6, 8, timeseries("Syncs by pod", "Stage syncs per second by pod: only the leader runs the pipeline, so this shows which pod leads even without the leader gauge.", "ops",
