@@ -97,32 +97,9 @@ func TestConvergence(t *testing.T) {
 
 const convergenceNamespace = "team-a"
 
-// The runtimes the TrainJobs use: torch (no side objects) and MPI (a hostfile ConfigMap
-// applied, an SSH Secret created once).
+// The runtimes the TrainJobs use: torch (render_test.go's, no side objects) and MPI (a
+// hostfile ConfigMap applied, an SSH Secret created once).
 const (
-	convergenceTorch = `apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata:
-  name: torch
-spec:
-  mlPolicy:
-    numNodes: 1
-    torch: {}
-  template:
-    spec:
-      replicatedJobs:
-      - name: node
-        template:
-          metadata:
-            labels:
-              trainer.kubeflow.org/trainjob-ancestor-step: trainer
-          spec:
-            template:
-              spec:
-                containers:
-                - name: node
-                  image: pytorch/pytorch:v1
-`
 	convergenceMPI = `apiVersion: trainer.kubeflow.org/v1alpha1
 kind: ClusterTrainingRuntime
 metadata:
@@ -296,7 +273,7 @@ func newConvergenceEnv(t *testing.T, rng *rand.Rand) *convergenceEnv {
 	env.objects = &fakeObjects{writes: &env.writes, objects: map[string]*unstructured.Unstructured{}}
 	env.emulateTrainerAPI()
 	env.emulateJobSetAPI()
-	for _, doc := range []string{convergenceTorch, convergenceMPI} {
+	for _, doc := range []string{torchRuntime, convergenceMPI} {
 		rt := &trainer.ClusterTrainingRuntime{}
 		if err := yaml.UnmarshalStrict([]byte(doc), rt); err != nil {
 			t.Fatal(err)
