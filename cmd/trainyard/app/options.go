@@ -5,6 +5,7 @@ package app
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -147,6 +148,14 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	}
 	if rl := cfg.RateLimit; rl.BaseDelay.Duration <= 0 || rl.MaxDelay.Duration < rl.BaseDelay.Duration {
 		problems = append(problems, "rateLimit.baseDelay must be positive and not above rateLimit.maxDelay")
+	}
+	switch wh := cfg.Webhook; {
+	case wh.Certificates.Mode != configv1alpha1.CertificatesSelfManaged && wh.Certificates.Mode != configv1alpha1.CertificatesProvided:
+		problems = append(problems, fmt.Sprintf("webhook.certificates.mode %q must be %q or %q", wh.Certificates.Mode, configv1alpha1.CertificatesSelfManaged, configv1alpha1.CertificatesProvided))
+	case wh.RegisterURL != "":
+		if u, err := url.Parse(wh.RegisterURL); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			problems = append(problems, fmt.Sprintf("webhook.registerURL %q (--webhook-register-url) must be https://host:port, with no path", wh.RegisterURL))
+		}
 	}
 	if c := cfg.Consistency; c.SweepPeriod.Duration < 0 || c.LagThreshold.Duration <= 0 {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)

@@ -49,6 +49,15 @@ func defaults() *configv1alpha1.Configuration {
 			QPS:       ptr.To[float32](10),
 			Burst:     ptr.To[int32](100),
 		},
+		Webhook: configv1alpha1.WebhookConfiguration{
+			BindAddress:                        ":9443",
+			ServiceName:                        "trainyard-webhook",
+			ValidatingWebhookConfigurationName: "trainyard-validator",
+			MutatingWebhookConfigurationName:   "trainyard-defaulter",
+			Certificates: configv1alpha1.WebhookCertificates{
+				Mode: "SelfManaged", SecretName: "trainyard-webhook-certs", CertDir: "/tmp/k8s-webhook-server/serving-certs",
+			},
+		},
 		Consistency: configv1alpha1.ConsistencyConfiguration{
 			SweepPeriod:  &metav1.Duration{Duration: time.Minute},
 			LagThreshold: &metav1.Duration{Duration: 5 * time.Minute},

@@ -36,6 +36,12 @@ const (
 	DefaultRetryMaxDelay          = 5 * time.Minute
 	DefaultRetryQPS               = 10
 	DefaultRetryBurst             = 100
+	DefaultWebhookBindAddress     = ":9443"
+	DefaultWebhookServiceName     = "trainyard-webhook"
+	DefaultWebhookSecretName      = "trainyard-webhook-certs"
+	DefaultWebhookCertDir         = "/tmp/k8s-webhook-server/serving-certs"
+	DefaultValidatingWebhookName  = "trainyard-validator"
+	DefaultMutatingWebhookName    = "trainyard-defaulter"
 	DefaultSweepPeriod            = time.Minute
 	DefaultLagThreshold           = 5 * time.Minute
 )
@@ -105,11 +111,26 @@ func SetDefaults_Configuration(c *Configuration) {
 		rl.Burst = ptr.To[int32](DefaultRetryBurst)
 	}
 
+	wh := &c.Webhook
+	setString(&wh.BindAddress, DefaultWebhookBindAddress)
+	setString(&wh.ServiceName, DefaultWebhookServiceName)
+	setString(&wh.ValidatingWebhookConfigurationName, DefaultValidatingWebhookName)
+	setString(&wh.MutatingWebhookConfigurationName, DefaultMutatingWebhookName)
+	setString(&wh.Certificates.Mode, CertificatesSelfManaged)
+	setString(&wh.Certificates.SecretName, DefaultWebhookSecretName)
+	setString(&wh.Certificates.CertDir, DefaultWebhookCertDir)
+
 	if c.Consistency.SweepPeriod == nil {
 		c.Consistency.SweepPeriod = &metav1.Duration{Duration: DefaultSweepPeriod}
 	}
 	if c.Consistency.LagThreshold == nil {
 		c.Consistency.LagThreshold = &metav1.Duration{Duration: DefaultLagThreshold}
+	}
+}
+
+func setString(s *string, def string) {
+	if *s == "" {
+		*s = def
 	}
 }
 

@@ -56,6 +56,10 @@ type Configuration struct {
 	// +optional
 	RateLimit RateLimitConfiguration `json:"rateLimit"`
 
+	// webhook configures the admission server (validating and defaulting webhooks for
+	// TrainJob, TrainingRuntime and ClusterTrainingRuntime), served by every replica.
+	// +optional
+	Webhook WebhookConfiguration `json:"webhook"`
 	// consistency configures the backstop that finds TrainJobs whose JobSet lags their
 	// spec.
 	// +optional
@@ -107,6 +111,62 @@ type StagesConfiguration struct {
 	// +optional
 	Status StageConfiguration `json:"status"`
 }
+
+// WebhookConfiguration configures the admission server and its certificates.
+type WebhookConfiguration struct {
+	// bindAddress is the host:port of the HTTPS admission server; "0" disables admission.
+	// Defaults to ":9443" (upstream's container port).
+	// +optional
+	BindAddress string `json:"bindAddress,omitempty"`
+	// certificates says where the serving certificate comes from.
+	// +optional
+	Certificates WebhookCertificates `json:"certificates"`
+	// serviceName is the Service in front of the admission port, in the controller's
+	// namespace: self-managed certificates are issued for its DNS names. Defaults to
+	// "trainyard-webhook".
+	// +optional
+	ServiceName string `json:"serviceName,omitempty"`
+	// validatingWebhookConfigurationName and mutatingWebhookConfigurationName name the
+	// webhook configurations whose caBundle self-managed certificates keep current (and
+	// that registerURL creates). Default to "trainyard-validator" and
+	// "trainyard-defaulter".
+	// +optional
+	ValidatingWebhookConfigurationName string `json:"validatingWebhookConfigurationName,omitempty"`
+	// +optional
+	MutatingWebhookConfigurationName string `json:"mutatingWebhookConfigurationName,omitempty"`
+	// registerURL, when set, makes the controller create or update the two webhook
+	// configurations itself, with clientConfig.url = registerURL + each webhook's path,
+	// for a controller running outside the cluster (make run, the e2e tests: e.g.
+	// "https://127.0.0.1:9443"). Self-managed certificates then also cover the URL's
+	// host. Empty (the default) leaves the configurations to the Helm chart.
+	// +optional
+	RegisterURL string `json:"registerURL,omitempty"`
+}
+
+// WebhookCertificates says where the admission server's certificate comes from.
+type WebhookCertificates struct {
+	// mode is "SelfManaged" (the default: the controller creates a CA and a serving
+	// certificate in secretName, rotates them before expiry and writes the CA bundle
+	// into the webhook configurations) or "Provided" (tls.crt and tls.key in certDir,
+	// e.g. a cert-manager or user Secret mounted there, reloaded when the files change;
+	// the controller writes nothing).
+	// +optional
+	Mode string `json:"mode,omitempty"`
+	// secretName is the Secret in the controller's namespace holding self-managed
+	// certificates. Defaults to "trainyard-webhook-certs".
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+	// certDir holds tls.crt and tls.key in mode Provided. Defaults to
+	// "/tmp/k8s-webhook-server/serving-certs".
+	// +optional
+	CertDir string `json:"certDir,omitempty"`
+}
+
+// Webhook certificate modes.
+const (
+	CertificatesSelfManaged = "SelfManaged"
+	CertificatesProvided    = "Provided"
+)
 
 // ConsistencyConfiguration configures the consistency sweep: a periodic pass over the
 // informer caches (no API reads) that finds TrainJobs whose JobSet was built from an
