@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 )
@@ -21,14 +25,25 @@ type controller struct {
 	cmd         *exec.Cmd
 	metricsAddr string
 	healthAddr  string
-	logPath     string
-	exited      chan error
+	// webhookURL is where the API server calls its admission webhooks ("" with
+	// admission off).
+	webhookURL string
+	logPath    string
+	exited     chan error
 }
 
-// startController runs the controller against the shared cluster and waits until it
-// reports ready (caches synced). It is stopped with SIGTERM when the test ends, and its
-// log is kept under the cluster's log folder.
-func startController(t *testing.T, c *cluster.Cluster) *controller {
+// noAdmission is the startController argument that turns admission off, for tests of
+// what the controller does with objects admission would refuse.
+const noAdmission = "--webhook-bind-address=0"
+
+// startController runs the controller against the shared cluster, as `make run` does:
+// with its admission server on a free 127.0.0.1 port, registered with the API server
+// (its own webhook configurations, its own CA), unless args holds noAdmission. It waits
+// until the controller reports ready (caches synced, certificate ready) and its
+// webhooks are registered. It is stopped with SIGTERM when the test ends, its webhook
+// configurations removed (a dead endpoint with failurePolicy Fail would refuse every
+// TrainJob write of the next test), and its log kept under the cluster's log folder.
+func startController(t *testing.T, c *cluster.Cluster, args ...string) *controller {
 	t.Helper()
 	ctrl := &controller{
 		metricsAddr: cluster.FreeAddr(t),
@@ -36,15 +51,20 @@ func startController(t *testing.T, c *cluster.Cluster) *controller {
 		logPath:     filepath.Join(c.LogDir(), "trainyard-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"),
 		exited:      make(chan error, 1),
 	}
+	if !slices.Contains(args, noAdmission) {
+		addr := cluster.FreeAddr(t)
+		ctrl.webhookURL = "https://" + addr
+		args = append(args, "--webhook-bind-address="+addr, "--webhook-register-url="+ctrl.webhookURL)
+	}
 	logFile, err := os.OpenFile(ctrl.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl.cmd = exec.Command(controllerBinary,
-		"--kubeconfig="+c.Kubeconfig(),
-		"--metrics-bind-address="+ctrl.metricsAddr,
-		"--health-probe-bind-address="+ctrl.healthAddr,
-		"--log-format=text", "--v=2")
+	ctrl.cmd = exec.Command(controllerBinary, append([]string{
+		"--kubeconfig=" + c.Kubeconfig(),
+		"--metrics-bind-address=" + ctrl.metricsAddr,
+		"--health-probe-bind-address=" + ctrl.healthAddr,
+		"--log-format=text", "--v=2"}, args...)...)
 	ctrl.cmd.Stdout, ctrl.cmd.Stderr = logFile, logFile
 	ctrl.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := ctrl.cmd.Start(); err != nil {
@@ -54,7 +74,10 @@ func startController(t *testing.T, c *cluster.Cluster) *controller {
 		ctrl.exited <- ctrl.cmd.Wait()
 		logFile.Close()
 	}()
-	t.Cleanup(func() { ctrl.stop(t) })
+	t.Cleanup(func() {
+		ctrl.stop(t)
+		unregisterWebhooks(t, c, ctrl.webhookURL)
+	})
 
 	cluster.Eventually(t, 60*time.Second, "controller ready (log: "+ctrl.logPath+")", func(ctx context.Context) (bool, string) {
 		select {
@@ -70,7 +93,39 @@ func startController(t *testing.T, c *cluster.Cluster) *controller {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
+	if ctrl.webhookURL != "" {
+		cluster.Eventually(t, 30*time.Second, "webhooks registered at "+ctrl.webhookURL, func(ctx context.Context) (bool, string) {
+			url := registeredURL(ctx, c)
+			return url == ctrl.webhookURL, "registered: " + url
+		})
+	}
 	return ctrl
+}
+
+// registeredURL is the base URL the TrainJob validating webhook calls, "" if none.
+func registeredURL(ctx context.Context, c *cluster.Cluster) string {
+	cfg, err := c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "trainyard-validator", metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 || cfg.Webhooks[0].ClientConfig.URL == nil {
+		return ""
+	}
+	u := *cfg.Webhooks[0].ClientConfig.URL
+	return u[:strings.LastIndex(u, "/")]
+}
+
+// unregisterWebhooks deletes the webhook configurations if they still call url (a
+// controller started after this one may have registered its own).
+func unregisterWebhooks(t *testing.T, c *cluster.Cluster, url string) {
+	ctx := context.Background()
+	if url == "" || registeredURL(ctx, c) != url {
+		return
+	}
+	admission := c.Client().AdmissionregistrationV1()
+	if err := admission.ValidatingWebhookConfigurations().Delete(ctx, "trainyard-validator", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("removing the validating webhooks: %v", err)
+	}
+	if err := admission.MutatingWebhookConfigurations().Delete(ctx, "trainyard-defaulter", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("removing the mutating webhook: %v", err)
+	}
 }
 
 // stop sends SIGTERM and waits for a graceful exit; a process that has already exited

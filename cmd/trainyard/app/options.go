@@ -36,6 +36,8 @@ type Options struct {
 	KubeAPIQPS             float32
 	KubeAPIBurst           int32
 	StageWorkers           map[string]string
+	WebhookBindAddress     string
+	WebhookRegisterURL     string
 	LogFormat              string
 	Verbosity              int
 	Profiling              bool
@@ -48,6 +50,7 @@ func NewOptions() *Options {
 		HealthProbeBindAddress: configv1alpha1.DefaultHealthProbeBindAddress,
 		KubeAPIQPS:             configv1alpha1.DefaultClientQPS,
 		KubeAPIBurst:           configv1alpha1.DefaultClientBurst,
+		WebhookBindAddress:     configv1alpha1.DefaultWebhookBindAddress,
 		LogFormat:              "json",
 	}
 }
@@ -63,6 +66,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Sustained queries per second to the Kubernetes API.")
 	fs.Int32Var(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the Kubernetes API.")
 	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: resolve_runtime, merge_patches, ml_policy, gang_scheduling, dra_claims, status).")
+	fs.StringVar(&o.WebhookBindAddress, "webhook-bind-address", o.WebhookBindAddress, `Address of the HTTPS admission server (validating and defaulting webhooks), served by every replica; "0" disables it.`)
+	fs.StringVar(&o.WebhookRegisterURL, "webhook-register-url", o.WebhookRegisterURL, "For a controller outside the cluster: create the webhook configurations with this base URL (e.g. https://127.0.0.1:9443) and a self-managed CA. Empty leaves them to the Helm chart.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's /debug/pprof profiles on the metrics endpoint. Off by default: profiles expose internals and cost CPU while taken.")
@@ -111,6 +116,12 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	if set("kube-api-burst") {
 		cfg.ClientConnection.Burst = o.KubeAPIBurst
 	}
+	if set("webhook-bind-address") {
+		cfg.Webhook.BindAddress = o.WebhookBindAddress
+	}
+	if set("webhook-register-url") {
+		cfg.Webhook.RegisterURL = o.WebhookRegisterURL
+	}
 	for stage, value := range o.StageWorkers {
 		target := stageConfig(cfg, stage)
 		if target == nil {
@@ -152,6 +163,8 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	switch wh := cfg.Webhook; {
 	case wh.Certificates.Mode != configv1alpha1.CertificatesSelfManaged && wh.Certificates.Mode != configv1alpha1.CertificatesProvided:
 		problems = append(problems, fmt.Sprintf("webhook.certificates.mode %q must be %q or %q", wh.Certificates.Mode, configv1alpha1.CertificatesSelfManaged, configv1alpha1.CertificatesProvided))
+	case wh.RegisterURL != "" && wh.Certificates.Mode != configv1alpha1.CertificatesSelfManaged:
+		problems = append(problems, "webhook.registerURL (--webhook-register-url) needs webhook.certificates.mode SelfManaged: the registered configurations carry the CA the controller manages")
 	case wh.RegisterURL != "":
 		if u, err := url.Parse(wh.RegisterURL); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			problems = append(problems, fmt.Sprintf("webhook.registerURL %q (--webhook-register-url) must be https://host:port, with no path", wh.RegisterURL))

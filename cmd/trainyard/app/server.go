@@ -156,6 +156,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
+	adm, err := newAdmissionServer(cfg.Webhook, podNamespace(), kube, inf, claims, m, logger)
+	if err != nil {
+		return err
+	}
 	apis := &optionalAPIs{served: served, podGroups: podGroups, claims: claims, kube: kube,
 		trainJobs: inf.TrainJobLister, router: pipeline, logger: logger}
 	if err := apis.register(ctx); err != nil {
@@ -175,10 +179,14 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		return apis.lead()
 	}
 	synced := func() bool { return inf.HasSynced() && apis.HasSynced() }
+	var admissionReady func() bool
+	if adm != nil {
+		admissionReady = func() bool { return adm.hasSynced() && adm.ready() }
+	}
 
 	var leading atomic.Bool
 	servers := []*http.Server{
-		healthServer(cfg.Health.HealthProbeBindAddress, synced, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
+		healthServer(cfg.Health.HealthProbeBindAddress, synced, admissionReady, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
 	}
 	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
 		mux := http.NewServeMux()
@@ -204,8 +212,21 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	defer inf.Shutdown()
 	apis.start(ctx)
 	defer apis.shutdown()
-	if !inf.WaitForCacheSync(ctx) || !cache.WaitForNamedCacheSyncWithContext(ctx, apis.HasSynced) {
+	if adm != nil {
+		adm.start(ctx)
+	}
+	if !inf.WaitForCacheSync(ctx) || !cache.WaitForNamedCacheSyncWithContext(ctx, apis.HasSynced) ||
+		(adm != nil && !cache.WaitForNamedCacheSyncWithContext(ctx, adm.hasSynced)) {
 		return errors.New("informer caches did not sync before shutdown")
+	}
+	if adm != nil {
+		// Only now: a rule reading an empty cache would admit what it must refuse.
+		go func() {
+			if err := adm.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErrs <- fmt.Errorf("serving admission on %s: %w", adm.server.Addr, err)
+			}
+		}()
+		defer shutdownServers(logger, []*http.Server{adm.server})
 	}
 	go served.Run(ctx)
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))
@@ -349,10 +370,11 @@ func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.L
 	})
 }
 
-// healthServer serves /healthz (the process is alive) and /readyz (caches synced).
-// With leader election, followers are ready too — they keep warm caches for a fast
-// failover — and /readyz?verbose reports whether this replica leads.
-func healthServer(addr string, synced func() bool, leading *atomic.Bool, leaderElect bool) *http.Server {
+// healthServer serves /healthz (the process is alive) and /readyz (caches synced and,
+// with admission on (admissionReady non-nil), a serving certificate ready). With leader
+// election, followers are ready too — they keep warm caches for a fast failover and
+// serve admission — and /readyz?verbose reports whether this replica leads.
+func healthServer(addr string, synced, admissionReady func() bool, leading *atomic.Bool, leaderElect bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -360,8 +382,15 @@ func healthServer(addr string, synced func() bool, leading *atomic.Bool, leaderE
 			http.Error(w, "[-]informers: caches not synced", http.StatusServiceUnavailable)
 			return
 		}
+		if admissionReady != nil && !admissionReady() {
+			http.Error(w, "[-]admission: PriorityClass cache not synced or no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
 		if _, verbose := r.URL.Query()["verbose"]; verbose {
 			fmt.Fprintln(w, "[+]informers ok")
+			if admissionReady != nil {
+				fmt.Fprintln(w, "[+]admission ok")
+			}
 			switch {
 			case !leaderElect:
 				fmt.Fprintln(w, "[+]leader-election disabled")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -54,6 +55,7 @@ func TestHealthServer(t *testing.T) {
 	}
 	cases := map[string]struct {
 		synced, leading, leaderElect bool
+		admission                    *bool // nil: admission off
 		probes                       []probe
 	}{
 		"caches not synced": {
@@ -78,6 +80,18 @@ func TestHealthServer(t *testing.T) {
 				{"/readyz?verbose", http.StatusOK, "[+]informers ok\n[+]leader-election following\nok\n"},
 			},
 		},
+		"synced, admission without a certificate yet": {
+			synced: true, admission: ptr.To(false),
+			probes: []probe{
+				{"/readyz", http.StatusServiceUnavailable, "[-]admission: PriorityClass cache not synced or no serving certificate yet\n"},
+			},
+		},
+		"synced, admission ready": {
+			synced: true, admission: ptr.To(true),
+			probes: []probe{
+				{"/readyz?verbose", http.StatusOK, "[+]informers ok\n[+]admission ok\n[+]leader-election disabled\nok\n"},
+			},
+		},
 		"synced leader": {
 			synced: true, leaderElect: true, leading: true,
 			probes: []probe{
@@ -90,7 +104,11 @@ func TestHealthServer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var leading atomic.Bool
 			leading.Store(tc.leading)
-			srv := healthServer(":0", func() bool { return tc.synced }, &leading, tc.leaderElect)
+			var admissionReady func() bool
+			if tc.admission != nil {
+				admissionReady = func() bool { return *tc.admission }
+			}
+			srv := healthServer(":0", func() bool { return tc.synced }, admissionReady, &leading, tc.leaderElect)
 			for _, p := range tc.probes {
 				rec := httptest.NewRecorder()
 				srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
@@ -107,7 +125,7 @@ func TestHealthServer(t *testing.T) {
 // as its inputs change (they are read per request, not captured at construction).
 func TestHealthServerFollowsState(t *testing.T) {
 	var synced, leading atomic.Bool
-	srv := healthServer(":0", synced.Load, &leading, true)
+	srv := healthServer(":0", synced.Load, nil, &leading, true)
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

@@ -1,0 +1,188 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/trainyard/trainyard/pkg/admission"
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/certs"
+	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/stages/dra"
+)
+
+// admissionServer is the HTTPS admission server every replica runs, leader or not, so
+// that admission never waits for a leader election (architecture invariant 7). Its rules
+// read only the informer caches the pipeline already keeps, plus PriorityClasses.
+type admissionServer struct {
+	cfg     configv1alpha1.WebhookConfiguration
+	kube    kubernetes.Interface
+	logger  klog.Logger
+	server  *http.Server
+	factory kubeinformers.SharedInformerFactory // PriorityClasses
+	// certificate is the serving certificate: self-managed (certs.Manager) or provided
+	// in files (certs.Files).
+	certificate interface {
+		TLSConfig() *tls.Config
+		Ready() bool
+	}
+	manager *certs.Manager // self-managed certificates; nil when provided
+}
+
+// newAdmissionServer builds the admission server of cfg, or returns nil when
+// cfg.BindAddress is "0". namespace is the controller's own (the certificate Secret
+// and the Service live there).
+func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, namespace string, kube kubernetes.Interface, inf *informers.Informers,
+	claims *dra.Claims, m *metrics.Metrics, logger klog.Logger,
+) (*admissionServer, error) {
+	if cfg.BindAddress == "0" {
+		return nil, nil
+	}
+	s := &admissionServer{cfg: cfg, kube: kube, logger: logger,
+		factory: kubeinformers.NewSharedInformerFactory(kube, 0)}
+	switch cfg.Certificates.Mode {
+	case configv1alpha1.CertificatesProvided:
+		s.certificate = &certs.Files{Dir: cfg.Certificates.CertDir}
+	default:
+		opts := certs.Options{
+			Namespace: namespace, SecretName: cfg.Certificates.SecretName, Services: []string{cfg.ServiceName},
+			ValidatingWebhookConfigurations: []string{cfg.ValidatingWebhookConfigurationName},
+			MutatingWebhookConfigurations:   []string{cfg.MutatingWebhookConfigurationName},
+			Metrics:                         m,
+		}
+		if cfg.RegisterURL != "" {
+			u, err := url.Parse(cfg.RegisterURL)
+			if err != nil {
+				return nil, fmt.Errorf("webhook.registerURL: %w", err)
+			}
+			if ip := net.ParseIP(u.Hostname()); ip != nil {
+				opts.IPs = append(opts.IPs, ip)
+			} else {
+				opts.DNSNames = append(opts.DNSNames, u.Hostname())
+			}
+		}
+		manager, err := certs.New(kube, opts)
+		if err != nil {
+			return nil, fmt.Errorf("webhook certificates: %w", err)
+		}
+		s.manager, s.certificate = manager, manager
+	}
+	deps := &admission.Deps{
+		TrainingRuntimes:        inf.TrainingRuntimeLister,
+		ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
+		JobSets:                 inf.JobSetLister,
+		PriorityClasses:         s.factory.Scheduling().V1().PriorityClasses().Lister(),
+		TrainJobs:               admission.IndexedTrainJobs{Indexer: inf.TrainJobs.GetIndexer()},
+		Claims:                  claims,
+	}
+	s.server = &http.Server{
+		Addr: cfg.BindAddress, Handler: admission.NewHandler(deps),
+		TLSConfig: s.certificate.TLSConfig(), ReadHeaderTimeout: 10 * time.Second,
+	}
+	return s, nil
+}
+
+// start starts the PriorityClass informer, the certificate manager and, once a
+// certificate is ready, the registration of the webhook configurations (registerURL);
+// they stop with ctx. Call WaitForCacheSync before serving.
+func (s *admissionServer) start(ctx context.Context) {
+	s.factory.Start(ctx.Done())
+	if s.manager != nil {
+		go func() {
+			if err := s.manager.Run(ctx); err != nil {
+				s.logger.Error(err, "Webhook certificate manager stopped")
+			}
+		}()
+	}
+	if s.cfg.RegisterURL != "" {
+		go s.register(ctx)
+	}
+}
+
+// hasSynced reports whether the PriorityClass cache has synced.
+func (s *admissionServer) hasSynced() bool {
+	return s.factory.Scheduling().V1().PriorityClasses().Informer().HasSynced()
+}
+
+// ready reports whether the server has a certificate to serve.
+func (s *admissionServer) ready() bool { return s.certificate.Ready() }
+
+// serve serves HTTPS until the server is shut down; it returns http.ErrServerClosed then.
+func (s *admissionServer) serve() error {
+	return s.server.ListenAndServeTLS("", "")
+}
+
+// register creates or updates the two webhook configurations with clientConfig.url =
+// registerURL + path and the current CA bundle, retrying until it succeeds: what a
+// controller running outside the cluster (make run, the e2e tests) needs, and what the
+// Helm chart does for a controller inside it. The certificate manager keeps the bundle
+// current afterwards.
+func (s *admissionServer) register(ctx context.Context) {
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if !s.certificate.Ready() {
+			return false, nil
+		}
+		var bundle []byte
+		if s.manager != nil {
+			bundle = s.manager.CABundle()
+		}
+		mutating, validating := admission.WebhookConfigurations(s.cfg.MutatingWebhookConfigurationName, s.cfg.ValidatingWebhookConfigurationName,
+			func(path string) admissionregistrationv1.WebhookClientConfig {
+				return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(s.cfg.RegisterURL + path), CABundle: bundle}
+			})
+		err := upsert(ctx, s.kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating,
+			func(cur, want *admissionregistrationv1.MutatingWebhookConfiguration) { cur.Webhooks = want.Webhooks })
+		if err == nil {
+			err = upsert(ctx, s.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating,
+				func(cur, want *admissionregistrationv1.ValidatingWebhookConfiguration) { cur.Webhooks = want.Webhooks })
+		}
+		if err != nil {
+			s.logger.Error(err, "Registering the webhook configurations; retrying")
+			return false, nil
+		}
+		s.logger.Info("Registered the webhook configurations", "url", s.cfg.RegisterURL,
+			"mutating", mutating.Name, "validating", validating.Name)
+		return true, nil
+	})
+}
+
+// webhookConfigurations is the typed client of one webhook configuration kind.
+type webhookConfigurations[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*T, error)
+	Create(ctx context.Context, obj *T, opts metav1.CreateOptions) (*T, error)
+	Update(ctx context.Context, obj *T, opts metav1.UpdateOptions) (*T, error)
+}
+
+// upsert creates want, or sets its webhooks on the existing object with an update
+// (resourceVersion-checked: a conflict is retried by the caller).
+func upsert[T any, P interface {
+	*T
+	metav1.Object
+}](ctx context.Context, client webhookConfigurations[T], want P, set func(cur, want P)) error {
+	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: "trainyard"})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	set(cur, want)
+	_, err = client.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "trainyard"})
+	return err
+}
