@@ -157,6 +157,9 @@ func testRuntimePatches(t *testing.T) {
 	e := newEnv(t)
 	e.createRuntime(t, "torch", nil)
 	tj := trainJob("patched", trainer.TrainingRuntimeKind, "torch")
+	// Env for the node container comes from spec.trainer: patches may not set it there
+	// (upstream's admission rule, trainer-compat §6.2).
+	tj.Spec.Trainer = &trainer.Trainer{Env: []corev1.EnvVar{{Name: "PATCHED_BY", Value: "e2e"}}}
 	toleration := corev1.Toleration{Key: "example.com/dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{
 		Manager: "example.com/e2e",
@@ -168,7 +171,6 @@ func testRuntimePatches(t *testing.T) {
 					Tolerations: []corev1.Toleration{toleration},
 					Containers: []trainer.ContainerPatch{{
 						Name:         trainer.ContainerNode,
-						Env:          []corev1.EnvVar{{Name: "PATCHED_BY", Value: "e2e"}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
 					}},
 				}}}},

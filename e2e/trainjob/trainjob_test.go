@@ -182,7 +182,9 @@ func TestTorchTrainJobRunsToComplete(t *testing.T) {
 	// The write counts below are the controller's, for all TrainJobs: let earlier tests'
 	// namespaces finish terminating so this TrainJob is the only one.
 	e.waitAloneInCluster(t)
-	ctrl := startController(t, e.c)
+	// Admission off: its webhook registrations are writes too, and this test counts the
+	// pipeline's (TestAdmission covers admission).
+	ctrl := startController(t, e.c, noAdmission)
 
 	statusChanges := e.countStatusChanges(t, "torch")
 	e.createTrainJob(t, trainJob("torch", trainer.ClusterTrainingRuntimeKind, torchRuntime).withNumNodes(2))
@@ -219,7 +221,7 @@ func TestTorchTrainJobRunsToComplete(t *testing.T) {
 
 	// An idle restart: everything is up to date, so the new process writes nothing.
 	ctrl.stop(t)
-	idle := startController(t, e.c)
+	idle := startController(t, e.c, noAdmission)
 	time.Sleep(5 * time.Second)
 	if w := idle.writes(t); len(w) != 0 {
 		t.Errorf("a restarted controller with nothing to do wrote %v, want no writes", w)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -146,10 +147,18 @@ func (s *admissionServer) register(ctx context.Context) {
 				return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(s.cfg.RegisterURL + path), CABundle: bundle}
 			})
 		err := upsert(ctx, s.kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating,
-			func(cur, want *admissionregistrationv1.MutatingWebhookConfiguration) { cur.Webhooks = want.Webhooks })
+			func(cur, want *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+				same := equality.Semantic.DeepEqual(cur.Webhooks, want.Webhooks)
+				cur.Webhooks = want.Webhooks
+				return !same
+			})
 		if err == nil {
 			err = upsert(ctx, s.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating,
-				func(cur, want *admissionregistrationv1.ValidatingWebhookConfiguration) { cur.Webhooks = want.Webhooks })
+				func(cur, want *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+					same := equality.Semantic.DeepEqual(cur.Webhooks, want.Webhooks)
+					cur.Webhooks = want.Webhooks
+					return !same
+				})
 		}
 		if err != nil {
 			s.logger.Error(err, "Registering the webhook configurations; retrying")
@@ -168,12 +177,13 @@ type webhookConfigurations[T any] interface {
 	Update(ctx context.Context, obj *T, opts metav1.UpdateOptions) (*T, error)
 }
 
-// upsert creates want, or sets its webhooks on the existing object with an update
-// (resourceVersion-checked: a conflict is retried by the caller).
+// upsert creates want, or sets its webhooks on the existing object (set reports whether
+// that changed anything) with an update, resourceVersion-checked: a conflict is retried
+// by the caller. An object already as wanted costs no write.
 func upsert[T any, P interface {
 	*T
 	metav1.Object
-}](ctx context.Context, client webhookConfigurations[T], want P, set func(cur, want P)) error {
+}](ctx context.Context, client webhookConfigurations[T], want P, set func(cur, want P) bool) error {
 	cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: "trainyard"})
@@ -182,7 +192,9 @@ func upsert[T any, P interface {
 	if err != nil {
 		return err
 	}
-	set(cur, want)
+	if !set(cur, want) {
+		return nil
+	}
 	_, err = client.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "trainyard"})
 	return err
 }

@@ -1,0 +1,282 @@
+package trainjob
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+)
+
+// warnings collects the admission warnings the API server relays (what kubectl prints).
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+// admissionClient returns a trainer client whose warnings land in the returned collector.
+func (e *env) admissionClient(t *testing.T) (trainerclient.Interface, *warnings) {
+	t.Helper()
+	w := &warnings{}
+	cfg := e.c.RESTConfig()
+	cfg.WarningHandler = w
+	client, err := trainerclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, w
+}
+
+// expectRefused fails unless err is the webhook's denial (403 Forbidden, or 422 for a
+// field error) whose message contains every want.
+func expectRefused(t *testing.T, what string, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: admitted, want refused", what)
+		return
+	}
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("%s: error %v, want the webhook's Forbidden", what, err)
+	}
+	if !strings.Contains(err.Error(), "admission webhook") {
+		t.Errorf("%s: error %q does not come from an admission webhook", what, err)
+	}
+	for _, s := range want {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error %q does not mention %q", what, err, s)
+		}
+	}
+}
+
+const kueueManager = "kueue.x-k8s.io/manager"
+
+// tolerationPatch is a runtime patch in the shape Kueue writes.
+func tolerationPatch(manager, key string) trainer.RuntimePatch {
+	return trainer.RuntimePatch{Manager: manager, TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
+		Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{ReplicatedJobs: []trainer.ReplicatedJobPatch{{
+			Name: "node", Template: &trainer.JobTemplatePatch{Spec: &trainer.JobSpecPatch{Template: &trainer.PodTemplatePatch{
+				Spec: &trainer.PodSpecPatch{Tolerations: []corev1.Toleration{{Key: key, Operator: corev1.TolerationOpExists}}},
+			}}},
+		}}}},
+	}}
+}
+
+// TestAdmission: the API server calls the controller's webhooks over 127.0.0.1, as a
+// real installation's calls its Service. Bad TrainJobs and runtimes are refused with
+// the field named, server-side dry runs too; runtimePatches[].time is stamped and kept
+// exactly as upstream's defaulter does; a patch change to a running TrainJob is refused;
+// a TrainJob whose runtime is missing is admitted with a warning and runs once the
+// runtime exists.
+func TestAdmission(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c)
+	e.createRuntime(t, "torch", map[string]string{cluster.AnnotationCompleteDelay: "30m"})
+	client, warned := e.admissionClient(t)
+	tjs := client.TrainerV1alpha1().TrainJobs(e.ns)
+	ctx := context.Background()
+
+	t.Run("bad TrainJobs are refused, naming the field", func(t *testing.T) {
+		withManager := trainJob("bad-manager", trainer.TrainingRuntimeKind, "torch")
+		withManager.Spec.RuntimePatches = []trainer.RuntimePatch{tolerationPatch("kueue", "x")}
+		withEnv := trainJob("bad-env", trainer.TrainingRuntimeKind, "torch")
+		withEnv.Spec.Trainer = &trainer.Trainer{Env: []corev1.EnvVar{{Name: "PET_NNODES", Value: "9"}}}
+		withContainer := trainJob("bad-container", trainer.TrainingRuntimeKind, "torch")
+		p := tolerationPatch(kueueManager, "x")
+		p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []trainer.ContainerPatch{{Name: "sidecar"}}
+		withContainer.Spec.RuntimePatches = []trainer.RuntimePatch{p}
+		for _, tc := range []struct {
+			tj   testTrainJob
+			want []string
+		}{
+			{withManager, []string{"spec.runtimePatches[0].manager"}},
+			{withEnv, []string{"spec.trainer.env", "PET_NNODES"}},
+			{withContainer, []string{"containers", "sidecar"}},
+		} {
+			tc.tj.Namespace = e.ns
+			_, err := tjs.Create(ctx, tc.tj.TrainJob, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			expectRefused(t, tc.tj.Name+" (dry run)", err, tc.want...)
+			_, err = tjs.Create(ctx, tc.tj.TrainJob, metav1.CreateOptions{})
+			expectRefused(t, tc.tj.Name, err, tc.want...)
+		}
+	})
+
+	t.Run("a runtime that can never work is refused", func(t *testing.T) {
+		rt := &trainer.TrainingRuntime{
+			ObjectMeta: metav1.ObjectMeta{Name: "two-trainers", Namespace: e.ns},
+			Spec: trainer.TrainingRuntimeSpec{
+				MLPolicy: &trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}},
+				Template: trainer.JobSetTemplateSpec{Spec: torchJobSetSpec(2)},
+			},
+		}
+		_, err := client.TrainerV1alpha1().TrainingRuntimes(e.ns).Create(ctx, rt, metav1.CreateOptions{})
+		expectRefused(t, "runtime with replicas 2 on the trainer step", err, "replicas")
+	})
+
+	t.Run("runtimePatches time is stamped and kept as upstream does", func(t *testing.T) {
+		tj := trainJob("stamped", trainer.TrainingRuntimeKind, "torch").suspended()
+		tj.Namespace = e.ns
+		tj.Spec.RuntimePatches = []trainer.RuntimePatch{tolerationPatch(kueueManager, "first")}
+		created, err := tjs.Create(ctx, tj.TrainJob, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stamped := created.Spec.RuntimePatches[0].Time
+		if stamped == nil || time.Since(stamped.Time) > time.Minute {
+			t.Fatalf("time of a new patch = %v, want now", stamped)
+		}
+		// An update that leaves the patch as it was keeps its time, even if the client
+		// sends another time.
+		created.Spec.RuntimePatches[0].Time = &metav1.Time{Time: stamped.Add(-time.Hour)}
+		metav1.SetMetaDataLabel(&created.ObjectMeta, "touched", "yes")
+		updated, err := tjs.Update(ctx, created, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := updated.Spec.RuntimePatches[0].Time; got == nil || !got.Equal(stamped) {
+			t.Errorf("time of an unchanged patch after an update = %v, want %v kept", got, stamped)
+		}
+		// A changed patch gets a new time (second precision: wait for the next second).
+		time.Sleep(1100 * time.Millisecond)
+		updated.Spec.RuntimePatches[0] = tolerationPatch(kueueManager, "second")
+		changed, err := tjs.Update(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := changed.Spec.RuntimePatches[0].Time; got == nil || !got.After(stamped.Time) {
+			t.Errorf("time of a changed patch = %v, want after %v", got, stamped)
+		}
+	})
+
+	t.Run("patches of a running TrainJob are refused", func(t *testing.T) {
+		e.createTrainJob(t, trainJob("running", trainer.TrainingRuntimeKind, "torch"))
+		e.waitJobSet(t, "running")
+		body := `{"spec":{"runtimePatches":[{"manager":"kueue.x-k8s.io/manager","trainingRuntimeSpec":{}}]}}`
+		_, err := tjs.Patch(ctx, "running", types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		expectRefused(t, "runtimePatches change on a running TrainJob", err, "spec.runtimePatches", "suspended")
+	})
+
+	t.Run("a TrainJob whose runtime is missing is admitted with a warning and runs later", func(t *testing.T) {
+		warned.take()
+		tj := trainJob("early", trainer.TrainingRuntimeKind, "later")
+		tj.Namespace = e.ns
+		if _, err := tjs.Create(ctx, tj.TrainJob, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a TrainJob whose runtime is missing: %v, want admitted", err)
+		}
+		got := warned.take()
+		if len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), `"later"`) {
+			t.Errorf("warnings = %q, want one naming the missing runtime \"later\"", got)
+		}
+		e.createRuntime(t, "later", map[string]string{cluster.AnnotationCompleteDelay: "30m"})
+		e.waitJobSet(t, "early")
+	})
+}
+
+// TestAdmissionServedByEveryReplica: two replicas with leader election; the follower's
+// admission server is the one registered. It answers while it follows, and keeps
+// answering while the leader is killed and the Lease changes hands; the CA of the
+// serving Secret is the same throughout (no new CA on a restart).
+func TestAdmissionServedByEveryReplica(t *testing.T) {
+	e := newEnv(t)
+	lease := []string{"--leader-elect", "--leader-elect-namespace=" + e.ns}
+	leader := startController(t, e.c, lease...)
+	cluster.Eventually(t, 30*time.Second, "the first replica leads", func(ctx context.Context) (bool, string) {
+		return readyzSays(leader, "leading"), "not leading yet"
+	})
+	caBefore := webhookCABundle(t, e)
+	follower := startController(t, e.c, lease...) // registers its own URL: the API server now calls the follower
+	if !readyzSays(follower, "following") {
+		t.Fatal("the second replica does not report following")
+	}
+	e.createRuntime(t, "torch", map[string]string{cluster.AnnotationCompleteDelay: "30m"})
+	client, _ := e.admissionClient(t)
+	bad := trainJob("bad", trainer.TrainingRuntimeKind, "torch")
+	bad.Namespace = e.ns
+	bad.Spec.RuntimePatches = []trainer.RuntimePatch{tolerationPatch("not-a-domain", "x")}
+	_, err := client.TrainerV1alpha1().TrainJobs(e.ns).Create(context.Background(), bad.TrainJob, metav1.CreateOptions{})
+	expectRefused(t, "review by the follower", err, "manager")
+
+	leader.kill(t)
+	killed := time.Now()
+	// During the election: still reviewed (by the follower), never failed open or closed.
+	for i := 0; time.Since(killed) < 5*time.Second; i++ {
+		_, err := client.TrainerV1alpha1().TrainJobs(e.ns).Create(context.Background(), bad.TrainJob, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		expectRefused(t, "review while the Lease changes hands", err, "manager")
+		time.Sleep(250 * time.Millisecond)
+	}
+	e.createTrainJob(t, trainJob("after-failover", trainer.TrainingRuntimeKind, "torch"))
+	e.waitJobSet(t, "after-failover")
+	if !readyzSays(follower, "leading") {
+		t.Error("the follower did not take the Lease over")
+	}
+	if caAfter := webhookCABundle(t, e); !bytes.Equal(caBefore, caAfter) {
+		t.Error("the webhooks' CA bundle changed across replicas and restarts, want the one CA of the serving Secret")
+	}
+}
+
+// readyzSays reports whether the controller's verbose readiness mentions s.
+func readyzSays(ctrl *controller, s string) bool {
+	resp, err := httpGet("http://" + ctrl.healthAddr + "/readyz?verbose")
+	return err == nil && strings.Contains(resp, s)
+}
+
+// webhookCABundle is the CA bundle the API server uses to call the TrainJob validator.
+func webhookCABundle(t *testing.T, e *env) []byte {
+	t.Helper()
+	cfg, err := e.c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), "trainyard-validator", metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 {
+		t.Fatalf("reading the validating webhooks: %v", err)
+	}
+	if len(cfg.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Fatal("the validating webhooks have no CA bundle")
+	}
+	return cfg.Webhooks[0].ClientConfig.CABundle
+}
+
+var _ rest.WarningHandler = (*warnings)(nil)
+
+// torchJobSetSpec is the tests' runtime template with replicas trainer Jobs.
+func torchJobSetSpec(replicas int32) jobsetv1alpha2.JobSetSpec {
+	return jobsetv1alpha2.JobSetSpec{ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{
+		Name: "node", Replicas: replicas, Template: batchJobTemplate(nil),
+	}}}
+}
+
+// httpGet returns the body of a plain GET.
+func httpGet(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
