@@ -79,7 +79,7 @@ func gatherExported() (map[string]family, error) {
 // enumLabels have a closed set of values; a literal matcher on them must name
 // one of the values the binary exports. (Except "name" on the leader election metrics:
 // there it is the Lease name, which the chart sets.)
-var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate"}
+var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate", "webhook", "kind", "operation"}
 
 // checkQuery parses expr and checks each selector against the exported
 // families: the metric exists (as itself or as a histogram's _bucket, _sum or
@@ -323,6 +323,8 @@ func TestDashboardCheckCatchesMistakes(t *testing.T) {
 		`histogram_quantile(0.9, rate(trainyard_stage_duration_seconds[5m]))`, // histogram without _bucket
 		`sum(rate(trainyard_stage_errors_total{reason="conflicts"}[5m]))`,     // not a reason
 		`sum(rate(workqueue_adds_total[5m])`,                                  // does not parse
+		`trainyard_admission_requests_total{result="rejected"}`,               // admission results are allowed, denied, error
+		`trainyard_admission_warnings_total{kind="Pod"}`,                      // not a kind the webhooks admit
 	} {
 		var complaints []string
 		checkQuery(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) }, "test", expr, fams, nil)
@@ -416,7 +418,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardControllerDown", "TrainyardNoLeader", "TrainyardStageWorkerStuck", "TrainyardStageQueueBacklog",
 				"TrainyardStageErrorRatio", "TrainyardStagePanics", "TrainyardAPIClientThrottled",
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
-				"TrainyardLostUpdate", "TrainyardJobSetLagging",
+				"TrainyardLostUpdate", "TrainyardJobSetLagging", "TrainyardAdmissionErrors",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })
@@ -427,8 +429,8 @@ func TestPrometheusRule(t *testing.T) {
 		})
 	}
 	t.Run("alerts can be turned off one by one", func(t *testing.T) {
-		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}}}")
-		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors"} {
+		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}}}")
+		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors"} {
 			if bytes.Contains(spec, []byte(gone)) {
 				t.Errorf("%s still rendered", gone)
 			}

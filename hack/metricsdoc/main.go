@@ -50,7 +50,8 @@ var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name,
 var enumLabels = map[string]bool{
 	metrics.LabelName: true, metrics.LabelStage: true, metrics.LabelResult: true,
 	metrics.LabelReason: true, metrics.LabelRuntimeKind: true, metrics.LabelPhase: true,
-	metrics.LabelCertificate: true,
+	metrics.LabelCertificate: true, metrics.LabelWebhook: true, metrics.LabelKind: true,
+	metrics.LabelOperation: true,
 }
 
 // runtimeLabels describes the labels whose values are not enumerated.

@@ -48,10 +48,16 @@ const (
 const MaxRequestBytes = 7 << 20
 
 // Observer is told about every review a webhook answers, e.g. to record metrics:
-// webhook is "mutate" or "validate", kind the object's kind, operation the admission
-// operation (CREATE, UPDATE, ...), allowed whether it was admitted.
+// webhook is "mutate" or "validate", kind the webhook's kind (TrainJob, ...), operation
+// the admission operation (CREATE, UPDATE, ...), resp the response sent (read it, never
+// change it) and elapsed the time from receiving the request to writing the answer.
+// resp.Allowed says whether the object was admitted, resp.Warnings what kubectl shows;
+// a refusal's resp.Result.Code says why: 403 a rule denied the object, 400 the request
+// could not be reviewed (another kind, an object that does not decode strictly), 500 an
+// informer cache read failed. HTTP errors (wrong method, media type, size, not an
+// AdmissionReview) answer no review and are not observed.
 type Observer interface {
-	ObserveReview(webhook, kind string, operation admissionv1.Operation, allowed bool, elapsed time.Duration)
+	ObserveReview(webhook, kind string, operation admissionv1.Operation, resp *admissionv1.AdmissionResponse, elapsed time.Duration)
 }
 
 // NewHandler returns a mux serving the four webhooks at their paths (PathMutateTrainJob,
@@ -131,7 +137,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(encoded)
 	if e.observer != nil {
-		e.observer.ObserveReview(e.webhook, e.kind, req.Operation, resp.Allowed, time.Since(start))
+		e.observer.ObserveReview(e.webhook, e.kind, req.Operation, resp, time.Since(start))
 	}
 }
 

@@ -77,8 +77,8 @@ func post(t *testing.T, srv *httptest.Server, path string, body []byte) *admissi
 
 type observed struct{ reviews []string }
 
-func (o *observed) ObserveReview(webhook, kind string, op admissionv1.Operation, allowed bool, _ time.Duration) {
-	o.reviews = append(o.reviews, strings.Join([]string{webhook, kind, string(op), map[bool]string{true: "allowed", false: "denied"}[allowed]}, " "))
+func (o *observed) ObserveReview(webhook, kind string, op admissionv1.Operation, resp *admissionv1.AdmissionResponse, _ time.Duration) {
+	o.reviews = append(o.reviews, strings.Join([]string{webhook, kind, string(op), map[bool]string{true: "allowed", false: "denied"}[resp.Allowed]}, " "))
 }
 
 func TestHandlerRoundTrips(t *testing.T) {

@@ -24,6 +24,7 @@ func Catalogue(reg prometheus.Registerer, stages []string) *Metrics {
 	for _, c := range certificates {
 		m.SetCertificateExpiry(c, time.Unix(0, 0))
 	}
+	m.admission.catalogue()
 	q := m.WorkqueueMetricsProvider()
 	for _, s := range stages {
 		m.Stage(s)

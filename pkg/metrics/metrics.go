@@ -52,6 +52,8 @@ type Metrics struct {
 
 	certExpiry    *prometheus.GaugeVec
 	certRotations *prometheus.CounterVec
+
+	admission admissionMetrics
 }
 
 // New creates the metrics and registers them on reg. If reg is nil, the
@@ -129,6 +131,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.jobSetCreationLatency.WithLabelValues(kind)
 	}
 	m.certExpiry, m.certRotations = newCertificateMetrics()
+	m.admission = newAdmissionMetrics()
 
 	if reg != nil {
 		reg.MustRegister(
@@ -141,6 +144,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
 			m.certExpiry, m.certRotations,
 		)
+		reg.MustRegister(m.admission.collectors()...)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,8 @@ func TestLint(t *testing.T) {
 	m.SetBuildInfo("v0.1.0", "abc123")
 	m.SetCertificateExpiry(metrics.CertificateServing, time.Unix(1700000000, 0))
 	m.CertificateRotated(metrics.CertificateCA)
+	m.ObserveReview(metrics.WebhookValidate, metrics.AdmissionKindTrainJob, admissionv1.Create,
+		&admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{"w"}}, time.Millisecond)
 
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -66,6 +69,7 @@ func TestLint(t *testing.T) {
 		metrics.StageErrorsTotal, metrics.StagePanicsTotal, metrics.StageInflight, metrics.StageWorkers,
 		metrics.JobSetCreationLatencySeconds, metrics.TrainJobs, metrics.BuildInfo,
 		metrics.CertificateExpiryTimestampSeconds, metrics.CertificateRotationsTotal,
+		metrics.AdmissionRequestsTotal, metrics.AdmissionDurationSeconds, metrics.AdmissionWarningsTotal,
 	}
 	for _, name := range names {
 		if !strings.HasPrefix(name, "trainyard_") && !strings.HasPrefix(name, "workqueue_") {

@@ -122,6 +122,27 @@ const (
 	// Labels: certificate (Certificate* values).
 	CertificateRotationsTotal = "trainyard_certificate_rotations_total"
 
+	// AdmissionRequestsTotal is a counter (reviews): AdmissionReviews the
+	// admission webhooks answered, on every replica, by outcome; a denial is
+	// result "denied". The webhooks are validate and mutate for TrainJob and
+	// validate for TrainingRuntime and ClusterTrainingRuntime; the CREATE and
+	// UPDATE series exist from start-up. Requests refused at the HTTP level
+	// (not a POSTed AdmissionReview) are not counted. Labels: webhook
+	// (Webhook* values), kind (AdmissionKind* values), operation (Operation*
+	// values), result (Admission* values).
+	AdmissionRequestsTotal = "trainyard_admission_requests_total"
+
+	// AdmissionDurationSeconds is a histogram (seconds): time from receiving an
+	// AdmissionReview to writing the answer, TLS and network excluded; the API
+	// server's timeoutSeconds bounds the whole call. Buckets: 1 ms … 10 s.
+	// Labels: webhook, kind, operation.
+	AdmissionDurationSeconds = "trainyard_admission_duration_seconds"
+
+	// AdmissionWarningsTotal is a counter (warnings): warning messages the
+	// admission webhooks returned (kubectl prints each), whether the object
+	// was admitted or not. Labels: webhook, kind, operation.
+	AdmissionWarningsTotal = "trainyard_admission_warnings_total"
+
 	// BuildInfo is a gauge, always 1, whose labels describe the running
 	// binary. Labels: version, git_commit, go_version.
 	BuildInfo = "trainyard_build_info"
@@ -139,6 +160,9 @@ const (
 	LabelGitCommit   = "git_commit"
 	LabelGoVersion   = "go_version"
 	LabelCertificate = "certificate"
+	LabelWebhook     = "webhook"
+	LabelKind        = "kind"
+	LabelOperation   = "operation"
 )
 
 // Values of the "result" label: the outcome of one Stage.Sync call. They match
@@ -188,12 +212,59 @@ const (
 	CertificateCA      = "ca"
 )
 
+// Values of the "webhook" label of the admission metrics. Any other value is
+// recorded as WebhookOther.
+const (
+	WebhookValidate = "validate"
+	WebhookMutate   = "mutate"
+	WebhookOther    = "other"
+)
+
+// Values of the "kind" label of the admission metrics: the kind a webhook
+// admits. Any other value is recorded as AdmissionKindOther.
+const (
+	AdmissionKindTrainJob               = "TrainJob"
+	AdmissionKindTrainingRuntime        = "TrainingRuntime"
+	AdmissionKindClusterTrainingRuntime = "ClusterTrainingRuntime"
+	AdmissionKindOther                  = "other"
+)
+
+// Values of the "operation" label of the admission metrics: the admission
+// operations of admission.k8s.io/v1. Any other value is recorded as
+// OperationOther, so that a client cannot add series.
+const (
+	OperationCreate  = "CREATE"
+	OperationUpdate  = "UPDATE"
+	OperationDelete  = "DELETE"
+	OperationConnect = "CONNECT"
+	OperationOther   = "other"
+)
+
+// Values of the "result" label of trainyard_admission_requests_total:
+// allowed, the object was admitted (a mutation may have been returned; its
+// warnings are counted by trainyard_admission_warnings_total); denied, a rule
+// refused it (code 403) and the user must fix the object; error, the webhook
+// could not review it and refused it, code 400 (another kind than the
+// webhook's, an object that does not decode strictly: the CRD is newer than
+// Trainyard) or 5xx (an informer cache read failed), and the operator must
+// fix it. See AdmissionResult.
+const (
+	AdmissionAllowed = "allowed"
+	AdmissionDenied  = "denied"
+	AdmissionError   = "error"
+)
+
 var (
 	certificates = []string{CertificateServing, CertificateCA}
 	results      = []string{ResultContinue, ResultRequeueAfter, ResultWaitForEvent, ResultRetry, ResultTerminal, ResultRestart}
 	reasons      = []string{ReasonConflict, ReasonNotFound, ReasonInvalid, ReasonForbidden, ReasonThrottled, ReasonTimeout, ReasonInternal}
 	runtimeKinds = []string{RuntimeKindTrainingRuntime, RuntimeKindClusterTrainingRuntime, RuntimeKindOther}
 	phases       = []string{PhasePending, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
+
+	webhooks            = []string{WebhookValidate, WebhookMutate, WebhookOther}
+	admissionKinds      = []string{AdmissionKindTrainJob, AdmissionKindTrainingRuntime, AdmissionKindClusterTrainingRuntime, AdmissionKindOther}
+	admissionOperations = []string{OperationCreate, OperationUpdate, OperationDelete, OperationConnect, OperationOther}
+	admissionResults    = []string{AdmissionAllowed, AdmissionDenied, AdmissionError}
 )
 
 // Histogram buckets, in seconds. Each ladder includes the usual SLO thresholds
@@ -206,6 +277,10 @@ var (
 	// jobSetCreationBuckets spans 0.1 s … 2 h: it includes waiting for
 	// admission and gang scheduling.
 	jobSetCreationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200}
+	// admissionBuckets spans 1 ms … 10 s: a review reads only informer caches,
+	// and the API server gives a webhook at most 30 s (timeoutSeconds, 10 s by
+	// default).
+	admissionBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
 
 // Kubernetes API client metrics, under client-go's standard names so stock dashboards
