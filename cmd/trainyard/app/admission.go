@@ -90,6 +90,7 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, namespace strin
 		PriorityClasses:         s.factory.Scheduling().V1().PriorityClasses().Lister(),
 		TrainJobs:               admission.IndexedTrainJobs{Indexer: inf.TrainJobs.GetIndexer()},
 		Claims:                  claims,
+		Observer:                m,
 	}
 	s.server = &http.Server{
 		Addr: cfg.BindAddress, Handler: admission.NewHandler(deps),
