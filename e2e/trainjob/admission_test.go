@@ -15,12 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	trainerv1alpha1 "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/typed/trainer/v1alpha1"
 )
 
 // warnings collects the admission warnings the API server relays (what kubectl prints).
@@ -155,22 +157,18 @@ func TestAdmission(t *testing.T) {
 		}
 		// An update that leaves the patch as it was keeps its time, even if the client
 		// sends another time.
-		created.Spec.RuntimePatches[0].Time = &metav1.Time{Time: stamped.Add(-time.Hour)}
-		metav1.SetMetaDataLabel(&created.ObjectMeta, "touched", "yes")
-		updated, err := tjs.Update(ctx, created, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		updated := updateTrainJob(t, tjs, "stamped", func(tj *trainer.TrainJob) {
+			tj.Spec.RuntimePatches[0].Time = &metav1.Time{Time: stamped.Add(-time.Hour)}
+			metav1.SetMetaDataLabel(&tj.ObjectMeta, "touched", "yes")
+		})
 		if got := updated.Spec.RuntimePatches[0].Time; got == nil || !got.Equal(stamped) {
 			t.Errorf("time of an unchanged patch after an update = %v, want %v kept", got, stamped)
 		}
 		// A changed patch gets a new time (second precision: wait for the next second).
 		time.Sleep(1100 * time.Millisecond)
-		updated.Spec.RuntimePatches[0] = tolerationPatch(kueueManager, "second")
-		changed, err := tjs.Update(ctx, updated, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		changed := updateTrainJob(t, tjs, "stamped", func(tj *trainer.TrainJob) {
+			tj.Spec.RuntimePatches[0] = tolerationPatch(kueueManager, "second")
+		})
 		if got := changed.Spec.RuntimePatches[0].Time; got == nil || !got.After(stamped.Time) {
 			t.Errorf("time of a changed patch = %v, want after %v", got, stamped)
 		}
@@ -240,6 +238,26 @@ func TestAdmissionServedByEveryReplica(t *testing.T) {
 	if caAfter := webhookCABundle(t, e); !bytes.Equal(caBefore, caAfter) {
 		t.Error("the webhooks' CA bundle changed across replicas and restarts, want the one CA of the serving Secret")
 	}
+}
+
+// updateTrainJob applies mutate to the current TrainJob name and updates it, again on
+// a conflict (the controller writes status meanwhile), as kubectl edit would.
+func updateTrainJob(t *testing.T, tjs trainerv1alpha1.TrainJobInterface, name string, mutate func(*trainer.TrainJob)) *trainer.TrainJob {
+	t.Helper()
+	var updated *trainer.TrainJob
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := tjs.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(cur)
+		updated, err = tjs.Update(context.Background(), cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("updating TrainJob %s: %v", name, err)
+	}
+	return updated
 }
 
 // readyzSays reports whether the controller's verbose readiness mentions s.

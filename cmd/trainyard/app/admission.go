@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -169,6 +170,33 @@ func (s *admissionServer) register(ctx context.Context) {
 			"mutating", mutating.Name, "validating", validating.Name)
 		return true, nil
 	})
+}
+
+// unregister deletes the webhook configurations register created, if they still call
+// this process (another replica may have registered itself since): a controller run
+// outside the cluster that stopped must not leave the API server calling nothing, which
+// with failurePolicy Fail would refuse every TrainJob write. A killed process cannot do
+// this; the next one to start registers itself over it.
+func (s *admissionServer) unregister(ctx context.Context) {
+	if s.cfg.RegisterURL == "" {
+		return
+	}
+	admissionAPI := s.kube.AdmissionregistrationV1()
+	cur, err := admissionAPI.ValidatingWebhookConfigurations().Get(ctx, s.cfg.ValidatingWebhookConfigurationName, metav1.GetOptions{})
+	if err != nil || len(cur.Webhooks) == 0 || cur.Webhooks[0].ClientConfig.URL == nil ||
+		!strings.HasPrefix(*cur.Webhooks[0].ClientConfig.URL, s.cfg.RegisterURL+"/") {
+		return
+	}
+	precondition := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}}
+	if err := admissionAPI.ValidatingWebhookConfigurations().Delete(ctx, cur.Name, precondition); err != nil && !apierrors.IsNotFound(err) {
+		s.logger.Error(err, "Removing the webhook configurations this process registered")
+		return
+	}
+	if err := admissionAPI.MutatingWebhookConfigurations().Delete(ctx, s.cfg.MutatingWebhookConfigurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		s.logger.Error(err, "Removing the webhook configurations this process registered")
+		return
+	}
+	s.logger.Info("Removed the webhook configurations this process registered", "url", s.cfg.RegisterURL)
 }
 
 // webhookConfigurations is the typed client of one webhook configuration kind.

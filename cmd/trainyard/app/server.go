@@ -227,6 +227,11 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			}
 		}()
 		defer shutdownServers(logger, []*http.Server{adm.server})
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			adm.unregister(ctx)
+		}()
 	}
 	go served.Run(ctx)
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))

@@ -151,8 +151,11 @@ func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, i
 		return nil, nil, err
 	}
 	r, w := io.Pipe()
+	// As `make run` and the e2e tests: the admission webhooks registered with the API
+	// server over 127.0.0.1 (the controller removes them when it stops).
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0",
-		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4")
+		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4",
+		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443")
 	cmd.Stdout = io.MultiWriter(logFile, w)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
