@@ -118,6 +118,7 @@ func passThrough(path string) bool {
 		".podSecurityContext", ".securityContext", ".securityContext.capabilities", ".resources",
 		".resources.requests", ".resources.limits", ".livenessProbe", ".readinessProbe",
 		".podSecurityContext.seccompProfile", ".strategy", ".affinity",
+		".webhook.namespaceSelector", ".webhook.certificates.certManager.issuerRef",
 	}, path)
 }
 
