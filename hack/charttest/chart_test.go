@@ -514,9 +514,29 @@ func TestNotes(t *testing.T) {
 		"port-forward service/trainyard-metrics 8080:http-metrics",
 		"helm show crds",
 		"upstream Kubeflow Trainer controller",
+		"Admission:        trainyard-validator, trainyard-defaulter via service/trainyard-webhook (failurePolicy Fail, certificates SelfManaged)",
+		"kubectl get validatingwebhookconfiguration trainyard-validator",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "WARNING") {
+		t.Errorf("NOTES.txt warns with the defaults:\n%s", notes)
+	}
+	for _, tc := range []struct {
+		values string
+		warn   bool
+	}{
+		{"replicas: 1", true},
+		{"replicas: 0", true},
+		{"replicas: 1\nwebhook: {failurePolicy: Ignore}", false},
+		{"replicas: 1\nwebhook: {enabled: false}", false},
+		{"replicas: 3", false},
+	} {
+		notes := mustRender(t, tc.values).files["templates/NOTES.txt"]
+		if got := strings.Contains(notes, "WARNING: replicas is") && strings.Contains(notes, "fail closed"); got != tc.warn {
+			t.Errorf("%q: NOTES.txt warns about a single admission replica: %v, want %v\n%s", tc.values, got, tc.warn, notes)
 		}
 	}
 	notes = mustRender(t, "metrics: {prometheusRule: {enabled: true}}", withMonitoring()).files["templates/NOTES.txt"]
