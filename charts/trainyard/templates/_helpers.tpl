@@ -203,6 +203,18 @@ timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 {{- end }}
 
 {{/*
+rules of one webhook: CREATE and UPDATE of one trainer.kubeflow.org resource.
+Call with (dict "resource" "trainjobs" "scope" "Namespaced").
+*/}}
+{{- define "trainyard.webhookRules" -}}
+- apiGroups: ["trainer.kubeflow.org"]
+  apiVersions: ["v1alpha1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: [{{ .resource | quote }}]
+  scope: {{ .scope }}
+{{- end }}
+
+{{/*
 objectSelector of the two runtime validators (upstream's).
 */}}
 {{- define "trainyard.webhookRuntimeObjectSelector" -}}
