@@ -229,7 +229,7 @@ Annotations of the webhook configurations: cert-manager's CA injection in
 CertManager mode.
 */}}
 {{- define "trainyard.webhookAnnotations" -}}
-{{- if eq .Values.webhook.certificates.mode "CertManager" }}
+{{- if eq .Values.webhook.certificates.mode "CertManager" -}}
 annotations:
   cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "trainyard.webhookCertificateName" .) }}
 {{- end }}
