@@ -10,6 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -35,7 +36,20 @@ topologySpreadConstraints:
   - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway}
 `,
 	"single-no-leader-election": `
+replicas: 1
 leaderElection: {enabled: false}
+`,
+	"cert-manager": `
+webhook: {certificates: {mode: CertManager}}
+`,
+	"cert-manager-issuer": `
+webhook: {certificates: {mode: CertManager, secretName: ty-serving, certManager: {issuerRef: {kind: ClusterIssuer, name: internal-ca, group: cert-manager.io}}}}
+`,
+	"provided": `
+webhook: {certificates: {mode: Provided, secretName: my-webhook-tls, caBundle: ` + testCABundle + `}}
+`,
+	"no-webhook": `
+webhook: {enabled: false}
 `,
 	"everything": `
 nameOverride: ty
@@ -78,6 +92,12 @@ topologySpreadConstraints:
 extraArgs: ["--kube-api-qps=400"]
 extraEnv: [{name: GOMAXPROCS, value: "2"}]
 podDisruptionBudget: {maxUnavailable: 1}
+webhook:
+  port: 10250
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  namespaceSelector: {matchLabels: {trainyard.dev/admission: enabled}}
+  certificates: {mode: Provided, secretName: ty-webhook-tls, caBundle: ` + testCABundle + `}
 metrics:
   service: {annotations: {a: b}, labels: {c: d}}
   serviceMonitor: {enabled: true, namespace: monitoring, interval: 15s, scrapeTimeout: 10s, metricRelabelings: [{action: drop, regex: go_gc_.*, sourceLabels: [__name__]}]}
@@ -121,7 +141,7 @@ func TestLintRejectsTypo(t *testing.T) {
 func TestCombinationsRender(t *testing.T) {
 	for name, values := range combinations {
 		t.Run(name, func(t *testing.T) {
-			r := mustRender(t, values, withMonitoring())
+			r := mustRender(t, values, withMonitoring(), withCertManager())
 			// Every object decodes strictly into its type: no misspelt field.
 			for _, o := range r.objects {
 				switch o.GetKind() {
@@ -143,7 +163,13 @@ func TestCombinationsRender(t *testing.T) {
 					into[rbacv1.Role](t, o)
 				case "RoleBinding":
 					into[rbacv1.RoleBinding](t, o)
-				case "ServiceMonitor", "PrometheusRule":
+				case "Secret":
+					into[corev1.Secret](t, o)
+				case "MutatingWebhookConfiguration":
+					into[admissionregistrationv1.MutatingWebhookConfiguration](t, o)
+				case "ValidatingWebhookConfiguration":
+					into[admissionregistrationv1.ValidatingWebhookConfiguration](t, o)
+				case "ServiceMonitor", "PrometheusRule", "Issuer", "Certificate":
 					// No Go types here; checked in their own tests.
 				default:
 					t.Errorf("unexpected kind %s", o.GetKind())
@@ -165,21 +191,27 @@ func TestDefaults(t *testing.T) {
 	r := mustRender(t, ``)
 	want := []string{
 		"ClusterRole/trainyard", "ClusterRoleBinding/trainyard", "ConfigMap/trainyard-config",
-		"Deployment/trainyard", "Role/trainyard-leader-election", "RoleBinding/trainyard-leader-election",
-		"Service/trainyard-metrics", "ServiceAccount/trainyard",
+		"Deployment/trainyard", "MutatingWebhookConfiguration/trainyard-defaulter", "PodDisruptionBudget/trainyard",
+		"Role/trainyard-leader-election", "Role/trainyard-webhook-certs",
+		"RoleBinding/trainyard-leader-election", "RoleBinding/trainyard-webhook-certs",
+		"Secret/trainyard-webhook-certs", "Service/trainyard-metrics", "Service/trainyard-webhook", "ServiceAccount/trainyard",
+		"ValidatingWebhookConfiguration/trainyard-validator",
 	}
 	if diff := cmp.Diff(want, r.ids()); diff != "" {
 		t.Fatalf("default objects (-want +got):\n%s", diff)
 	}
 	for _, o := range r.objects {
-		if ns := o.GetNamespace(); ns != namespace && !strings.HasPrefix(o.GetKind(), "Cluster") {
+		clusterScoped := strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasSuffix(o.GetKind(), "WebhookConfiguration")
+		if ns := o.GetNamespace(); ns != namespace && !clusterScoped {
 			t.Errorf("%s/%s in namespace %q, want %q", o.GetKind(), o.GetName(), ns, namespace)
 		}
 	}
 
 	d := into[appsv1.Deployment](t, r.get(t, "Deployment", fullname))
-	if got := *d.Spec.Replicas; got != 1 {
-		t.Errorf("replicas = %d, want 1", got)
+	// Two replicas: the webhooks fail closed, so one pod restarting would
+	// block every TrainJob write.
+	if got := *d.Spec.Replicas; got != 2 {
+		t.Errorf("replicas = %d, want 2", got)
 	}
 	pod := d.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
@@ -482,9 +514,29 @@ func TestNotes(t *testing.T) {
 		"port-forward service/trainyard-metrics 8080:http-metrics",
 		"helm show crds",
 		"upstream Kubeflow Trainer controller",
+		"Admission:        trainyard-validator, trainyard-defaulter via service/trainyard-webhook (failurePolicy Fail, certificates SelfManaged)",
+		"kubectl get validatingwebhookconfiguration trainyard-validator",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "WARNING") {
+		t.Errorf("NOTES.txt warns with the defaults:\n%s", notes)
+	}
+	for _, tc := range []struct {
+		values string
+		warn   bool
+	}{
+		{"replicas: 1", true},
+		{"replicas: 0", true},
+		{"replicas: 1\nwebhook: {failurePolicy: Ignore}", false},
+		{"replicas: 1\nwebhook: {enabled: false}", false},
+		{"replicas: 3", false},
+	} {
+		notes := mustRender(t, tc.values).files["templates/NOTES.txt"]
+		if got := strings.Contains(notes, "WARNING: replicas is") && strings.Contains(notes, "fail closed"); got != tc.warn {
+			t.Errorf("%q: NOTES.txt warns about a single admission replica: %v, want %v\n%s", tc.values, got, tc.warn, notes)
 		}
 	}
 	notes = mustRender(t, "metrics: {prometheusRule: {enabled: true}}", withMonitoring()).files["templates/NOTES.txt"]

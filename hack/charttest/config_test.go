@@ -69,6 +69,7 @@ func TestConfigFile(t *testing.T) {
 			"baseDelay": cfg.RateLimit.BaseDelay.Duration, "maxDelay": cfg.RateLimit.MaxDelay.Duration,
 			"retryQPS": *cfg.RateLimit.QPS, "retryBurst": *cfg.RateLimit.Burst,
 			"featureGates": cfg.FeatureGates,
+			"webhook":      cfg.Webhook,
 		}
 		want := map[string]any{
 			"qps": float32(300), "burst": int32(500),
@@ -78,6 +79,17 @@ func TestConfigFile(t *testing.T) {
 			"baseDelay": 10 * time.Millisecond, "maxDelay": 2 * time.Minute,
 			"retryQPS": float32(20), "retryBurst": int32(200),
 			"featureGates": map[string]bool{"SomeFeature": true},
+			"webhook": configv1alpha1.WebhookConfiguration{
+				BindAddress:                        ":10250",
+				ServiceName:                        "trainyard-ty-webhook",
+				ValidatingWebhookConfigurationName: "trainyard-ty-validator",
+				MutatingWebhookConfigurationName:   "trainyard-ty-defaulter",
+				Certificates: configv1alpha1.WebhookCertificates{
+					Mode:       configv1alpha1.CertificatesProvided,
+					SecretName: configv1alpha1.DefaultWebhookSecretName, // unused in mode Provided
+					CertDir:    configv1alpha1.DefaultWebhookCertDir,
+				},
+			},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("configuration (-want +got):\n%s", diff)
@@ -127,9 +139,9 @@ func TestBinaryAcceptsChart(t *testing.T) {
 		t.Skip("builds the controller")
 	}
 	bin := controllerBinary(t)
-	for _, name := range []string{"defaults", "everything", "single-no-leader-election"} {
+	for _, name := range []string{"defaults", "everything", "single-no-leader-election", "cert-manager", "provided", "no-webhook"} {
 		t.Run(name, func(t *testing.T) {
-			r := mustRender(t, combinations[name], withMonitoring())
+			r := mustRender(t, combinations[name], withMonitoring(), withCertManager())
 			d := into[appsv1.Deployment](t, r.ofKind("Deployment")[0])
 			c := d.Spec.Template.Spec.Containers[0]
 			dir := t.TempDir()

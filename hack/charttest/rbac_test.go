@@ -89,6 +89,38 @@ var controllerCalls = []grant{
 	{"events.k8s.io", "events", "patch", ""},
 }
 
+// admissionCalls are the admission server's extra calls, cluster-wide: the
+// Volcano rule's PriorityClass informer. The rest of what it reads (runtimes,
+// TrainJobs, JobSets) is in controllerCalls.
+var admissionCalls = []grant{
+	{"scheduling.k8s.io", "priorityclasses", "get", ""},
+	{"scheduling.k8s.io", "priorityclasses", "list", ""},
+	{"scheduling.k8s.io", "priorityclasses", "watch", ""},
+}
+
+// selfManagedCertCalls are pkg/certs' calls (docs/design/certificates.md):
+// single-object informers and full updates of the two webhook configurations
+// (cluster-wide, by name) and of the Secret (in the release namespace, by
+// name). No create: the chart pre-creates the Secret.
+var (
+	selfManagedWebhookCalls = []grant{
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", "trainyard-validator"},
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "list", "trainyard-validator"},
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "watch", "trainyard-validator"},
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "update", "trainyard-validator"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", "trainyard-defaulter"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "list", "trainyard-defaulter"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "watch", "trainyard-defaulter"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "trainyard-defaulter"},
+	}
+	selfManagedSecretCalls = []grant{
+		{"", "secrets", "get", "trainyard-webhook-certs"},
+		{"", "secrets", "list", "trainyard-webhook-certs"},
+		{"", "secrets", "watch", "trainyard-webhook-certs"},
+		{"", "secrets", "update", "trainyard-webhook-certs"},
+	}
+)
+
 // leaseCalls are the leader election calls, in the Lease's namespace.
 var leaseCalls = []grant{
 	{"coordination.k8s.io", "leases", "create", ""},
@@ -131,8 +163,28 @@ func sorted(gs []grant) []grant {
 func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 	r := mustRender(t, ``)
 	cr := into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", fullname))
-	if diff := cmp.Diff(sorted(controllerCalls), grants(t, cr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+	needed := slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls)
+	if diff := cmp.Diff(sorted(needed), grants(t, cr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("ClusterRole grants (-needed +granted):\n%s", diff)
+	}
+	certRole := into[rbacv1.Role](t, r.get(t, "Role", fullname+"-webhook-certs"))
+	if certRole.Namespace != namespace {
+		t.Errorf("certificate Secret Role in %q, want the release namespace %q", certRole.Namespace, namespace)
+	}
+	if diff := cmp.Diff(sorted(selfManagedSecretCalls), grants(t, certRole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+		t.Errorf("certificate Secret Role grants (-needed +granted):\n%s", diff)
+	}
+	certBinding := into[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", fullname+"-webhook-certs"))
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certRole.Name}); certBinding.RoleRef != want ||
+		!cmp.Equal(certBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: fullname, Namespace: namespace}}) {
+		t.Errorf("certificate RoleBinding %+v → %+v", certBinding.Subjects, certBinding.RoleRef)
+	}
+	// The names granted are the names the controller is configured with.
+	cfg := decodeConfig(t, configFile(t, r, fullname+"-config")).Webhook
+	if cfg.ValidatingWebhookConfigurationName != "trainyard-validator" || cfg.MutatingWebhookConfigurationName != "trainyard-defaulter" ||
+		cfg.Certificates.SecretName != "trainyard-webhook-certs" {
+		t.Errorf("the controller is configured for %s, %s and Secret %s; RBAC grants trainyard-validator, trainyard-defaulter and trainyard-webhook-certs",
+			cfg.ValidatingWebhookConfigurationName, cfg.MutatingWebhookConfigurationName, cfg.Certificates.SecretName)
 	}
 	role := into[rbacv1.Role](t, r.get(t, "Role", fullname+"-leader-election"))
 	if role.Namespace != namespace {
@@ -159,8 +211,67 @@ func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 	}
 }
 
+// TestRBACPerWebhookMode: the certificate rules exist only when the controller
+// keeps its own certificates; the PriorityClass informer whenever it admits.
+func TestRBACPerWebhookMode(t *testing.T) {
+	for name, want := range map[string][]grant{
+		"defaults":     slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
+		"cert-manager": slices.Concat(controllerCalls, admissionCalls),
+		"provided":     slices.Concat(controllerCalls, admissionCalls),
+		"no-webhook":   controllerCalls,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := mustRender(t, combinations[name], withCertManager())
+			var rules []rbacv1.PolicyRule
+			for _, o := range r.ofKind("ClusterRole") {
+				rules = append(rules, into[rbacv1.ClusterRole](t, o).Rules...)
+			}
+			for _, o := range r.ofKind("Role") {
+				if o.GetName() != fullname+"-leader-election" {
+					rules = append(rules, into[rbacv1.Role](t, o).Rules...)
+				}
+			}
+			if diff := cmp.Diff(sorted(want), grants(t, rules), cmp.AllowUnexported(grant{})); diff != "" {
+				t.Errorf("grants besides the Lease's (-needed +granted):\n%s", diff)
+			}
+		})
+	}
+	t.Run("names follow the release", func(t *testing.T) {
+		r := mustRender(t, ``, withRelease("prod"))
+		cfg := decodeConfig(t, configFile(t, r, "prod-trainyard-config")).Webhook
+		var names []string
+		for _, o := range append(r.ofKind("ClusterRole"), r.ofKind("Role")...) {
+			for _, rule := range into[rbacv1.ClusterRole](t, o).Rules {
+				names = append(names, rule.ResourceNames...)
+			}
+		}
+		slices.Sort(names)
+		want := []string{cfg.Certificates.SecretName, cfg.MutatingWebhookConfigurationName, "trainyard-controller", cfg.ValidatingWebhookConfigurationName}
+		slices.Sort(want)
+		if diff := cmp.Diff(want, names); diff != "" {
+			t.Errorf("resourceNames (-configured +granted):\n%s", diff)
+		}
+		r.get(t, "ValidatingWebhookConfiguration", cfg.ValidatingWebhookConfigurationName)
+		r.get(t, "MutatingWebhookConfiguration", cfg.MutatingWebhookConfigurationName)
+		r.get(t, "Secret", cfg.Certificates.SecretName)
+		r.get(t, "Service", cfg.ServiceName)
+		if cfg.ValidatingWebhookConfigurationName != "prod-trainyard-validator" {
+			t.Errorf("a second release would share the configuration %s", cfg.ValidatingWebhookConfigurationName)
+		}
+	})
+}
+
 func TestRBACGrantsNothingDangerous(t *testing.T) {
-	r := mustRender(t, combinations["everything"], withMonitoring())
+	for name, needed := range map[string][]grant{
+		"everything": slices.Concat(controllerCalls, admissionCalls),
+		"defaults":   slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
+	} {
+		t.Run(name, func(t *testing.T) { rbacGrantsNothingDangerous(t, combinations[name], needed) })
+	}
+}
+
+func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant) {
+	r := mustRender(t, values, withMonitoring())
 	var all []rbacv1.PolicyRule
 	for _, o := range append(r.ofKind("ClusterRole"), r.ofKind("Role")...) {
 		for _, rule := range into[rbacv1.ClusterRole](t, o).Rules {
@@ -208,6 +319,21 @@ func TestRBACGrantsNothingDangerous(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}},
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"create"}},
+		// Self-managed certificates: only the chart's own objects, by name.
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"update"}, ResourceNames: []string{"cert-manager-webhook"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-validator"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"patch"}, ResourceNames: []string{"trainyard-validator"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update"}, ResourceNames: []string{"trainyard-validator"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-defaulter"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"trainyard-webhook-certs-other"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"rbac-mpi-mpi-ssh-auth"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-webhook-certs"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}, ResourceNames: []string{"trainyard-webhook-certs"}},
+		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"update"}},
 	}
 	for _, f := range forbidden {
 		if covered, _ := validation.Covers(all, []rbacv1.PolicyRule{f}); covered {
@@ -217,8 +343,12 @@ func TestRBACGrantsNothingDangerous(t *testing.T) {
 	// And what it needs is covered (the same check an API server does when
 	// the ClusterRole is bound).
 	needed := []rbacv1.PolicyRule{}
-	for _, g := range controllerCalls {
-		needed = append(needed, rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verb}})
+	for _, g := range calls {
+		rule := rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verb}}
+		if g.name != "" {
+			rule.ResourceNames = []string{g.name}
+		}
+		needed = append(needed, rule)
 	}
 	if covered, missing := validation.Covers(all, needed); !covered {
 		t.Errorf("the chart's RBAC misses %+v", missing)

@@ -45,6 +45,9 @@ const (
 // monitoringAPIs are the Prometheus Operator kinds the chart can render.
 var monitoringAPIs = []string{"monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
 
+// certManagerAPI is the cert-manager kind the chart checks for.
+const certManagerAPI = "cert-manager.io/v1/Certificate"
+
 var (
 	chartOnce   sync.Once
 	loadedChart *chart.Chart
@@ -73,6 +76,11 @@ type option func(*renderOptions)
 // withMonitoring renders as if the Prometheus Operator CRDs were installed.
 func withMonitoring() option {
 	return func(o *renderOptions) { o.apiVersions = append(o.apiVersions, monitoringAPIs...) }
+}
+
+// withCertManager renders as if cert-manager's CRDs were installed.
+func withCertManager() option {
+	return func(o *renderOptions) { o.apiVersions = append(o.apiVersions, certManagerAPI) }
 }
 
 func withRelease(name string) option { return func(o *renderOptions) { o.releaseName = name } }

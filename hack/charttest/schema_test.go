@@ -52,6 +52,21 @@ func TestSchemaRejectsMistakes(t *testing.T) {
 		`podDisruptionBudget: {minAvailable: "half"}`:                          "minAvailable",
 		`config: {featureGates: {someFeature: true}}`:                          "someFeature",
 		`config: {featureGates: {SomeFeature: "yes"}}`:                         "SomeFeature",
+		// admission
+		`webhook: {enable: false}`:                        "enable",
+		`webhook: {enabled: "false"}`:                     "enabled",
+		`webhook: {port: 70000}`:                          "port",
+		`webhook: {failurePolicy: Never}`:                 "failurePolicy",
+		`webhook: {timeoutSeconds: 31}`:                   "timeoutSeconds",
+		`webhook: {timeoutSeconds: 0}`:                    "timeoutSeconds",
+		`webhook: {namespaceSelector: {matchNames: [a]}}`: "matchNames",
+		`webhook: {namespaceSelector: {matchExpressions: [{key: a, operator: Equals}]}}`: "operator",
+		`webhook: {certificates: {mode: certManager}}`:                                   "mode",
+		`webhook: {certificates: {secretName: My_Secret}}`:                               "secretName",
+		`webhook: {certificates: {caBundle: "-----BEGIN CERTIFICATE-----"}}`:             "caBundle",
+		`webhook: {certificates: {certManager: {enabled: true}}}`:                        "enabled",
+		`webhook: {certificates: {certManager: {issuerRef: {kind: ClusterIssuer}}}}`:     "name",
+		`webhook: {certificates: {certManager: {issuerRef: {name: ca, namespace: x}}}}`:  "namespace",
 	} {
 		t.Run(values, func(t *testing.T) {
 			_, err := render(t, values, withMonitoring())
@@ -118,6 +133,7 @@ func passThrough(path string) bool {
 		".podSecurityContext", ".securityContext", ".securityContext.capabilities", ".resources",
 		".resources.requests", ".resources.limits", ".livenessProbe", ".readinessProbe",
 		".podSecurityContext.seccompProfile", ".strategy", ".affinity",
+		".webhook.namespaceSelector", ".webhook.certificates.certManager.issuerRef",
 	}, path)
 }
 

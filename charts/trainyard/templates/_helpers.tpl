@@ -104,6 +104,137 @@ documentation: repository:tag@digest) when a digest is set.
 {{- printf "%s-config" (include "trainyard.fullname" .) }}
 {{- end }}
 
+{{/*
+Admission webhooks. The names below are passed to the controller in the
+configuration file (webhook.serviceName, webhook.*WebhookConfigurationName,
+webhook.certificates.secretName): the objects the chart renders and the objects
+the controller keeps current are the same by construction. For the release
+"trainyard" they equal the binary's defaults.
+*/}}
+{{- define "trainyard.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{- define "trainyard.validatingWebhookName" -}}
+{{- printf "%s-validator" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{- define "trainyard.mutatingWebhookName" -}}
+{{- printf "%s-defaulter" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{/*
+The serving certificate's Secret. Provided mode names the user's Secret, so it
+has no default there.
+*/}}
+{{- define "trainyard.webhookSecretName" -}}
+{{- $c := .Values.webhook.certificates }}
+{{- if eq $c.mode "Provided" }}
+{{- required "webhook.certificates.secretName is required when webhook.certificates.mode is Provided: the kubernetes.io/tls Secret (tls.crt, tls.key) the admission server serves" $c.secretName }}
+{{- else }}
+{{- default (printf "%s-webhook-certs" (include "trainyard.fullname" .)) $c.secretName }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where a mounted serving certificate is read (the binary's default certDir).
+*/}}
+{{- define "trainyard.webhookCertDir" -}}
+/tmp/k8s-webhook-server/serving-certs
+{{- end }}
+
+{{/*
+"true" when the controller keeps its own certificates: it then needs RBAC on
+the Secret and on the two webhook configurations, and the configurations are
+rendered without caBundle.
+*/}}
+{{- define "trainyard.webhookSelfManaged" -}}
+{{- and .Values.webhook.enabled (eq .Values.webhook.certificates.mode "SelfManaged") }}
+{{- end }}
+
+{{/*
+The cert-manager Certificate of the serving certificate (CertManager mode).
+*/}}
+{{- define "trainyard.webhookCertificateName" -}}
+{{- printf "%s-webhook" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{/*
+clientConfig of one webhook: the admission Service at path .path, with the CA
+bundle in Provided mode only. SelfManaged leaves caBundle out of the manifest
+altogether (the controller writes it, and a field the manifest never sets is
+one `helm upgrade` never touches); CertManager leaves it to cert-manager's CA
+injector. Call with (dict "root" $ "path" "/validate-...").
+*/}}
+{{- define "trainyard.webhookClientConfig" -}}
+service:
+  name: {{ include "trainyard.webhookServiceName" .root }}
+  namespace: {{ .root.Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- if eq .root.Values.webhook.certificates.mode "Provided" }}
+caBundle: {{ required "webhook.certificates.caBundle is required when webhook.certificates.mode is Provided: the base64-encoded PEM of the CA that signed the Secret's certificate" .root.Values.webhook.certificates.caBundle }}
+{{- end }}
+{{- end }}
+
+{{/*
+namespaceSelector of the namespaced webhooks: webhook.namespaceSelector with
+kube-system always excluded (kubernetes.io/metadata.name is set by the API
+server on every namespace and cannot be changed).
+*/}}
+{{- define "trainyard.webhookNamespaceSelector" -}}
+{{- $sel := deepCopy .Values.webhook.namespaceSelector }}
+{{- $exprs := concat (get $sel "matchExpressions" | default list) (list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (list "kube-system"))) }}
+{{- $_ := set $sel "matchExpressions" $exprs }}
+{{- toYaml $sel }}
+{{- end }}
+
+{{/*
+Settings every webhook shares: fail closed by default, one timeout, equivalent
+versions matched (a future trainer.kubeflow.org version of the same objects is
+still reviewed), no side effects (so `--dry-run=server` is reviewed too).
+*/}}
+{{- define "trainyard.webhookSettings" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+matchPolicy: Equivalent
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+{{- end }}
+
+{{/*
+rules of one webhook: CREATE and UPDATE of one trainer.kubeflow.org resource.
+Call with (dict "resource" "trainjobs" "scope" "Namespaced").
+*/}}
+{{- define "trainyard.webhookRules" -}}
+- apiGroups: ["trainer.kubeflow.org"]
+  apiVersions: ["v1alpha1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: [{{ .resource | quote }}]
+  scope: {{ .scope }}
+{{- end }}
+
+{{/*
+objectSelector of the two runtime validators (upstream's).
+*/}}
+{{- define "trainyard.webhookRuntimeObjectSelector" -}}
+matchExpressions:
+  - key: trainer.kubeflow.org/webhook-validation
+    operator: NotIn
+    values: ["disabled"]
+{{- end }}
+
+{{/*
+Annotations of the webhook configurations: cert-manager's CA injection in
+CertManager mode.
+*/}}
+{{- define "trainyard.webhookAnnotations" -}}
+{{- if eq .Values.webhook.certificates.mode "CertManager" -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "trainyard.webhookCertificateName" .) }}
+{{- end }}
+{{- end }}
+
 {{- define "trainyard.leaseNamespace" -}}
 {{- default .Release.Namespace .Values.leaderElection.namespace }}
 {{- end }}
@@ -169,6 +300,25 @@ rateLimit:
   {{- toYaml .Values.config.rateLimit | nindent 2 }}
 consistency:
   {{- toYaml .Values.config.consistency | nindent 2 }}
+webhook:
+{{- if .Values.webhook.enabled }}
+  bindAddress: {{ printf ":%d" (int .Values.webhook.port) | quote }}
+  serviceName: {{ include "trainyard.webhookServiceName" . | quote }}
+  validatingWebhookConfigurationName: {{ include "trainyard.validatingWebhookName" . | quote }}
+  mutatingWebhookConfigurationName: {{ include "trainyard.mutatingWebhookName" . | quote }}
+  certificates:
+    {{- if eq .Values.webhook.certificates.mode "SelfManaged" }}
+    mode: SelfManaged
+    secretName: {{ include "trainyard.webhookSecretName" . | quote }}
+    {{- else }}
+    # {{ .Values.webhook.certificates.mode }}: the Secret {{ include "trainyard.webhookSecretName" . }} is mounted here.
+    mode: Provided
+    certDir: {{ include "trainyard.webhookCertDir" . | quote }}
+    {{- end }}
+{{- else }}
+  # webhook.enabled is false: no admission server.
+  bindAddress: "0"
+{{- end }}
 {{- with .Values.config.featureGates }}
 featureGates:
   {{- toYaml . | nindent 2 }}

@@ -67,6 +67,24 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		t.Fatalf("helm install: %v", err)
 	}
 
+	// Admission is on by default (self-managed certificates), but no API server can
+	// reach a controller running out of cluster through the chart's Service: with
+	// failurePolicy Fail every TrainJob write below would be refused. Remove the two
+	// webhook configurations (the e2e tests cover admission, with the controller
+	// registering itself over 127.0.0.1) and keep everything else the chart made, its
+	// RBAC for the certificates in particular, which the SubjectAccessReviews below check.
+	admissionAPI := c.Client().AdmissionregistrationV1()
+	if err := admissionAPI.ValidatingWebhookConfigurations().Delete(ctx, release+"-validator", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("the chart's ValidatingWebhookConfiguration: %v", err)
+	}
+	if err := admissionAPI.MutatingWebhookConfigurations().Delete(ctx, release+"-defaulter", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("the chart's MutatingWebhookConfiguration: %v", err)
+	}
+	// The certificate Secret exists before the controller runs: it needs no "create".
+	if _, err := c.Client().CoreV1().Secrets(namespace).Get(ctx, release+"-webhook-certs", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's webhook certificate Secret: %v", err)
+	}
+
 	// The ServiceAccount's credentials and the chart's configuration file.
 	sa := serviceAccount(t, c)
 	token, err := c.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
@@ -172,8 +190,36 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		t.Errorf("the MPI hostfile ConfigMap: %v", err)
 	}
 
-	// And no more than needed: what the ServiceAccount must not do.
+	// Self-managed webhook certificates: the Secret and the two configurations, by
+	// name, and the PriorityClass informer of the admission rules.
 	user := "system:serviceaccount:" + namespace + ":" + sa
+	access := func(attrs authorizationv1.ResourceAttributes) bool {
+		t.Helper()
+		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	var needed []authorizationv1.ResourceAttributes
+	for _, verb := range []string{"get", "list", "watch", "update"} {
+		needed = append(needed,
+			authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
+			authorizationv1.ResourceAttributes{Verb: verb, Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: release + "-validator"},
+			authorizationv1.ResourceAttributes{Verb: verb, Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: release + "-defaulter"})
+	}
+	for _, verb := range []string{"get", "list", "watch"} {
+		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Group: "scheduling.k8s.io", Resource: "priorityclasses"})
+	}
+	for _, attrs := range needed {
+		if !access(attrs) {
+			t.Errorf("the chart's ServiceAccount may not %s %s/%s %q in %q; self-managed certificates and admission need it", attrs.Verb, attrs.Group, attrs.Resource, attrs.Name, attrs.Namespace)
+		}
+	}
+
+	// And no more than needed: what the ServiceAccount must not do.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets"},
 		{Verb: "list", Resource: "secrets", Namespace: namespace},
@@ -190,14 +236,20 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: namespace},
 		{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
+		// Certificates: other Secrets, other webhook configurations, other verbs.
+		{Verb: "get", Resource: "secrets", Name: "rbac-mpi-mpi-ssh-auth", Namespace: namespace},
+		{Verb: "watch", Resource: "secrets", Namespace: namespace},
+		{Verb: "get", Resource: "secrets", Name: release + "-webhook-certs", Namespace: "default"},
+		{Verb: "delete", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
+		{Verb: "patch", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
+		{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"},
+		{Verb: "list", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"},
+		{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "some-other-validator"},
+		{Verb: "delete", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: release + "-validator"},
+		{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "some-other-defaulter"},
+		{Verb: "create", Group: "scheduling.k8s.io", Resource: "priorityclasses"},
 	} {
-		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if review.Status.Allowed {
+		if access(attrs) {
 			t.Errorf("the chart's ServiceAccount may %s %s/%s %q in %q; it must not", attrs.Verb, attrs.Group, attrs.Resource, attrs.Name, attrs.Namespace)
 		}
 	}
