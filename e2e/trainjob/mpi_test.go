@@ -263,11 +263,11 @@ func TestMPITrainJobRunsToComplete(t *testing.T) {
 // naming the field and the fix, and nothing is created: no JobSet, ConfigMap or Secret.
 func TestMPIRuntimeWithoutLauncher(t *testing.T) {
 	e := newEnv(t)
-	startController(t, e.c)
+	// Admission refuses such a runtime, and TrainJobs of it (TestAdmission); without
+	// admission (turned off, or objects created before it was on) the controller must
+	// still explain the TrainJob's wait.
+	startController(t, e.c, noAdmission)
 	e.createMPIRuntime(t, "no-launcher", time.Second, time.Second, func(rt *trainer.TrainingRuntime) {
-		// Admission refuses such a runtime; one opted out of validation (as upstream
-		// allows) still reaches the controller, which must explain the TrainJob's wait.
-		metav1.SetMetaDataLabel(&rt.ObjectMeta, "trainer.kubeflow.org/webhook-validation", "disabled")
 		jobs := rt.Spec.Template.Spec.ReplicatedJobs
 		jobs[0].Template.Labels = jobs[1].Template.Labels // the workers become the trainer
 		rt.Spec.Template.Spec.ReplicatedJobs = jobs[:1]

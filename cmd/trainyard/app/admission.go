@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -44,6 +45,10 @@ type admissionServer struct {
 		Ready() bool
 	}
 	manager *certs.Manager // self-managed certificates; nil when provided
+	// listening is set once the server's port is bound: before that, neither /readyz
+	// nor the registration may send the API server to it (connection refused, which
+	// with failurePolicy Fail refuses the write).
+	listening atomic.Bool
 }
 
 // newAdmissionServer builds the admission server of cfg, or returns nil when
@@ -122,12 +127,23 @@ func (s *admissionServer) hasSynced() bool {
 	return s.factory.Scheduling().V1().PriorityClasses().Informer().HasSynced()
 }
 
-// ready reports whether the server has a certificate to serve.
-func (s *admissionServer) ready() bool { return s.certificate.Ready() }
+// ready reports whether the server listens and has a certificate to serve.
+func (s *admissionServer) ready() bool { return s.listening.Load() && s.certificate.Ready() }
 
-// serve serves HTTPS until the server is shut down; it returns http.ErrServerClosed then.
-func (s *admissionServer) serve() error {
-	return s.server.ListenAndServeTLS("", "")
+// listen binds the server's port. Errors: the address is in use or invalid.
+func (s *admissionServer) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.server.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("admission server: %w", err)
+	}
+	s.listening.Store(true)
+	return ln, nil
+}
+
+// serve serves HTTPS on ln until the server is shut down; it returns
+// http.ErrServerClosed then.
+func (s *admissionServer) serve(ln net.Listener) error {
+	return s.server.ServeTLS(ln, "", "")
 }
 
 // register creates or updates the two webhook configurations with clientConfig.url =
@@ -136,8 +152,8 @@ func (s *admissionServer) serve() error {
 // Helm chart does for a controller inside it. The certificate manager keeps the bundle
 // current afterwards.
 func (s *admissionServer) register(ctx context.Context) {
-	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if !s.certificate.Ready() {
+	_ = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if !s.ready() {
 			return false, nil
 		}
 		var bundle []byte

@@ -221,8 +221,12 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	}
 	if adm != nil {
 		// Only now: a rule reading an empty cache would admit what it must refuse.
+		ln, err := adm.listen()
+		if err != nil {
+			return err
+		}
 		go func() {
-			if err := adm.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adm.serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErrs <- fmt.Errorf("serving admission on %s: %w", adm.server.Addr, err)
 			}
 		}()
