@@ -155,8 +155,11 @@ func (ctrl *controller) kill(t *testing.T) {
 	ctrl.exited <- err
 }
 
-// writes returns how many API requests of each write method (POST, PUT, PATCH, DELETE)
-// the controller has made, from its own rest_client_requests_total.
+// writes returns how many writes of each method (POST, PUT, PATCH, DELETE) the
+// controller has made that the API server accepted (2xx), from its own
+// rest_client_requests_total. A refused request wrote nothing: a status patch whose
+// precondition failed (409, the TrainJob changed since the cache saw it) is retried,
+// and the retry counts if it lands.
 func (ctrl *controller) writes(t *testing.T) map[string]int {
 	t.Helper()
 	resp, err := http.Get("http://" + ctrl.metricsAddr + "/metrics")
@@ -173,7 +176,7 @@ func (ctrl *controller) writes(t *testing.T) map[string]int {
 			continue
 		}
 		method := labelValue(line, "method")
-		if method == "GET" || method == "" {
+		if method == "GET" || method == "" || !strings.HasPrefix(labelValue(line, "code"), "2") {
 			continue
 		}
 		value, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
