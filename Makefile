@@ -88,8 +88,10 @@ BENCH_N           ?= 2000
 BENCH_LIFECYCLE_N ?= 500
 
 .PHONY: bench
-bench: ## Scale benchmark on its own local control plane (issue 9): admission of BENCH_N TrainJobs vs the raw-create limit, then BENCH_LIFECYCLE_N to Complete. Results: bench/results/.
+bench: ## Scale benchmark on its own local control plane (issue 9): admission of BENCH_N TrainJobs vs the raw-create limit, again with webhooks on (issue 13: review latency, throughput within 10%), then BENCH_LIFECYCLE_N to Complete. Results: bench/results/.
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N)
+	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N) --webhooks --out=../bench/results/admission-n$(BENCH_N)-webhooks \
+	  --baseline=../bench/results/admission-n$(BENCH_N)/result.json --baseline-tolerance=0.1
 	cd e2e && $(GO) run ./cmd/bench --mode=lifecycle --n=$(BENCH_LIFECYCLE_N)
 
 BENCH_SCALE_N ?= 10000

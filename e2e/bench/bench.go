@@ -78,6 +78,10 @@ type Config struct {
 	Timeout time.Duration
 	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
 	ControllerArgs []string
+	// Webhooks runs the controller with its admission server registered with the API
+	// server over 127.0.0.1 (as `make run`), so every TrainJob create of the burst is
+	// reviewed and defaulted; without it the controller serves no admission at all.
+	Webhooks bool
 	// CPUProfile, when non-zero, runs the controller with --profiling, takes
 	// a CPU profile of that long from the start of the burst into
 	// <OutDir>/cpu.pprof, and a heap profile once it is idle into
@@ -210,11 +214,28 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerArgs...)
+	args := slices.Clone(r.cfg.ControllerArgs)
+	webhookURL := ""
+	if r.cfg.Webhooks {
+		addrs, err := cluster.FreeAddrs(1)
+		if err != nil {
+			return nil, err
+		}
+		webhookURL = "https://" + addrs[0]
+		args = append(args, "--webhook-bind-address="+addrs[0], "--webhook-register-url="+webhookURL)
+	} else {
+		args = append(args, "--webhook-bind-address=0")
+	}
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer ctrl.Stop()
+	if webhookURL != "" {
+		if err := r.waitWebhooks(ctx, webhookURL); err != nil {
+			return nil, err
+		}
+	}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -276,6 +297,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 
 	res.Admission = admissionFigures(created, jobSetsSeen, r.cfg.N)
+	if r.cfg.Webhooks {
+		res.Admission.Reviews = reviewFigures(before.metrics, after.metrics)
+	}
 	if r.cfg.Mode == ModeLifecycle {
 		res.Lifecycle = lifecycleFigures(created, finished, allArrived)
 		if res.Lifecycle.Failed, err = r.countFailed(ctx); err != nil {
@@ -582,6 +606,26 @@ func admissionFigures(created burstResult, seen *arrivals, n int) *Admission {
 	a.LatencyP99 = round3(percentile(latencies, 99))
 	a.LatencyMax = round3(latencies[len(latencies)-1])
 	return a
+}
+
+// reviewFigures returns the controller's TrainJob admission reviews between two
+// scrapes: count and p50/p99 latency, from trainyard_admission_duration_seconds (time
+// in the webhook handler; the API server's round trip adds TLS and the network).
+func reviewFigures(before, after *Snapshot) *Reviews {
+	sel := Labels{metrics.LabelKind: metrics.AdmissionKindTrainJob}
+	h := after.Histogram(metrics.AdmissionDurationSeconds, sel).Sub(before.Histogram(metrics.AdmissionDurationSeconds, sel))
+	return &Reviews{Count: int(h.Count), P50Seconds: round3(h.Quantile(0.5)), P99Seconds: round3(h.Quantile(0.99))}
+}
+
+// waitWebhooks waits until the API server's TrainJob validator calls url.
+func (r *runner) waitWebhooks(ctx context.Context, url string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cfg, err := r.cluster.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "trainyard-validator", metav1.GetOptions{})
+		if err != nil || len(cfg.Webhooks) == 0 || cfg.Webhooks[0].ClientConfig.URL == nil {
+			return false, nil
+		}
+		return strings.HasPrefix(*cfg.Webhooks[0].ClientConfig.URL, url+"/"), nil
+	})
 }
 
 func lifecycleFigures(created burstResult, finished *arrivals, allDone time.Time) *Lifecycle {
