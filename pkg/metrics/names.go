@@ -72,9 +72,10 @@ const (
 	StageWorkers = "trainyard_stage_workers"
 
 	// PipelineKeysInFlight is a gauge (TrainJobs): keys past the first stage
-	// and not yet out of the pipeline, each with a plan in memory. At
-	// PipelineMaxKeysInFlight the first stage admits no new key until one
-	// leaves: a burst then waits in the first queue.
+	// and not yet out of the pipeline, each with a plan in memory; a key waiting
+	// out a retry backoff gives its slot up. At PipelineMaxKeysInFlight the
+	// first stage admits no new key until one leaves: a burst then waits in the
+	// first queue.
 	PipelineKeysInFlight = "trainyard_pipeline_keys_in_flight"
 
 	// PipelineMaxKeysInFlight is a gauge (TrainJobs): the bound on
