@@ -179,10 +179,18 @@ func servingValid(leaf *x509.Certificate, bundle []*x509.Certificate, alt cert.A
 	return true
 }
 
-// renewAt returns the time at which c is due for renewal: fraction of the
-// way from its NotBefore to its NotAfter.
+// renewAt returns the time at which c is due for renewal: fraction of the way from
+// its issue to its NotAfter. The Manager backdates NotBefore by backdate (clock skew),
+// so it issued c at NotBefore + backdate; measured from NotBefore instead, a certificate
+// living less than backdate/(1-fraction) (15 minutes at 2/3) would be due as soon as it
+// was issued, and renewed in a loop. A certificate shorter than backdate (not the
+// Manager's) is measured from its NotBefore.
 func renewAt(c *x509.Certificate, fraction float64) time.Time {
-	return c.NotBefore.Add(time.Duration(fraction * float64(c.NotAfter.Sub(c.NotBefore))))
+	issued := c.NotBefore.Add(backdate)
+	if !issued.Before(c.NotAfter) {
+		issued = c.NotBefore
+	}
+	return issued.Add(time.Duration(fraction * float64(c.NotAfter.Sub(issued))))
 }
 
 func due(c *x509.Certificate, now time.Time, fraction float64) bool {

@@ -3,6 +3,7 @@ package certs
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"maps"
 	"slices"
 	"testing"
@@ -254,3 +255,28 @@ func runWebhookInformers(t *testing.T, m *Manager) {
 }
 
 func must[T any](v T, _ []string) T { return v }
+
+// A short-lived certificate is due two thirds of the way from its issue, not from its
+// backdated NotBefore: measured from NotBefore, a 30-second certificate was due when
+// issued and the Manager renewed it in a loop (found by the e2e rotation test).
+func TestRenewAtShortLivedCertificates(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		notBefore, notAfter time.Time
+		want                time.Time
+	}{
+		"the Manager's 30 s certificate (backdated)": {now.Add(-backdate), now.Add(30 * time.Second), now.Add(20 * time.Second)},
+		"the Manager's 90-day certificate":           {now.Add(-backdate), now.Add(90 * 24 * time.Hour), now.Add(60 * 24 * time.Hour)},
+		"a foreign 1 min certificate, not backdated": {now, now.Add(time.Minute), now.Add(40 * time.Second)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := &x509.Certificate{NotBefore: tc.notBefore, NotAfter: tc.notAfter}
+			if got := renewAt(c, DefaultRenewFraction); !got.Equal(tc.want) {
+				t.Errorf("renewAt = %v, want %v", got, tc.want)
+			}
+			if due(c, now, DefaultRenewFraction) {
+				t.Error("due when issued")
+			}
+		})
+	}
+}

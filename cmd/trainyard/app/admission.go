@@ -70,6 +70,8 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, namespace strin
 			Namespace: namespace, SecretName: cfg.Certificates.SecretName, Services: []string{cfg.ServiceName},
 			ValidatingWebhookConfigurations: []string{cfg.ValidatingWebhookConfigurationName},
 			MutatingWebhookConfigurations:   []string{cfg.MutatingWebhookConfigurationName},
+			CAValidity:                      cfg.Certificates.CAValidity.Duration,
+			ServingValidity:                 cfg.Certificates.ServingValidity.Duration,
 			Metrics:                         m,
 		}
 		if cfg.RegisterURL != "" {

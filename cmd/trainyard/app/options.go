@@ -160,6 +160,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if rl := cfg.RateLimit; rl.BaseDelay.Duration <= 0 || rl.MaxDelay.Duration < rl.BaseDelay.Duration {
 		problems = append(problems, "rateLimit.baseDelay must be positive and not above rateLimit.maxDelay")
 	}
+	if c := cfg.Webhook.Certificates; c.ServingValidity.Duration <= 0 || c.CAValidity.Duration < c.ServingValidity.Duration {
+		problems = append(problems, "webhook.certificates.servingValidity must be positive and not above webhook.certificates.caValidity")
+	}
 	switch wh := cfg.Webhook; {
 	case wh.Certificates.Mode != configv1alpha1.CertificatesSelfManaged && wh.Certificates.Mode != configv1alpha1.CertificatesProvided:
 		problems = append(problems, fmt.Sprintf("webhook.certificates.mode %q must be %q or %q", wh.Certificates.Mode, configv1alpha1.CertificatesSelfManaged, configv1alpha1.CertificatesProvided))

@@ -56,6 +56,7 @@ func defaults() *configv1alpha1.Configuration {
 			MutatingWebhookConfigurationName:   "trainyard-defaulter",
 			Certificates: configv1alpha1.WebhookCertificates{
 				Mode: "SelfManaged", SecretName: "trainyard-webhook-certs", CertDir: "/tmp/k8s-webhook-server/serving-certs",
+				CAValidity: &metav1.Duration{Duration: 26280 * time.Hour}, ServingValidity: &metav1.Duration{Duration: 2160 * time.Hour},
 			},
 		},
 		Consistency: configv1alpha1.ConsistencyConfiguration{
@@ -260,6 +261,10 @@ func TestConfigErrors(t *testing.T) {
 		"negative QPS": {
 			args:   []string{"--kube-api-qps=-1"},
 			wantIn: []string{"clientConnection.qps"},
+		},
+		"serving certificate outliving its CA": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  certificates:\n    caValidity: 1h\n    servingValidity: 2h\n")},
+			wantIn: []string{"webhook.certificates.servingValidity", "caValidity"},
 		},
 		"negative sweep period": {
 			args:   []string{"--config=" + badSweep},

@@ -42,6 +42,8 @@ const (
 	DefaultWebhookCertDir         = "/tmp/k8s-webhook-server/serving-certs"
 	DefaultValidatingWebhookName  = "trainyard-validator"
 	DefaultMutatingWebhookName    = "trainyard-defaulter"
+	DefaultCAValidity             = 3 * 365 * 24 * time.Hour
+	DefaultServingValidity        = 90 * 24 * time.Hour
 	DefaultSweepPeriod            = time.Minute
 	DefaultLagThreshold           = 5 * time.Minute
 )
@@ -119,6 +121,12 @@ func SetDefaults_Configuration(c *Configuration) {
 	setString(&wh.Certificates.Mode, CertificatesSelfManaged)
 	setString(&wh.Certificates.SecretName, DefaultWebhookSecretName)
 	setString(&wh.Certificates.CertDir, DefaultWebhookCertDir)
+	if wh.Certificates.CAValidity == nil {
+		wh.Certificates.CAValidity = &metav1.Duration{Duration: DefaultCAValidity}
+	}
+	if wh.Certificates.ServingValidity == nil {
+		wh.Certificates.ServingValidity = &metav1.Duration{Duration: DefaultServingValidity}
+	}
 
 	if c.Consistency.SweepPeriod == nil {
 		c.Consistency.SweepPeriod = &metav1.Duration{Duration: DefaultSweepPeriod}

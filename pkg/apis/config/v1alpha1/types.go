@@ -160,6 +160,14 @@ type WebhookCertificates struct {
 	// "/tmp/k8s-webhook-server/serving-certs".
 	// +optional
 	CertDir string `json:"certDir,omitempty"`
+	// caValidity and servingValidity are the lifetimes of a new self-managed CA and
+	// serving certificate; each is renewed once two thirds of it have passed (a new CA
+	// is published beside the old one before it signs anything). Default to 3 years
+	// (26280h) and 90 days (2160h); servingValidity must not exceed caValidity.
+	// +optional
+	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
+	// +optional
+	ServingValidity *metav1.Duration `json:"servingValidity,omitempty"`
 }
 
 // Webhook certificate modes.
