@@ -119,6 +119,13 @@ func TestAdmission(t *testing.T) {
 		p := tolerationPatch(kueueManager, "x")
 		p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []trainer.ContainerPatch{{Name: "sidecar"}}
 		withContainer.Spec.RuntimePatches = []trainer.RuntimePatch{p}
+		withDataset := trainJob("bad-dataset", trainer.TrainingRuntimeKind, "torch")
+		withDataset.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://tatsu-lab/alpaca")}}
+		nodeEnv := trainJob("bad-node-env", trainer.TrainingRuntimeKind, "torch")
+		envPatch := tolerationPatch(kueueManager, "x")
+		envPatch.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []trainer.ContainerPatch{{
+			Name: "node", Env: []corev1.EnvVar{{Name: "X", Value: "y"}}}}
+		nodeEnv.Spec.RuntimePatches = []trainer.RuntimePatch{envPatch}
 		for _, tc := range []struct {
 			tj   testTrainJob
 			want []string
@@ -126,6 +133,8 @@ func TestAdmission(t *testing.T) {
 			{withManager, []string{"spec.runtimePatches[0].manager"}},
 			{withEnv, []string{"spec.trainer.env", "PET_NNODES"}},
 			{withContainer, []string{"containers", "sidecar"}},
+			{withDataset, []string{"spec.initializer.dataset", "dataset-initializer"}},
+			{nodeEnv, []string{"env"}},
 		} {
 			tc.tj.Namespace = e.ns
 			_, err := tjs.Create(ctx, tc.tj.TrainJob, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
