@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
@@ -85,9 +86,11 @@ func TestConfigFile(t *testing.T) {
 				ValidatingWebhookConfigurationName: "trainyard-ty-validator",
 				MutatingWebhookConfigurationName:   "trainyard-ty-defaulter",
 				Certificates: configv1alpha1.WebhookCertificates{
-					Mode:       configv1alpha1.CertificatesProvided,
-					SecretName: configv1alpha1.DefaultWebhookSecretName, // unused in mode Provided
-					CertDir:    configv1alpha1.DefaultWebhookCertDir,
+					Mode:            configv1alpha1.CertificatesProvided,
+					SecretName:      configv1alpha1.DefaultWebhookSecretName, // unused in mode Provided
+					CertDir:         configv1alpha1.DefaultWebhookCertDir,
+					CAValidity:      &metav1.Duration{Duration: configv1alpha1.DefaultCAValidity},
+					ServingValidity: &metav1.Duration{Duration: configv1alpha1.DefaultServingValidity},
 				},
 			},
 		}
