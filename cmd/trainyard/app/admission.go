@@ -124,12 +124,14 @@ func (s *admissionServer) start(ctx context.Context) {
 	}
 }
 
-// hasSynced reports whether the PriorityClass cache has synced.
+// hasSynced reports whether the PriorityClass cache has synced; the server listens
+// only after it has.
 func (s *admissionServer) hasSynced() bool {
 	return s.factory.Scheduling().V1().PriorityClasses().Informer().HasSynced()
 }
 
-// ready reports whether the server listens and has a certificate to serve.
+// ready reports whether the server listens (so its caches have synced) and has a
+// certificate to serve.
 func (s *admissionServer) ready() bool { return s.listening.Load() && s.certificate.Ready() }
 
 // listen binds the server's port. Errors: the address is in use or invalid.
@@ -168,16 +170,12 @@ func (s *admissionServer) register(ctx context.Context) {
 			})
 		err := upsert(ctx, s.kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating,
 			func(cur, want *admissionregistrationv1.MutatingWebhookConfiguration) bool {
-				same := equality.Semantic.DeepEqual(cur.Webhooks, want.Webhooks)
-				cur.Webhooks = want.Webhooks
-				return !same
+				return replaceWebhooks(&cur.Webhooks, want.Webhooks)
 			})
 		if err == nil {
 			err = upsert(ctx, s.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating,
 				func(cur, want *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
-					same := equality.Semantic.DeepEqual(cur.Webhooks, want.Webhooks)
-					cur.Webhooks = want.Webhooks
-					return !same
+					return replaceWebhooks(&cur.Webhooks, want.Webhooks)
 				})
 		}
 		if err != nil {
@@ -215,6 +213,13 @@ func (s *admissionServer) unregister(ctx context.Context) {
 		return
 	}
 	s.logger.Info("Removed the webhook configurations this process registered", "url", s.cfg.RegisterURL)
+}
+
+// replaceWebhooks sets *cur to want and reports whether that changed anything.
+func replaceWebhooks[W any](cur *[]W, want []W) bool {
+	changed := !equality.Semantic.DeepEqual(*cur, want)
+	*cur = want
+	return changed
 }
 
 // webhookConfigurations is the typed client of one webhook configuration kind.

@@ -161,7 +161,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	env := newConvergenceEnv(t, rng)
+	env := newConvergenceEnv(t)
 	inf, err := informers.New(env.trainers, env.jobsets, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	return int(fired.Load())
 }
 
-func newConvergenceEnv(t *testing.T, rng *rand.Rand) *convergenceEnv {
+func newConvergenceEnv(t *testing.T) *convergenceEnv {
 	env := &convergenceEnv{
 		t:        t,
 		trainers: trainerfake.NewSimpleClientset(),
@@ -284,7 +284,6 @@ func newConvergenceEnv(t *testing.T, rng *rand.Rand) *convergenceEnv {
 		}
 		env.runtimes[rt.Name] = append(env.runtimes[rt.Name], rt.DeepCopy())
 	}
-	_ = rng
 	return env
 }
 

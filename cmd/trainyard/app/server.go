@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	synced := func() bool { return inf.HasSynced() && apis.HasSynced() }
 	var admissionReady func() bool
 	if adm != nil {
-		admissionReady = func() bool { return adm.hasSynced() && adm.ready() }
+		admissionReady = adm.ready
 	}
 
 	var leading atomic.Bool
@@ -392,7 +392,7 @@ func healthServer(addr string, synced, admissionReady func() bool, leading *atom
 			return
 		}
 		if admissionReady != nil && !admissionReady() {
-			http.Error(w, "[-]admission: PriorityClass cache not synced or no serving certificate yet", http.StatusServiceUnavailable)
+			http.Error(w, "[-]admission: not serving yet (caches syncing or no serving certificate)", http.StatusServiceUnavailable)
 			return
 		}
 		if _, verbose := r.URL.Query()["verbose"]; verbose {

@@ -83,7 +83,7 @@ func TestHealthServer(t *testing.T) {
 		"synced, admission without a certificate yet": {
 			synced: true, admission: ptr.To(false),
 			probes: []probe{
-				{"/readyz", http.StatusServiceUnavailable, "[-]admission: PriorityClass cache not synced or no serving certificate yet\n"},
+				{"/readyz", http.StatusServiceUnavailable, "[-]admission: not serving yet (caches syncing or no serving certificate)\n"},
 			},
 		},
 		"synced, admission ready": {
