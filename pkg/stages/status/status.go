@@ -79,11 +79,21 @@ type Stage struct {
 // appliedJobSet remembers what this process last applied for a TrainJob, so a sync that
 // runs before the informer cache shows the write neither applies it again nor judges
 // the gate by the JobSet as it was before the write.
+//
+// A record the cache never confirms expires after appliedRecordTTL: by then the cache
+// has seen the write unless the JobSet was deleted before it could (a delete the cache
+// never shows sends no event), and a record kept forever would stop the JobSet from
+// being re-created, even by the consistency sweep's re-queue.
 type appliedJobSet struct {
 	uid       types.UID
 	hash      string
-	suspended bool // the applied JobSet's spec.suspend
+	suspended bool      // the applied JobSet's spec.suspend
+	at        time.Time // when it was applied
 }
+
+// appliedRecordTTL is how long an apply the cache has not shown yet is trusted over
+// the cache: far beyond a watch's delivery lag (milliseconds; seconds in a burst).
+const appliedRecordTTL = 2 * time.Minute
 
 var _ stages.Stage = (*Stage)(nil)
 
@@ -199,7 +209,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
 		return false, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
-	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false)})
+	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false), at: s.now()})
 	logger := klog.FromContext(ctx)
 	if js == nil {
 		latency := s.now().Sub(tj.CreationTimestamp.Time)
@@ -236,11 +246,12 @@ func mayApply(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, last appliedJobSe
 }
 
 // lastApplied returns what this process last applied for the TrainJob of uid at key,
-// zero if nothing.
+// zero if nothing or if the record expired (appliedRecordTTL).
 func (s *Stage) lastApplied(key cache.ObjectName, uid types.UID) appliedJobSet {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a, ok := s.applied[key]; ok && a.uid == uid {
+	if a, ok := s.applied[key]; ok && a.uid == uid && now.Sub(a.at) < appliedRecordTTL {
 		return a
 	}
 	return appliedJobSet{}

@@ -785,6 +785,32 @@ func TestSyncWithoutJobSet(t *testing.T) {
 			t.Errorf("%d applies of a stale plan", n)
 		}
 	})
+	t.Run("JobSet deleted before the cache ever showed it: re-created once the record expires", func(t *testing.T) {
+		tj := makeTrainJob().Obj()
+		f := newFixture(t, tj, nil)
+		f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+		if _, err := f.sync(t); err != nil {
+			t.Fatal(err)
+		}
+		// The cache still shows no JobSet: within the record's lifetime that is the
+		// cache lagging, and a rebuilt plan applies nothing.
+		f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+		if _, err := f.sync(t); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.jobSetApplies()); n != 1 {
+			t.Fatalf("%d applies while the cache may lag, want 1", n)
+		}
+		// Minutes later it is not: the JobSet is gone, and the next build re-creates it.
+		f.clock.SetTime(f.clock.Now().Add(3 * time.Minute))
+		f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+		if _, err := f.sync(t); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.jobSetApplies()); n != 2 {
+			t.Errorf("%d applies after the record expired, want 2 (re-created)", n)
+		}
+	})
 	t.Run("TrainJob deleted: plan dropped", func(t *testing.T) {
 		tj := makeTrainJob().Obj()
 		f := newFixture(t, nil, nil)
