@@ -100,9 +100,14 @@ var _ stages.Stage = (*Stage)(nil)
 // Name returns Name.
 func (s *Stage) Name() string { return Name }
 
-// Forget drops what the stage remembers about the TrainJob at key; call it when the
-// TrainJob is deleted.
+// Forget drops what the stage and its status Writer remember about the TrainJob at key;
+// call it when the TrainJob is deleted.
 func (s *Stage) Forget(key cache.ObjectName) {
+	s.forgetApplied(key)
+	s.Status.Forget(key)
+}
+
+func (s *Stage) forgetApplied(key cache.ObjectName) {
 	s.mu.Lock()
 	delete(s.applied, key)
 	s.mu.Unlock()
@@ -135,7 +140,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID).hash {
 		// The cache shows what this process last applied, so the record has done its
 		// job; keeping it would stop a JobSet deleted later from being re-created.
-		s.Forget(key)
+		s.forgetApplied(key)
 	}
 
 	finished := trainjob.IsFinished(tj)

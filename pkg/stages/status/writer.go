@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/tools/cache"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
@@ -18,8 +22,25 @@ const FieldManager = "trainyard"
 
 // Writer writes TrainJob status. Every stage that changes status goes through it, so a
 // TrainJob gets at most one status write per sync and none when nothing changed.
+//
+// It remembers, per TrainJob, the last status it wrote and the resourceVersion the API
+// server returned for it, so a sync that reads the TrainJob from a cache that has not
+// yet shown that write does not send the same status again (two syncs of one key in
+// quick succession, e.g. for the TrainJob's and its JobSet's add events after a
+// restart). A record is one hash and a resourceVersion; it is dropped when the cache
+// catches up and by Forget.
 type Writer struct {
 	Client trainerclient.Interface
+
+	mu      sync.Mutex
+	written map[cache.ObjectName]writtenStatus
+}
+
+// writtenStatus is the last status write of this process for a TrainJob.
+type writtenStatus struct {
+	uid             types.UID
+	resourceVersion string // the TrainJob's resourceVersion after the write
+	digest          uint64 // statusDigest of what was written
 }
 
 // Update applies mutate to a copy of tj.Status and, when the result differs
@@ -45,16 +66,73 @@ func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*
 	if equality.Semantic.DeepEqual(&tj.Status, next) {
 		return false, nil
 	}
+	key := cache.MetaObjectToName(tj)
+	digest := statusDigest(next)
+	if w.alreadyWritten(key, tj, digest) {
+		return false, nil
+	}
 	pt, patch, err := statusPatchOf(tj, next)
 	if err != nil {
 		return false, fmt.Errorf("encoding status patch: %w", err)
 	}
-	_, err = w.Client.TrainerV1alpha1().TrainJobs(tj.Namespace).Patch(ctx, tj.Name, pt, patch,
+	updated, err := w.Client.TrainerV1alpha1().TrainJobs(tj.Namespace).Patch(ctx, tj.Name, pt, patch,
 		metav1.PatchOptions{FieldManager: FieldManager}, "status")
 	if err != nil {
 		return false, fmt.Errorf("patching status of TrainJob %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
+	w.mu.Lock()
+	if w.written == nil {
+		w.written = map[cache.ObjectName]writtenStatus{}
+	}
+	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion, digest: digest}
+	w.mu.Unlock()
 	return true, nil
+}
+
+// alreadyWritten reports whether this process's last status write for tj was the status
+// of digest and tj (read from the cache) is older than that write: the server has that
+// status already, and the watch event of the write is on its way. A cache that has
+// caught up (or moved past the write, e.g. after another client's status write) drops
+// the record and is compared as it is. Comparing resourceVersions as integers is the
+// API server's contract since Kubernetes 1.35 (KEP-5504); a resourceVersion that is not
+// one (a fake client's) never skips a write.
+func (w *Writer) alreadyWritten(key cache.ObjectName, tj *trainer.TrainJob, digest uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.written[key]
+	if !ok {
+		return false
+	}
+	if last.uid == tj.UID {
+		if order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion); err == nil && order < 0 {
+			return last.digest == digest
+		}
+	}
+	delete(w.written, key)
+	return false
+}
+
+// Forget drops the record of the last status write for the TrainJob at key; call it
+// when the TrainJob is deleted.
+func (w *Writer) Forget(key cache.ObjectName) {
+	w.mu.Lock()
+	delete(w.written, key)
+	w.mu.Unlock()
+}
+
+// statusDigest hashes the fields Update writes, without the conditions'
+// lastTransitionTime: a sync that recomputes a write from the stale cache stamps a
+// condition with its own clock, a second later perhaps, and it is still the same status.
+func statusDigest(st *trainer.TrainJobStatus) uint64 {
+	fields := statusFields{Conditions: make([]metav1.Condition, len(st.Conditions)), JobsStatus: st.JobsStatus}
+	for i, c := range st.Conditions {
+		c.LastTransitionTime = metav1.Time{}
+		fields.Conditions[i] = c
+	}
+	h := fnv.New64a()
+	// Encoding a struct of plain fields cannot fail.
+	_ = json.NewEncoder(h).Encode(fields)
+	return h.Sum64()
 }
 
 // statusPatchOf returns the patch that sets next's conditions and jobsStatus on tj (see

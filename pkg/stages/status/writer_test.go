@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -195,5 +197,87 @@ func TestWriterNeverWritesAReCreatedTrainJob(t *testing.T) {
 				t.Errorf("the re-created TrainJob got conditions %v", stored.Status.Conditions)
 			}
 		})
+	}
+}
+
+// Two syncs of one TrainJob in quick succession (its add event and its JobSet's, after a
+// restart) compute the same status from a cache that has not shown the first write yet:
+// the second sends nothing. A different status, a cache that caught up, a re-created
+// TrainJob or a resourceVersion that is not an integer is written as usual.
+func TestWriterSkipsAWriteTheCacheHasNotShownYet(t *testing.T) {
+	suspended := func(at time.Time) func(*trainer.TrainJobStatus) {
+		return func(st *trainer.TrainJobStatus) {
+			c := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, "Suspended", "TrainJob is suspended")
+			c.LastTransitionTime = metav1.NewTime(at)
+			st.Conditions = []metav1.Condition{c}
+		}
+	}
+	resumed := func(st *trainer.TrainJobStatus) {
+		st.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionFalse, "Resumed", "TrainJob is resumed")}
+	}
+	cached := func(uid types.UID, rv string) *trainer.TrainJob {
+		tj := makeTrainJob().UID(uid).JobsStatus(utiltesting.JobStatus("node", 0, 0, 0, 0, 1)).Obj()
+		tj.ResourceVersion = rv
+		return tj
+	}
+	cases := map[string]struct {
+		second     *trainer.TrainJob // the cache's TrainJob at the second sync
+		mutate     func(*trainer.TrainJobStatus)
+		wantWrites int
+	}{
+		"same status, stale cache":                     {second: cached("uid-1", "10"), mutate: suspended(t0), wantWrites: 1},
+		"same status a second later, stale cache":      {second: cached("uid-1", "10"), mutate: suspended(t0.Add(time.Second)), wantWrites: 1},
+		"other status, stale cache":                    {second: cached("uid-1", "10"), mutate: resumed, wantWrites: 2},
+		"same status, cache caught up (another write)": {second: cached("uid-1", "12"), mutate: suspended(t0), wantWrites: 2},
+		"same status, re-created TrainJob":             {second: cached("uid-2", "10"), mutate: suspended(t0), wantWrites: 2},
+		"same status, resourceVersion not an integer":  {second: cached("uid-1", "abc"), mutate: suspended(t0), wantWrites: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := trainerfake.NewSimpleClientset()
+			// The API server returns the TrainJob at its new resourceVersion.
+			client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+				tj := cached("uid-1", "12")
+				return true, tj, nil
+			})
+			w := &status.Writer{Client: client}
+			if wrote, err := w.Update(ctx, cached("uid-1", "10"), suspended(t0)); !wrote || err != nil {
+				t.Fatalf("first Update = %v, %v; want a write", wrote, err)
+			}
+			if _, err := w.Update(ctx, tc.second, tc.mutate); err != nil {
+				t.Fatalf("second Update: %v", err)
+			}
+			if got := len(utiltesting.Writes(client.Actions())); got != tc.wantWrites {
+				t.Errorf("writes = %d, want %d", got, tc.wantWrites)
+			}
+		})
+	}
+}
+
+// Forget (the TrainJob was deleted) drops the record: a TrainJob re-created under the
+// name with the same status is written even when the cache is older than the last write.
+func TestWriterForget(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := trainerfake.NewSimpleClientset()
+	client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+		tj := makeTrainJob().Obj()
+		tj.ResourceVersion = "12"
+		return true, tj, nil
+	})
+	tj := makeTrainJob().Obj()
+	tj.ResourceVersion = "10"
+	mutate := func(st *trainer.TrainJobStatus) {
+		st.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 0, 0, 0, 0, 1)}
+	}
+	w := &status.Writer{Client: client}
+	for range 2 {
+		if _, err := w.Update(ctx, tj, mutate); err != nil {
+			t.Fatal(err)
+		}
+		w.Forget(cache.MetaObjectToName(tj))
+	}
+	if got := len(utiltesting.Writes(client.Actions())); got != 2 {
+		t.Errorf("writes = %d, want 2 (one per Update after Forget)", got)
 	}
 }
