@@ -173,6 +173,7 @@ func validate(cfg *configv1alpha1.Configuration) error {
 			problems = append(problems, fmt.Sprintf("webhook.registerURL %q (--webhook-register-url) must be https://host:port, with no path", wh.RegisterURL))
 		}
 	}
+	problems = append(problems, validateLeaderElection(cfg.LeaderElection)...)
 	if c := cfg.Consistency; c.SweepPeriod.Duration < 0 || c.LagThreshold.Duration <= 0 {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}

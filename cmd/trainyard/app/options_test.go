@@ -270,6 +270,14 @@ func TestConfigErrors(t *testing.T) {
 			args:   []string{"--config=" + badSweep},
 			wantIn: []string{"consistency.sweepPeriod"},
 		},
+		"lease renewal outlasting the lease (two leaders)": {
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 14s\n  retryPeriod: 2s\n")},
+			wantIn: []string{"leaderElection.renewDeadline + retryPeriod", "leaseDuration (15s)"},
+		},
+		"renew deadline within the retry jitter (client-go panics on it)": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 2s\n  retryPeriod: 2s\n")},
+			wantIn: []string{"leaderElection.renewDeadline (2s)", "retryPeriod (2s)"},
+		},
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},
 			wantIn: []string{"rateLimit.baseDelay", "rateLimit.maxDelay"},
