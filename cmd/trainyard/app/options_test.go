@@ -271,7 +271,7 @@ func TestConfigErrors(t *testing.T) {
 			wantIn: []string{"consistency.sweepPeriod"},
 		},
 		"lease renewal outlasting the lease (two leaders)": {
-			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 14s\n  retryPeriod: 2s\n")},
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 14s\n  retryPeriod: 2s\n")},
 			wantIn: []string{"leaderElection.renewDeadline + retryPeriod", "leaseDuration (15s)"},
 		},
 		"renew deadline within the retry jitter (client-go panics on it)": {
