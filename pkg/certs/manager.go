@@ -362,11 +362,14 @@ func (m *Manager) refresh(fallback *corev1.Secret) {
 		return
 	}
 	bundle := st.data[CACertKey]
-	if prev := m.served.Load(); prev != nil &&
-		bytes.Equal(prev.cert.Certificate[0], st.serving.Certificate[0]) && bytes.Equal(prev.bundle, bundle) {
+	prev := m.served.Load()
+	if prev != nil && bytes.Equal(prev.cert.Certificate[0], st.serving.Certificate[0]) && bytes.Equal(prev.bundle, bundle) {
 		return
 	}
 	m.served.Store(&served{cert: st.serving, bundle: bundle})
+	if m.opts.OnCABundleChange != nil && (prev == nil || !bytes.Equal(prev.bundle, bundle)) {
+		m.opts.OnCABundleChange()
+	}
 	if m.opts.Metrics != nil {
 		m.opts.Metrics.SetCertificateExpiry(metrics.CertificateServing, st.serving.Leaf.NotAfter)
 		if len(st.bundle) > 0 {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,7 +265,10 @@ func TestCARotationKeepsOldAndNewCA(t *testing.T) {
 	t0 := clk.Now()
 	client := newAPIClient(webhookConfigs()...)
 	rec := newRecorder()
-	m, _ := start(t, client, testOptions(clk, rec))
+	opts := testOptions(clk, rec)
+	var bundleChanges atomic.Int32
+	opts.OnCABundleChange = func() { bundleChanges.Add(1) }
+	m, _ := start(t, client, opts)
 	ca0 := parseBundle(t, m.CABundle())[0]
 	srv := tlsServer(t, m)
 	webhooksCarry := func(bundle []byte) func() bool {
@@ -323,6 +327,11 @@ func TestCARotationKeepsOldAndNewCA(t *testing.T) {
 	_, rotations := rec.get()
 	if rotations[metrics.CertificateCA] != 1 {
 		t.Errorf("CA rotations = %d, want 1", rotations[metrics.CertificateCA])
+	}
+	// The first load, the new CA published, the old one dropped: serving renewals and
+	// the switch leave the bundle as it was.
+	if n := bundleChanges.Load(); n != 3 {
+		t.Errorf("OnCABundleChange called %d times, want 3", n)
 	}
 }
 

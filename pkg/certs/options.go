@@ -105,6 +105,10 @@ type Options struct {
 	// Metrics receives certificate expiry times and rotations; nil records
 	// nothing. *metrics.Metrics implements it.
 	Metrics Metrics
+	// OnCABundleChange, when set, is called (from the Manager's goroutine; it
+	// must not block) each time CABundle changes, the first load included: the
+	// progress server's CA ConfigMaps follow the bundle through it.
+	OnCABundleChange func()
 }
 
 // Metrics receives the Manager's certificate events. certificate is
