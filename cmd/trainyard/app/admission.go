@@ -2,11 +2,9 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,7 +21,6 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/admission"
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/certs"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
@@ -38,13 +35,8 @@ type admissionServer struct {
 	logger  klog.Logger
 	server  *http.Server
 	factory kubeinformers.SharedInformerFactory // PriorityClasses
-	// certificate is the serving certificate: self-managed (certs.Manager) or provided
-	// in files (certs.Files).
-	certificate interface {
-		TLSConfig() *tls.Config
-		Ready() bool
-	}
-	manager *certs.Manager // self-managed certificates; nil when provided
+	// certificate is the serving certificate, shared with the progress server.
+	certificate *servingCertificate
 	// listening is set once the server's port is bound: before that, neither /readyz
 	// nor the registration may send the API server to it (connection refused, which
 	// with failurePolicy Fail refuses the write).
@@ -52,45 +44,16 @@ type admissionServer struct {
 }
 
 // newAdmissionServer builds the admission server of cfg, or returns nil when
-// cfg.BindAddress is "0". namespace is the controller's own (the certificate Secret
-// and the Service live there).
-func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, namespace string, kube kubernetes.Interface, inf *informers.Informers,
+// cfg.BindAddress is "0". namespace is the controller's own (the Service lives there);
+// certificate is the serving certificate.
+func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *servingCertificate, kube kubernetes.Interface, inf *informers.Informers,
 	claims *dra.Claims, m *metrics.Metrics, logger klog.Logger,
 ) (*admissionServer, error) {
 	if cfg.BindAddress == "0" {
 		return nil, nil
 	}
-	s := &admissionServer{cfg: cfg, kube: kube, logger: logger,
+	s := &admissionServer{cfg: cfg, kube: kube, logger: logger, certificate: certificate,
 		factory: kubeinformers.NewSharedInformerFactory(kube, 0)}
-	switch cfg.Certificates.Mode {
-	case configv1alpha1.CertificatesProvided:
-		s.certificate = &certs.Files{Dir: cfg.Certificates.CertDir}
-	default:
-		opts := certs.Options{
-			Namespace: namespace, SecretName: cfg.Certificates.SecretName, Services: []string{cfg.ServiceName},
-			ValidatingWebhookConfigurations: []string{cfg.ValidatingWebhookConfigurationName},
-			MutatingWebhookConfigurations:   []string{cfg.MutatingWebhookConfigurationName},
-			CAValidity:                      cfg.Certificates.CAValidity.Duration,
-			ServingValidity:                 cfg.Certificates.ServingValidity.Duration,
-			Metrics:                         m,
-		}
-		if cfg.RegisterURL != "" {
-			u, err := url.Parse(cfg.RegisterURL)
-			if err != nil {
-				return nil, fmt.Errorf("webhook.registerURL: %w", err)
-			}
-			if ip := net.ParseIP(u.Hostname()); ip != nil {
-				opts.IPs = append(opts.IPs, ip)
-			} else {
-				opts.DNSNames = append(opts.DNSNames, u.Hostname())
-			}
-		}
-		manager, err := certs.New(kube, opts)
-		if err != nil {
-			return nil, fmt.Errorf("webhook certificates: %w", err)
-		}
-		s.manager, s.certificate = manager, manager
-	}
 	deps := &admission.Deps{
 		TrainingRuntimes:        inf.TrainingRuntimeLister,
 		ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
@@ -107,18 +70,11 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, namespace strin
 	return s, nil
 }
 
-// start starts the PriorityClass informer, the certificate manager and, once a
-// certificate is ready, the registration of the webhook configurations (registerURL);
-// they stop with ctx. Call WaitForCacheSync before serving.
+// start starts the PriorityClass informer and, once a certificate is ready, the
+// registration of the webhook configurations (registerURL); they stop with ctx. The
+// certificate is started by its owner. Call WaitForCacheSync before serving.
 func (s *admissionServer) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
-	if s.manager != nil {
-		go func() {
-			if err := s.manager.Run(ctx); err != nil {
-				s.logger.Error(err, "Webhook certificate manager stopped")
-			}
-		}()
-	}
 	if s.cfg.RegisterURL != "" {
 		go s.register(ctx)
 	}
@@ -161,8 +117,8 @@ func (s *admissionServer) register(ctx context.Context) {
 			return false, nil
 		}
 		var bundle []byte
-		if s.manager != nil {
-			bundle = s.manager.CABundle()
+		if s.certificate.manager != nil {
+			bundle = s.certificate.manager.CABundle()
 		}
 		mutating, validating := admission.WebhookConfigurations(s.cfg.MutatingWebhookConfigurationName, s.cfg.ValidatingWebhookConfigurationName,
 			func(path string) admissionregistrationv1.WebhookClientConfig {

@@ -156,7 +156,14 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	adm, err := newAdmissionServer(cfg.Webhook, podNamespace(), kube, inf, claims, m, logger)
+	// One serving certificate for the HTTPS servers, when one runs.
+	var certificate *servingCertificate
+	if cfg.Webhook.BindAddress != "0" {
+		if certificate, err = newServingCertificate(cfg.Webhook, podNamespace(), kube, m, nil); err != nil {
+			return err
+		}
+	}
+	adm, err := newAdmissionServer(cfg.Webhook, certificate, kube, inf, claims, m, logger)
 	if err != nil {
 		return err
 	}
@@ -212,6 +219,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	defer inf.Shutdown()
 	apis.start(ctx)
 	defer apis.shutdown()
+	if certificate != nil {
+		certificate.start(ctx, logger)
+	}
 	if adm != nil {
 		adm.start(ctx)
 	}
