@@ -51,6 +51,9 @@ webhook: {certificates: {mode: Provided, secretName: my-webhook-tls, caBundle: `
 	"no-webhook": `
 webhook: {enabled: false}
 `,
+	"no-status-server": `
+statusServer: {enabled: false}
+`,
 	"everything": `
 nameOverride: ty
 image: {repository: registry.example/ml/trainyard, tag: v9.9.9, digest: "sha256:` + strings.Repeat("ab", 32) + `", pullPolicy: Always}
@@ -69,6 +72,7 @@ config:
     status: {workers: 16}
   rateLimit: {baseDelay: 10ms, maxDelay: 2m, qps: 20, burst: 200}
   featureGates: {SomeFeature: true}
+statusServer: {port: 11443, writePeriod: 30s, qps: 100, burst: 200, namespaceQPS: 5, namespaceBurst: 8}
 logging: {verbosity: 4, format: text}
 serviceAccount: {name: ty-controller, annotations: {example.com/role: x}}
 podAnnotations: {example.com/a: b}

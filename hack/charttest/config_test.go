@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/utils/ptr"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 )
@@ -53,6 +54,8 @@ func TestConfigFile(t *testing.T) {
 		le := &want.LeaderElection
 		*le.LeaderElect = true
 		le.ResourceNamespace = namespace
+		// The progress server's gate, explicit (the binary's default is on too).
+		want.FeatureGates = map[string]bool{"TrainJobStatus": true}
 		if diff := cmp.Diff(want, cfg); diff != "" {
 			t.Errorf("chart defaults differ from the binary's (-binary +chart):\n%s", diff)
 		}
@@ -71,6 +74,7 @@ func TestConfigFile(t *testing.T) {
 			"retryQPS": *cfg.RateLimit.QPS, "retryBurst": *cfg.RateLimit.Burst,
 			"featureGates": cfg.FeatureGates,
 			"webhook":      cfg.Webhook,
+			"statusServer": cfg.StatusServer,
 		}
 		want := map[string]any{
 			"qps": float32(300), "burst": int32(500),
@@ -79,7 +83,12 @@ func TestConfigFile(t *testing.T) {
 			"workers":   []int32{2, 3, 5, 6, 7, 16},
 			"baseDelay": 10 * time.Millisecond, "maxDelay": 2 * time.Minute,
 			"retryQPS": float32(20), "retryBurst": int32(200),
-			"featureGates": map[string]bool{"SomeFeature": true},
+			"featureGates": map[string]bool{"SomeFeature": true, "TrainJobStatus": true},
+			"statusServer": configv1alpha1.StatusServerConfiguration{
+				BindAddress: ":11443", WritePeriod: &metav1.Duration{Duration: 30 * time.Second},
+				QPS: ptr.To[float32](100), Burst: ptr.To[int32](200),
+				NamespaceQPS: ptr.To[float32](5), NamespaceBurst: ptr.To[int32](8),
+			},
 			"webhook": configv1alpha1.WebhookConfiguration{
 				BindAddress:                        ":10250",
 				ServiceName:                        "trainyard-ty-webhook",
@@ -142,7 +151,7 @@ func TestBinaryAcceptsChart(t *testing.T) {
 		t.Skip("builds the controller")
 	}
 	bin := controllerBinary(t)
-	for _, name := range []string{"defaults", "everything", "single-no-leader-election", "cert-manager", "provided", "no-webhook"} {
+	for _, name := range []string{"defaults", "everything", "single-no-leader-election", "cert-manager", "provided", "no-webhook", "no-status-server"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, combinations[name], withMonitoring(), withCertManager())
 			d := into[appsv1.Deployment](t, r.ofKind("Deployment")[0])

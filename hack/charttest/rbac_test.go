@@ -121,6 +121,23 @@ var (
 	}
 )
 
+// statusServerCalls are the progress server's calls (KEP-2779), cluster-wide,
+// with statusServer.enabled (and webhook.enabled): TokenReviews of trainers'
+// tokens, a get of the pod a token was issued to, and pkg/progress's
+// CAPublisher: a single-name ConfigMap informer (field selector) and the
+// delete of a ConfigMap its apply cannot correct. Its applies are authorized
+// as create and patch, which controllerCalls grant (MPI hostfile).
+func statusServerCalls(t *testing.T) []grant {
+	name := wireConst(t, "CAConfigMapName")
+	return []grant{
+		{"authentication.k8s.io", "tokenreviews", "create", ""},
+		{"", "pods", "get", ""},
+		{"", "configmaps", "list", name},
+		{"", "configmaps", "watch", name},
+		{"", "configmaps", "delete", name},
+	}
+}
+
 // leaseCalls are the leader election calls, in the Lease's namespace.
 var leaseCalls = []grant{
 	{"coordination.k8s.io", "leases", "create", ""},
@@ -163,7 +180,7 @@ func sorted(gs []grant) []grant {
 func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 	r := mustRender(t, ``)
 	cr := into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", fullname))
-	needed := slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls)
+	needed := slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, statusServerCalls(t))
 	if diff := cmp.Diff(sorted(needed), grants(t, cr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("ClusterRole grants (-needed +granted):\n%s", diff)
 	}
@@ -214,11 +231,13 @@ func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 // TestRBACPerWebhookMode: the certificate rules exist only when the controller
 // keeps its own certificates; the PriorityClass informer whenever it admits.
 func TestRBACPerWebhookMode(t *testing.T) {
+	status := statusServerCalls(t)
 	for name, want := range map[string][]grant{
-		"defaults":     slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
-		"cert-manager": slices.Concat(controllerCalls, admissionCalls),
-		"provided":     slices.Concat(controllerCalls, admissionCalls),
-		"no-webhook":   controllerCalls,
+		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
+		"cert-manager":     slices.Concat(controllerCalls, admissionCalls, status),
+		"provided":         slices.Concat(controllerCalls, admissionCalls, status),
+		"no-webhook":       controllerCalls, // the progress server needs the webhook's Service and certificate
+		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, combinations[name], withCertManager())
@@ -246,7 +265,10 @@ func TestRBACPerWebhookMode(t *testing.T) {
 			}
 		}
 		slices.Sort(names)
-		want := []string{cfg.Certificates.SecretName, cfg.MutatingWebhookConfigurationName, "trainyard-controller", cfg.ValidatingWebhookConfigurationName}
+		// The CA ConfigMap's name is the same for every release: trainer pods in
+		// any namespace mount it by that name.
+		want := []string{cfg.Certificates.SecretName, cfg.MutatingWebhookConfigurationName, "trainyard-controller", cfg.ValidatingWebhookConfigurationName,
+			wireConst(t, "CAConfigMapName")}
 		slices.Sort(want)
 		if diff := cmp.Diff(want, names); diff != "" {
 			t.Errorf("resourceNames (-configured +granted):\n%s", diff)
@@ -262,15 +284,24 @@ func TestRBACPerWebhookMode(t *testing.T) {
 }
 
 func TestRBACGrantsNothingDangerous(t *testing.T) {
+	status := statusServerCalls(t)
 	for name, needed := range map[string][]grant{
-		"everything": slices.Concat(controllerCalls, admissionCalls),
-		"defaults":   slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
+		"everything":       slices.Concat(controllerCalls, admissionCalls, status),
+		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
+		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
 	} {
-		t.Run(name, func(t *testing.T) { rbacGrantsNothingDangerous(t, combinations[name], needed) })
+		t.Run(name, func(t *testing.T) {
+			var extra []rbacv1.PolicyRule
+			if name == "no-status-server" {
+				// Without the progress server, nothing at all on Pods.
+				extra = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+			}
+			rbacGrantsNothingDangerous(t, combinations[name], needed, extra...)
+		})
 	}
 }
 
-func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant) {
+func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, alsoForbidden ...rbacv1.PolicyRule) {
 	r := mustRender(t, values, withMonitoring())
 	var all []rbacv1.PolicyRule
 	for _, o := range append(r.ofKind("ClusterRole"), r.ofKind("Role")...) {
@@ -293,14 +324,23 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		// pods get: the progress server's authorization reads the pod a token
+		// names (only with statusServer.enabled); never list or watch.
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{"trainyard-status-server-ca"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"delete"}, ResourceNames: []string{"rbac-mpi-mpi-hostfile"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}, ResourceNames: []string{"kube-root-ca.crt"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
@@ -335,6 +375,7 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}, ResourceNames: []string{"trainyard-webhook-certs"}},
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"update"}},
 	}
+	forbidden = append(forbidden, alsoForbidden...)
 	for _, f := range forbidden {
 		if covered, _ := validation.Covers(all, []rbacv1.PolicyRule{f}); covered {
 			t.Errorf("the chart's RBAC allows %v %v/%v %v", f.Verbs, f.APIGroups, f.Resources, f.ResourceNames)

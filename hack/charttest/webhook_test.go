@@ -86,6 +86,47 @@ func handlerPaths(t *testing.T) []string {
 	return paths
 }
 
+// wireConst reads the string constant name of pkg/progress/wire.go, the
+// progress server's contract with trainer pods (parsed, as handlerPaths).
+func wireConst(t *testing.T, name string) string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), repoRoot+"/pkg/progress/wire.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, found := "", false
+	ast.Inspect(f, func(n ast.Node) bool {
+		spec, ok := n.(*ast.ValueSpec)
+		if !ok {
+			return true
+		}
+		for i, id := range spec.Names {
+			if id.Name != name || i >= len(spec.Values) {
+				continue
+			}
+			if lit, ok := spec.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				value, _ = strconv.Unquote(lit.Value)
+				found = true
+			}
+		}
+		return true
+	})
+	if !found {
+		t.Fatalf("no string constant %s in pkg/progress/wire.go", name)
+	}
+	return value
+}
+
+// servicePort returns the port called name of svc, or nil.
+func servicePort(svc *corev1.Service, name string) *corev1.ServicePort {
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Name == name {
+			return &svc.Spec.Ports[i]
+		}
+	}
+	return nil
+}
+
 // webhookCommon is what the chart renders the same way for every webhook of
 // both configurations.
 type webhookCommon struct {
@@ -198,9 +239,10 @@ func TestWebhookConfigurations(t *testing.T) {
 	// The Service: 443 → the container's "webhook" port, which is the port the
 	// controller binds, on every controller pod.
 	d := into[appsv1.Deployment](t, r.get(t, "Deployment", fullname))
-	if svc.Namespace != namespace || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 ||
-		svc.Spec.Ports[0].TargetPort != intstr.FromString("webhook") || svc.Spec.Ports[0].Protocol != corev1.ProtocolTCP {
-		t.Errorf("webhook Service %s/%s ports %+v, want 443 → webhook", svc.Namespace, svc.Name, svc.Spec.Ports)
+	// (Its other port is the progress server's: statusserver_test.go.)
+	if p := servicePort(svc, "https-webhook"); svc.Namespace != namespace || p == nil || p.Port != 443 ||
+		p.TargetPort != intstr.FromString("webhook") || p.Protocol != corev1.ProtocolTCP {
+		t.Errorf("webhook Service %s/%s ports %+v, want https-webhook 443 → webhook", svc.Namespace, svc.Name, svc.Spec.Ports)
 	}
 	if diff := cmp.Diff(d.Spec.Selector.MatchLabels, svc.Spec.Selector); diff != "" {
 		t.Errorf("webhook Service selector differs from the Deployment's (-deployment +service):\n%s", diff)

@@ -10,7 +10,8 @@
 // inputs through the same listers the controller's informers feed), and
 // status.DesiredOf for the objects the status stage applies (labels, owner references,
 // the trainyard.dev/jobset-hash annotation). What discovery would tell the controller
-// (which gang-scheduling and DRA APIs the cluster serves) comes from Options.
+// (which gang-scheduling and DRA APIs the cluster serves) and what its configuration
+// says (build.Options) come from Options.
 //
 // What it cannot know: the TrainJob's uid (owner references carry the uid of the input,
 // usually empty), and the defaults the API server would apply from the CRD schemas
@@ -47,6 +48,10 @@ type Options struct {
 	// served. Gang backends that create objects (workload, coscheduling, volcano) and the
 	// DRA stage ask for theirs, as the controller asks discovery.
 	APIVersions []string
+	// Build are the plan-building options the controller derives from its
+	// configuration (the progress server's URL, injected into trainer containers while
+	// feature gate TrainJobStatus is on). The zero value turns them off.
+	Build build.Options
 }
 
 // served is the build.ServedFunc of o: group versions only, as the controller checks.
@@ -175,7 +180,7 @@ func newRenderer(in *Inputs, opts Options) (*renderer, error) {
 			DeviceClasses:  resourcelisters.NewDeviceClassLister(classes),
 		})
 	}
-	r.steps = build.Steps(build.GangBackends(opts.served), claims)
+	r.steps = build.Steps(build.GangBackends(opts.served), claims, opts.Build)
 	return r, nil
 }
 

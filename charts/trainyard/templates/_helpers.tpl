@@ -235,6 +235,36 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the progress server runs (feature gate TrainJobStatus): it needs
+the admission server's Service and certificate, so webhook.enabled too. Fails
+the render on a port another endpoint uses.
+*/}}
+{{- define "trainyard.statusServerEnabled" -}}
+{{- $on := and .Values.statusServer.enabled .Values.webhook.enabled }}
+{{- if $on }}
+{{- $port := int .Values.statusServer.port }}
+{{- if or (has $port (list 8080 8081)) (eq $port (int .Values.webhook.port)) }}
+{{- fail (printf "statusServer.port %d is taken by the controller's metrics (8080), health (8081) or webhook (%d) port" $port (int .Values.webhook.port)) }}
+{{- end }}
+{{- end }}
+{{- ternary "true" "false" $on }}
+{{- end }}
+
+{{/*
+The configuration file's featureGates: config.featureGates plus TrainJobStatus
+from statusServer.enabled (setting it in config.featureGates as well is an
+error: one value, one place).
+*/}}
+{{- define "trainyard.featureGates" -}}
+{{- if hasKey .Values.config.featureGates "TrainJobStatus" }}
+{{- fail "config.featureGates.TrainJobStatus: set statusServer.enabled instead" }}
+{{- end }}
+{{- $gates := deepCopy .Values.config.featureGates }}
+{{- $_ := set $gates "TrainJobStatus" (eq (include "trainyard.statusServerEnabled" .) "true") }}
+{{- toYaml $gates }}
+{{- end }}
+
 {{- define "trainyard.leaseNamespace" -}}
 {{- default .Release.Namespace .Values.leaderElection.namespace }}
 {{- end }}
@@ -319,8 +349,18 @@ webhook:
   # webhook.enabled is false: no admission server.
   bindAddress: "0"
 {{- end }}
-{{- with .Values.config.featureGates }}
-featureGates:
-  {{- toYaml . | nindent 2 }}
+statusServer:
+{{- if eq (include "trainyard.statusServerEnabled" .) "true" }}
+  bindAddress: {{ printf ":%d" (int .Values.statusServer.port) | quote }}
+{{- else }}
+  # The progress server is off (statusServer.enabled{{ if not .Values.webhook.enabled }}, needs webhook.enabled{{ end }}).
+  bindAddress: "0"
 {{- end }}
+  writePeriod: {{ .Values.statusServer.writePeriod | quote }}
+  qps: {{ .Values.statusServer.qps }}
+  burst: {{ .Values.statusServer.burst }}
+  namespaceQPS: {{ .Values.statusServer.namespaceQPS }}
+  namespaceBurst: {{ .Values.statusServer.namespaceBurst }}
+featureGates:
+  {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}

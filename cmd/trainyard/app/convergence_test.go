@@ -146,6 +146,9 @@ type convergenceEnv struct {
 	objects  *fakeObjects
 	pipeline *stages.Pipeline
 	writes   atomic.Int64 // JobSet applies, status patches and side-object writes
+	// build are the controller's plan-building options, which the oracle renders with
+	// too (the default configuration: progress server on).
+	build build.Options
 
 	mu sync.Mutex
 	// runtimes holds every version of every runtime the round wrote, by name.
@@ -172,6 +175,9 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	for _, name := range stageNames {
 		stageConfig(cfg, name).Workers = ptr.To(int32(1 + rng.IntN(3)))
 	}
+	if env.build, err = buildOptions(cfg, "trainyard-system"); err != nil || env.build.ProgressURL == nil {
+		t.Fatalf("buildOptions of the default configuration = %+v, %v; want the progress server's URL", env.build, err)
+	}
 	p, statusStage, plans, err := newPipeline(cfg, inf, pipelineDeps{
 		trainers:     &slowTrainers{Clientset: env.trainers, delay: env.delay(rng.Uint64()), writes: &env.writes},
 		jobsets:      env.jobsets,
@@ -182,6 +188,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 		objects:      env.objects,
 		gangBackends: build.GangBackends(nil),
 		claims:       &dra.Claims{Recorder: &events.FakeRecorder{}},
+		build:        env.build,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -825,7 +832,7 @@ func (e *convergenceEnv) diffRendered(tj *trainer.TrainJob, rt *trainer.ClusterT
 	results, err := render.Render(context.Background(), &render.Inputs{
 		TrainJobs:               []*trainer.TrainJob{tj},
 		ClusterTrainingRuntimes: []*trainer.ClusterTrainingRuntime{rt},
-	}, render.Options{})
+	}, render.Options{Build: e.build})
 	if err != nil {
 		return "", fmt.Errorf("render: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
@@ -146,6 +148,36 @@ var stageFields = map[string]string{
 	status.Name:         "status",
 }
 
+// validateStatusServer checks statusServer (whether or not feature gate TrainJobStatus is
+// on, so that turning the gate on never reveals a bad setting).
+func validateStatusServer(cfg *configv1alpha1.Configuration) []string {
+	var problems []string
+	ss := cfg.StatusServer
+	if ss.BindAddress != "0" {
+		port, err := progress.Port(ss.BindAddress)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf(`statusServer.bindAddress %v (or "0" to turn the progress server off)`, err))
+		}
+		// Same port as another endpoint: the second listener would fail at start-up.
+		for _, other := range []struct{ field, addr string }{
+			{"webhook.bindAddress", cfg.Webhook.BindAddress},
+			{"metrics.bindAddress", cfg.Metrics.BindAddress},
+			{"health.healthProbeBindAddress", cfg.Health.HealthProbeBindAddress},
+		} {
+			if p, err := progress.Port(other.addr); err == nil && p == port && port != 0 {
+				problems = append(problems, fmt.Sprintf("statusServer.bindAddress %q and %s %q use the same port", ss.BindAddress, other.field, other.addr))
+			}
+		}
+	}
+	if ss.WritePeriod.Duration < time.Second {
+		problems = append(problems, fmt.Sprintf("statusServer.writePeriod %s must be at least 1s", ss.WritePeriod.Duration))
+	}
+	if *ss.QPS <= 0 || *ss.Burst < 1 || *ss.NamespaceQPS <= 0 || *ss.NamespaceBurst < 1 {
+		problems = append(problems, "statusServer.qps and statusServer.namespaceQPS must be positive, statusServer.burst and statusServer.namespaceBurst at least 1")
+	}
+	return problems
+}
+
 // validate rejects settings the controller cannot run with, naming the field.
 func validate(cfg *configv1alpha1.Configuration) error {
 	var problems []string
@@ -177,6 +209,7 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if c := cfg.Consistency; c.SweepPeriod.Duration < 0 || c.LagThreshold.Duration <= 0 {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}
+	problems = append(problems, validateStatusServer(cfg)...)
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}

@@ -63,6 +63,14 @@ func defaults() *configv1alpha1.Configuration {
 			SweepPeriod:  &metav1.Duration{Duration: time.Minute},
 			LagThreshold: &metav1.Duration{Duration: 5 * time.Minute},
 		},
+		StatusServer: configv1alpha1.StatusServerConfiguration{
+			BindAddress:    ":10443",
+			WritePeriod:    &metav1.Duration{Duration: 10 * time.Second},
+			QPS:            ptr.To[float32](50),
+			Burst:          ptr.To[int32](100),
+			NamespaceQPS:   ptr.To[float32](10),
+			NamespaceBurst: ptr.To[int32](20),
+		},
 	}
 }
 
@@ -89,8 +97,13 @@ rateLimit:
   qps: 50
 consistency:
   sweepPeriod: 0s
+statusServer:
+  bindAddress: ":11443"
+  writePeriod: 30s
+  namespaceQPS: 2
 featureGates:
   Foo: true
+  TrainJobStatus: false
 `
 
 func writeFile(t *testing.T, content string) string {
@@ -129,7 +142,10 @@ func TestConfig(t *testing.T) {
 		c.RateLimit.BaseDelay = &metav1.Duration{Duration: 10 * time.Millisecond}
 		c.RateLimit.QPS = ptr.To[float32](50)
 		c.Consistency.SweepPeriod = &metav1.Duration{}
-		c.FeatureGates = map[string]bool{"Foo": true}
+		c.StatusServer.BindAddress = ":11443"
+		c.StatusServer.WritePeriod = &metav1.Duration{Duration: 30 * time.Second}
+		c.StatusServer.NamespaceQPS = ptr.To[float32](2)
+		c.FeatureGates = map[string]bool{"Foo": true, "TrainJobStatus": false}
 		return c
 	}
 
@@ -278,6 +294,30 @@ func TestConfigErrors(t *testing.T) {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 2s\n  retryPeriod: 2s\n")},
 			wantIn: []string{"leaderElection.renewDeadline (2s)", "retryPeriod (2s)"},
 		},
+		"status server port that is not a number": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  bindAddress: \":https\"\n")},
+			wantIn: []string{"statusServer.bindAddress", `":https"`, "number"},
+		},
+		"status server without a port": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  bindAddress: \"10443\"\n")},
+			wantIn: []string{"statusServer.bindAddress", `"10443"`, `"0"`},
+		},
+		"status server on the webhook's port": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  bindAddress: \"127.0.0.1:9443\"\n")},
+			wantIn: []string{"statusServer.bindAddress", "webhook.bindAddress", "same port"},
+		},
+		"status server on the metrics port given by flag": {
+			args:   []string{"--metrics-bind-address=:10443"},
+			wantIn: []string{"statusServer.bindAddress", "metrics.bindAddress", "same port"},
+		},
+		"status write period below a second": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  writePeriod: 100ms\n")},
+			wantIn: []string{"statusServer.writePeriod", "at least 1s"},
+		},
+		"status write rate of zero": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  namespaceBurst: 0\n")},
+			wantIn: []string{"statusServer.namespaceBurst"},
+		},
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},
 			wantIn: []string{"rateLimit.baseDelay", "rateLimit.maxDelay"},
@@ -327,5 +367,17 @@ func TestStageWorkersNameTheFileField(t *testing.T) {
 				t.Errorf("stages.%s is not a field of the configuration file: %v", field, err)
 			}
 		})
+	}
+}
+
+// TestStatusServerOff: "0" turns the progress server off and is not a port to check.
+func TestStatusServerOff(t *testing.T) {
+	file := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  bindAddress: \"0\"\n")
+	got, err := config(t, "--config="+file, "--metrics-bind-address=0")
+	if err != nil {
+		t.Fatalf("Config: %v", err)
+	}
+	if got.StatusServer.BindAddress != "0" {
+		t.Errorf("statusServer.bindAddress = %q, want \"0\"", got.StatusServer.BindAddress)
 	}
 }

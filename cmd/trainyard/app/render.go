@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trainyard/trainyard/pkg/render"
+	"github.com/trainyard/trainyard/pkg/stages/build"
 )
 
 // RenderCommand is the subcommand name of the offline renderer: `trainyard render`.
@@ -31,6 +32,10 @@ ClusterTrainingRuntime, and the ResourceClaimTemplates, ResourceClaims and Devic
 its pods claim. A TrainJob that cannot be built prints the error the controller would
 put in its condition, naming the file, the object and the field, and exits 1.
 
+What the controller's configuration changes in the JobSet (feature gate TrainJobStatus:
+the progress server's URL, token and CA in trainer containers) follows --config, the
+controller's configuration file, and the defaults without it, as the controller does.
+
 Flags:
 `
 
@@ -40,9 +45,11 @@ Flags:
 // stdout unless every TrainJob rendered.
 func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var (
-		files       []string
-		namespace   string
-		apiVersions []string
+		files               []string
+		namespace           string
+		apiVersions         []string
+		configFile          string
+		controllerNamespace string
 	)
 	fs := pflag.NewFlagSet("trainyard render", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,6 +58,8 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringSliceVar(&apiVersions, "api-versions", nil, "Group versions the cluster serves, as discovery would report them, e.g. "+
 		"scheduling.x-k8s.io/v1alpha1,resource.k8s.io/v1 (gang backends: scheduling.k8s.io/v1alpha2, scheduling.x-k8s.io/v1alpha1, "+
 		"scheduling.volcano.sh/v1beta1; DRA: resource.k8s.io/v1). Default: every API is served.")
+	fs.StringVar(&configFile, "config", "", "The controller's configuration file (config.trainyard.dev/v1alpha1 Configuration), as its --config. Default: the controller's defaults.")
+	fs.StringVar(&controllerNamespace, "controller-namespace", "trainyard-system", "Namespace the controller runs in, part of the progress server's URL injected into trainer containers.")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, renderUsage)
 		fs.PrintDefaults()
@@ -76,7 +85,12 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintln(stderr, "trainyard render:", err)
 		return ExitBadInput
 	}
-	opts := render.Options{}
+	buildOpts, err := renderBuildOptions(configFile, controllerNamespace)
+	if err != nil {
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return ExitBadInput
+	}
+	opts := render.Options{Build: buildOpts}
 	if fs.Changed("api-versions") {
 		opts.APIVersions = append([]string{}, apiVersions...)
 	}
@@ -102,6 +116,21 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return ExitBadInput
 	}
 	return ExitOK
+}
+
+// renderBuildOptions reads the controller's configuration file as the controller does
+// (strictly, defaulted, validated; the defaults when file is empty) and derives the
+// plan-building options from it (buildOptions).
+func renderBuildOptions(file, controllerNamespace string) (build.Options, error) {
+	o := NewOptions()
+	o.ConfigFile = file
+	fs := pflag.NewFlagSet("config", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	cfg, err := o.Config(fs)
+	if err != nil {
+		return build.Options{}, err
+	}
+	return buildOptions(cfg, controllerNamespace)
 }
 
 // readSources reads each file, "-" once from stdin.

@@ -432,3 +432,43 @@ func TestRenderCommandHelp(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// The progress server's env follows the controller's configuration: on by default with
+// the chart's namespace, per --config and --controller-namespace otherwise, and a bad
+// configuration file is an input error.
+func TestRenderCommandProgressServer(t *testing.T) {
+	files := writeFiles(t, map[string]string{
+		"runtime.yaml": torchRuntime, "job.yaml": torchJob,
+		"off.yaml":   "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nfeatureGates:\n  TrainJobStatus: false\n",
+		"port.yaml":  "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  serviceName: ty-webhook\nstatusServer:\n  bindAddress: \":12443\"\n",
+		"bogus.yaml": "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  port: 10443\n",
+	})
+	const path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/llm/status"
+	cases := map[string]struct {
+		args    []string
+		wantURL any
+	}{
+		"defaults":             {wantURL: "https://trainyard-webhook.trainyard-system.svc:10443" + path},
+		"controller namespace": {args: []string{"--controller-namespace=ml"}, wantURL: "https://trainyard-webhook.ml.svc:10443" + path},
+		"configuration file":   {args: []string{"--config=" + files["port.yaml"]}, wantURL: "https://ty-webhook.trainyard-system.svc:12443" + path},
+		"gate off in the file": {args: []string{"--config=" + files["off.yaml"]}, wantURL: nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"-f", files["job.yaml"], "-f", files["runtime.yaml"]}, tc.args...)
+			code, stdout, stderr := runRender(t, "", args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			node := dig(documents(t, stdout)[0], "spec", "replicatedJobs", 0, "template", "spec", "template", "spec", "containers", 0)
+			if got := envValue(node, "KUBEFLOW_TRAINER_SERVER_URL"); got != tc.wantURL {
+				t.Errorf("KUBEFLOW_TRAINER_SERVER_URL = %v, want %v", got, tc.wantURL)
+			}
+		})
+	}
+
+	code, stdout, stderr := runRender(t, "", "-f", files["job.yaml"], "-f", files["runtime.yaml"], "--config="+files["bogus.yaml"])
+	if code != ExitBadInput || stdout != "" || !strings.Contains(stderr, files["bogus.yaml"]) || !strings.Contains(stderr, "port") {
+		t.Errorf("bad --config: exit %d, stdout %q, stderr %q; want %d naming the file and the field", code, stdout, stderr, ExitBadInput)
+	}
+}

@@ -43,6 +43,7 @@ import (
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
@@ -141,12 +142,17 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	served := &informers.ServedAPIs{Discovery: kube.Discovery()}
 	podGroups := &informers.PodGroups{Client: dyn, Logger: logger}
 	claims := &dra.Claims{Recorder: recorder}
+	buildOpts, err := buildOptions(cfg, podNamespace())
+	if err != nil {
+		return err
+	}
 	deps := pipelineDeps{
 		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
 		applyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
 		objects: &status.DynamicApplier{Client: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
 		claims:       claims,
+		build:        buildOpts,
 		gangBackends: build.GangBackends(served.Served),
 		gangWaiting: func(tj *trainer.TrainJob) string {
 			return gang.Waiting(podGroups.Controlled(tj.Namespace, tj.Name, tj.UID))
@@ -307,6 +313,19 @@ type pipelineDeps struct {
 	// claims is the DRA claims stage; its listers are set once resource.k8s.io/v1 is
 	// served.
 	claims *dra.Claims
+	// build are the plan-building options from the configuration (buildOptions).
+	build build.Options
+}
+
+// buildOptions derives the plan-building options from cfg, for the controller and for
+// `trainyard render` alike: the progress server's URL (progress.URLFunc) while it runs.
+// controllerNamespace is the controller's namespace, part of that URL.
+func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string) (build.Options, error) {
+	url, err := progress.URLFunc(cfg, controllerNamespace)
+	if err != nil {
+		return build.Options{}, err
+	}
+	return build.Options{ProgressURL: url}, nil
 }
 
 // newPipeline wires the six stages in order.
@@ -333,7 +352,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 			Plans: plans, Status: writer, Recorder: recorder,
 		},
 	}
-	for _, s := range build.Steps(deps.gangBackends, deps.claims) {
+	for _, s := range build.Steps(deps.gangBackends, deps.claims, deps.build) {
 		all = append(all, stepStage(s.Name, s.Index, s.Func))
 	}
 	all = append(all, statusStage)

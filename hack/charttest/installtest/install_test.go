@@ -213,6 +213,15 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	for _, verb := range []string{"get", "list", "watch"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Group: "scheduling.k8s.io", Resource: "priorityclasses"})
 	}
+	// The progress server (on by default): TokenReviews, the pod a token names, and the
+	// CA ConfigMap by name in any namespace (list and watch with a metadata.name field
+	// selector are authorized by name; the apply by the MPI rule's create and patch).
+	needed = append(needed,
+		authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
+		authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Name: "some-trainer-pod", Namespace: "team-a"})
+	for _, verb := range []string{"list", "watch", "delete", "create", "patch"} {
+		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Name: "trainyard-status-server-ca", Namespace: "team-a"})
+	}
 	for _, attrs := range needed {
 		if !access(attrs) {
 			t.Errorf("the chart's ServiceAccount may not %s %s/%s %q in %q; self-managed certificates and admission need it", attrs.Verb, attrs.Group, attrs.Resource, attrs.Name, attrs.Namespace)
@@ -229,6 +238,9 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "get", Resource: "configmaps", Namespace: namespace},
 		{Verb: "delete", Resource: "configmaps", Namespace: namespace},
 		{Verb: "list", Resource: "pods"},
+		{Verb: "watch", Resource: "pods", Namespace: namespace},
+		{Verb: "list", Resource: "configmaps", Namespace: namespace},
+		{Verb: "delete", Resource: "configmaps", Name: "rbac-mpi-mpi-hostfile", Namespace: namespace},
 		{Verb: "create", Resource: "pods", Namespace: namespace},
 		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
 		{Verb: "update", Group: trainer.GroupName, Resource: "trainingruntimes", Namespace: namespace},

@@ -42,12 +42,34 @@ func GangBackends(served ServedFunc) []gang.Backend {
 	}
 }
 
+// Options are the settings of the plan-building steps that come from the controller's
+// configuration. The controller and the renderer derive them from the same
+// Configuration, so they build the same JobSet. The zero value turns every option off.
+type Options struct {
+	// ProgressURL gives the progress server's URL for a TrainJob's namespace and name
+	// (progress.URLFunc). Non-nil turns on the injection of the server's URL, token and
+	// CA into trainer containers (mlpolicy.TrainerStatus, KEP-2779); nil (feature gate
+	// TrainJobStatus off, or statusServer.bindAddress "0") leaves them out.
+	ProgressURL func(namespace, name string) string
+}
+
+// Plugins returns the ML policies the ML policy stage runs with opts, in order:
+// mlpolicy.DefaultPlugins, then mlpolicy.TrainerStatus when opts.ProgressURL is set.
+// The admission webhook validates with the same list (admission.Deps.Plugins).
+func Plugins(opts Options) []mlpolicy.Plugin {
+	plugins := mlpolicy.DefaultPlugins()
+	if opts.ProgressURL != nil {
+		plugins = append(plugins, mlpolicy.TrainerStatus(opts.ProgressURL))
+	}
+	return plugins
+}
+
 // Steps returns stages 2–5 in pipeline order: merge patches, the ML policy with
-// mlpolicy.DefaultPlugins, gang scheduling over backends, and DRA claims.
-func Steps(backends []gang.Backend, claims *dra.Claims) []Step {
+// Plugins(opts), gang scheduling over backends, and DRA claims.
+func Steps(backends []gang.Backend, claims *dra.Claims, opts Options) []Step {
 	return []Step{
 		{Name: mergepatches.Name, Index: mergepatches.Index, Func: mergepatches.Step()},
-		{Name: mlpolicy.Name, Index: mlpolicy.Index, Func: mlpolicy.Step(mlpolicy.DefaultPlugins())},
+		{Name: mlpolicy.Name, Index: mlpolicy.Index, Func: mlpolicy.Step(Plugins(opts))},
 		{Name: gang.Name, Index: gang.Index, Func: gang.Step(backends)},
 		{Name: dra.Name, Index: dra.Index, Func: claims.Step()},
 	}

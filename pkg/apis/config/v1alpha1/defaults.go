@@ -25,27 +25,33 @@ import (
 
 // Defaults of the Configuration fields, exported so flags can show them.
 const (
-	DefaultMetricsBindAddress     = ":8080"
-	DefaultHealthProbeBindAddress = ":8081"
-	DefaultClientQPS              = 500
-	DefaultClientBurst            = 1000
-	DefaultLeaseName              = "trainyard-controller"
-	DefaultStageWorkers           = 4
-	DefaultStatusWorkers          = 32
-	DefaultRetryBaseDelay         = 5 * time.Millisecond
-	DefaultRetryMaxDelay          = 5 * time.Minute
-	DefaultRetryQPS               = 10
-	DefaultRetryBurst             = 100
-	DefaultWebhookBindAddress     = ":9443"
-	DefaultWebhookServiceName     = "trainyard-webhook"
-	DefaultWebhookSecretName      = "trainyard-webhook-certs"
-	DefaultWebhookCertDir         = "/tmp/k8s-webhook-server/serving-certs"
-	DefaultValidatingWebhookName  = "trainyard-validator"
-	DefaultMutatingWebhookName    = "trainyard-defaulter"
-	DefaultCAValidity             = 3 * 365 * 24 * time.Hour
-	DefaultServingValidity        = 90 * 24 * time.Hour
-	DefaultSweepPeriod            = time.Minute
-	DefaultLagThreshold           = 5 * time.Minute
+	DefaultMetricsBindAddress      = ":8080"
+	DefaultHealthProbeBindAddress  = ":8081"
+	DefaultClientQPS               = 500
+	DefaultClientBurst             = 1000
+	DefaultLeaseName               = "trainyard-controller"
+	DefaultStageWorkers            = 4
+	DefaultStatusWorkers           = 32
+	DefaultRetryBaseDelay          = 5 * time.Millisecond
+	DefaultRetryMaxDelay           = 5 * time.Minute
+	DefaultRetryQPS                = 10
+	DefaultRetryBurst              = 100
+	DefaultWebhookBindAddress      = ":9443"
+	DefaultWebhookServiceName      = "trainyard-webhook"
+	DefaultWebhookSecretName       = "trainyard-webhook-certs"
+	DefaultWebhookCertDir          = "/tmp/k8s-webhook-server/serving-certs"
+	DefaultValidatingWebhookName   = "trainyard-validator"
+	DefaultMutatingWebhookName     = "trainyard-defaulter"
+	DefaultCAValidity              = 3 * 365 * 24 * time.Hour
+	DefaultServingValidity         = 90 * 24 * time.Hour
+	DefaultSweepPeriod             = time.Minute
+	DefaultLagThreshold            = 5 * time.Minute
+	DefaultStatusServerBindAddress = ":10443"
+	DefaultStatusWritePeriod       = 10 * time.Second
+	DefaultStatusWriteQPS          = 50
+	DefaultStatusWriteBurst        = 100
+	DefaultStatusNamespaceQPS      = 10
+	DefaultStatusNamespaceBurst    = 20
 )
 
 // SetDefaults_Configuration fills every unset field of c with its documented default.
@@ -133,6 +139,24 @@ func SetDefaults_Configuration(c *Configuration) {
 	}
 	if c.Consistency.LagThreshold == nil {
 		c.Consistency.LagThreshold = &metav1.Duration{Duration: DefaultLagThreshold}
+	}
+
+	ss := &c.StatusServer
+	setString(&ss.BindAddress, DefaultStatusServerBindAddress)
+	if ss.WritePeriod == nil {
+		ss.WritePeriod = &metav1.Duration{Duration: DefaultStatusWritePeriod}
+	}
+	if ss.QPS == nil {
+		ss.QPS = ptr.To[float32](DefaultStatusWriteQPS)
+	}
+	if ss.Burst == nil {
+		ss.Burst = ptr.To[int32](DefaultStatusWriteBurst)
+	}
+	if ss.NamespaceQPS == nil {
+		ss.NamespaceQPS = ptr.To[float32](DefaultStatusNamespaceQPS)
+	}
+	if ss.NamespaceBurst == nil {
+		ss.NamespaceBurst = ptr.To[int32](DefaultStatusNamespaceBurst)
 	}
 }
 

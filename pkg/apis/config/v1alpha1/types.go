@@ -64,9 +64,53 @@ type Configuration struct {
 	// spec.
 	// +optional
 	Consistency ConsistencyConfiguration `json:"consistency"`
-	// featureGates turns Trainyard features on or off by name.
+	// statusServer configures the training-progress server (KEP-2779, upstream's "status
+	// server"): trainer pods POST their progress and Trainyard writes it to
+	// TrainJob.status.trainerStatus. It is on while feature gate TrainJobStatus is (the
+	// default in Trainyard).
+	// +optional
+	StatusServer StatusServerConfiguration `json:"statusServer"`
+	// featureGates turns Trainyard features on or off by name. Known gates:
+	// TrainJobStatus (default true; upstream's default is false), the progress server
+	// and the injection of its URL, token and CA into trainer containers. Other names
+	// are accepted and ignored.
 	// +optional
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+}
+
+// StatusServerConfiguration configures the training-progress server (KEP-2779).
+//
+// Trainer containers are told the server's URL in KUBEFLOW_TRAINER_SERVER_URL, upstream's
+// form: https://<webhook.serviceName>.<controller namespace>.svc:<port of bindAddress>
+// followed by the TrainJob's path. The Service named webhook.serviceName must therefore
+// expose the port of bindAddress and forward it to the same container port (the Helm
+// chart does); there is no separate service port setting.
+type StatusServerConfiguration struct {
+	// bindAddress is the host:port of the HTTPS progress server, served by every
+	// replica with the admission server's certificate; its port is also the port of the
+	// URL injected into trainer containers. "0" turns the server off, and with it the
+	// injection into trainer containers and the CA ConfigMaps. Defaults to ":10443"
+	// (upstream's statusServer.port).
+	// +optional
+	BindAddress string `json:"bindAddress,omitempty"`
+	// writePeriod is the shortest time between two trainerStatus writes of one
+	// TrainJob: reports arriving faster are coalesced and the latest one is written. At
+	// least 1s. Defaults to 10s.
+	// +optional
+	WritePeriod *metav1.Duration `json:"writePeriod,omitempty"`
+	// qps and burst bound the trainerStatus writes of all TrainJobs together, in writes
+	// per second and token-bucket size. Default to 50 and 100.
+	// +optional
+	QPS *float32 `json:"qps,omitempty"`
+	// +optional
+	Burst *int32 `json:"burst,omitempty"`
+	// namespaceQPS and namespaceBurst bound the trainerStatus writes of the TrainJobs of
+	// one namespace, so one namespace's many jobs cannot use up qps. Default to 10 and
+	// 20.
+	// +optional
+	NamespaceQPS *float32 `json:"namespaceQPS,omitempty"`
+	// +optional
+	NamespaceBurst *int32 `json:"namespaceBurst,omitempty"`
 }
 
 // MetricsConfiguration configures the metrics endpoint.
