@@ -29,31 +29,33 @@ import (
 // Options are the command-line flags. Flags that the operator sets override the same
 // setting in the --config file; unset flags leave the file's (or the default) value.
 type Options struct {
-	ConfigFile             string
-	Kubeconfig             string
-	MetricsBindAddress     string
-	HealthProbeBindAddress string
-	LeaderElect            bool
-	LeaderElectNamespace   string
-	KubeAPIQPS             float32
-	KubeAPIBurst           int32
-	StageWorkers           map[string]string
-	WebhookBindAddress     string
-	WebhookRegisterURL     string
-	LogFormat              string
-	Verbosity              int
-	Profiling              bool
+	ConfigFile              string
+	Kubeconfig              string
+	MetricsBindAddress      string
+	HealthProbeBindAddress  string
+	LeaderElect             bool
+	LeaderElectNamespace    string
+	KubeAPIQPS              float32
+	KubeAPIBurst            int32
+	StageWorkers            map[string]string
+	WebhookBindAddress      string
+	WebhookRegisterURL      string
+	StatusServerBindAddress string
+	LogFormat               string
+	Verbosity               int
+	Profiling               bool
 }
 
 // NewOptions returns Options holding the defaults shown in --help.
 func NewOptions() *Options {
 	return &Options{
-		MetricsBindAddress:     configv1alpha1.DefaultMetricsBindAddress,
-		HealthProbeBindAddress: configv1alpha1.DefaultHealthProbeBindAddress,
-		KubeAPIQPS:             configv1alpha1.DefaultClientQPS,
-		KubeAPIBurst:           configv1alpha1.DefaultClientBurst,
-		WebhookBindAddress:     configv1alpha1.DefaultWebhookBindAddress,
-		LogFormat:              "json",
+		MetricsBindAddress:      configv1alpha1.DefaultMetricsBindAddress,
+		HealthProbeBindAddress:  configv1alpha1.DefaultHealthProbeBindAddress,
+		KubeAPIQPS:              configv1alpha1.DefaultClientQPS,
+		KubeAPIBurst:            configv1alpha1.DefaultClientBurst,
+		WebhookBindAddress:      configv1alpha1.DefaultWebhookBindAddress,
+		StatusServerBindAddress: configv1alpha1.DefaultStatusServerBindAddress,
+		LogFormat:               "json",
 	}
 }
 
@@ -69,6 +71,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int32Var(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the Kubernetes API.")
 	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: resolve_runtime, merge_patches, ml_policy, gang_scheduling, dra_claims, status).")
 	fs.StringVar(&o.WebhookBindAddress, "webhook-bind-address", o.WebhookBindAddress, `Address of the HTTPS admission server (validating and defaulting webhooks), served by every replica; "0" disables it.`)
+	fs.StringVar(&o.StatusServerBindAddress, "status-server-bind-address", o.StatusServerBindAddress, `Address of the HTTPS training-progress server (trainer pods report status.trainerStatus; feature gate TrainJobStatus), served by every replica; its port is the port of the URL injected into trainer containers; "0" disables it.`)
 	fs.StringVar(&o.WebhookRegisterURL, "webhook-register-url", o.WebhookRegisterURL, "For a controller outside the cluster: create the webhook configurations with this base URL (e.g. https://127.0.0.1:9443) and a self-managed CA. Empty leaves them to the Helm chart.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
@@ -120,6 +123,9 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	}
 	if set("webhook-bind-address") {
 		cfg.Webhook.BindAddress = o.WebhookBindAddress
+	}
+	if set("status-server-bind-address") {
+		cfg.StatusServer.BindAddress = o.StatusServerBindAddress
 	}
 	if set("webhook-register-url") {
 		cfg.Webhook.RegisterURL = o.WebhookRegisterURL

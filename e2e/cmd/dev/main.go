@@ -152,10 +152,12 @@ func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, i
 	}
 	r, w := io.Pipe()
 	// As `make run` and the e2e tests: the admission webhooks registered with the API
-	// server over 127.0.0.1 (the controller removes them when it stops).
+	// server over 127.0.0.1 (the controller removes them when it stops), the progress
+	// server on 127.0.0.1 at the port of the URL injected into trainer pods.
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0",
 		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4",
-		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443")
+		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443",
+		"--status-server-bind-address=127.0.0.1:10443")
 	cmd.Stdout = io.MultiWriter(logFile, w)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
