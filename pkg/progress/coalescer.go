@@ -32,6 +32,13 @@ type Coalescer struct {
 type entry struct {
 	uid     types.UID              // the TrainJob the state belongs to
 	pending *trainer.TrainerStatus // the report to write; nil when none
+	// lastWrite is when this process last applied the TrainJob's trainerStatus (zero
+	// before the first write): the start of the period.
+	lastWrite time.Time
+	// written is the lastUpdatedTime of that write, at the second precision the API
+	// server stores: the Stage never writes a report that is not newer, even before the
+	// informer cache shows the write.
+	written time.Time
 }
 
 // NewCoalescer returns an empty Coalescer. enqueue is called with a TrainJob's key when
