@@ -155,8 +155,9 @@ const (
 	// authenticate it for the TrainJob's audience), forbidden (403, the token
 	// is not a pod's of the TrainJob), not_found (404, no such TrainJob),
 	// invalid (422, a body that does not decode or fails validation), internal
-	// (500, a TokenReview or pod read failed, or a panic). Accepted reports are
-	// ProgressReportsTotal minus these. Labels: reason (Reason* values).
+	// (500, a TokenReview or pod read failed, or a panic). Accepted reports
+	// are trainyard_progress_reports_total minus these. Labels: reason
+	// (Reason* values).
 	ProgressReportsRejectedTotal = "trainyard_progress_reports_rejected_total"
 
 	// ProgressReportDurationSeconds is a histogram (seconds): time from
@@ -183,8 +184,9 @@ const (
 	// reports the progress stage did not write, by reason: unchanged (the
 	// TrainJob already has this trainerStatus), stale (its lastUpdatedTime is
 	// not newer than the stored one, e.g. another replica wrote a later
-	// report), gone (the TrainJob was deleted, or re-created under the same
-	// name, before the write). Labels: reason (Reason* values).
+	// report, or than the pending one: a report that arrived late), gone (the
+	// TrainJob was deleted, or re-created under the same name, before the
+	// write). Labels: reason (Reason* values).
 	ProgressReportsDroppedTotal = "trainyard_progress_reports_dropped_total"
 
 	// ProgressWritesTotal is a counter (writes): server-side applies of
