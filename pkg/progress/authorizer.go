@@ -247,7 +247,7 @@ func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key
 		}
 		tj, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
 		switch {
-		case apierrors.IsNotFound(err):
+		case err != nil && apierrors.IsNotFound(err):
 			return Decision{Verdict: NoTrainJob, Reason: noTrainJob(key), Cached: true}, nil
 		case err != nil:
 			return Decision{}, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)

@@ -133,6 +133,9 @@ type handler struct {
 	cfg HandlerConfig
 }
 
+// trainerStatusPath is the request's trainerStatus, the root of field errors.
+var trainerStatusPath = field.NewPath("trainerStatus")
+
 // bodyBuffers recycles request body buffers across requests.
 var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -185,7 +188,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 	}
 
 	tj, err := h.cfg.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
+	if err != nil && apierrors.IsNotFound(err) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, noTrainJob(key), nil)
 		return metrics.ReasonNotFound
 	}
@@ -213,9 +216,8 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		return metrics.ReasonInvalid
 	}
 	if ts := req.TrainerStatus; ts != nil {
-		path := field.NewPath("trainerStatus")
-		errs := ValidateTrainerStatus(ts, path)
-		errs = append(errs, validateClockSkew(ts, path, h.cfg.Clock.Now(), h.cfg.MaxClockSkew)...)
+		errs := ValidateTrainerStatus(ts, trainerStatusPath)
+		errs = append(errs, validateClockSkew(ts, trainerStatusPath, h.cfg.Clock.Now(), h.cfg.MaxClockSkew)...)
 		if len(errs) > 0 {
 			st := apierrors.NewInvalid(trainer.Kind(trainer.TrainJobKind), key.Name, errs).ErrStatus
 			writeStatus(w, int(st.Code), st.Reason, st.Message, st.Details)

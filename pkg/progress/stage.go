@@ -156,7 +156,7 @@ func (s *Stage) Name() string { return Name }
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
 	c := s.coalescer
 	tj, err := s.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
+	if err != nil && apierrors.IsNotFound(err) {
 		c.mu.Lock()
 		e := c.entries[key]
 		delete(c.entries, key)

@@ -43,7 +43,7 @@ func status(percent int32, at time.Time, ms ...trainer.Metric) *trainer.TrainerS
 // recorded (and answered with applyErr when set), a hand-filled TrainJob cache and a
 // fake clock.
 type stageFixture struct {
-	t         *testing.T
+	t         testing.TB
 	clock     *testingclock.FakePassiveClock
 	trainJobs cache.Indexer
 	obs       *observer
@@ -57,7 +57,7 @@ type stageFixture struct {
 	onApply  func() // called inside the apply, e.g. to record a report meanwhile
 }
 
-func newStageFixture(t *testing.T, limits progress.WriteLimits, tjs ...*trainer.TrainJob) *stageFixture {
+func newStageFixture(t testing.TB, limits progress.WriteLimits, tjs ...*trainer.TrainJob) *stageFixture {
 	f := &stageFixture{
 		t:         t,
 		clock:     testingclock.NewFakePassiveClock(t0),
@@ -156,7 +156,7 @@ func (f *stageFixture) written() []string {
 	return out
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -51,16 +51,18 @@ func ValidateTrainerStatus(ts *trainer.TrainerStatus, fldPath *field.Path) field
 		errs = append(errs, field.Invalid(fldPath.Child("estimatedRemainingSeconds"), *s,
 			"must be greater than or equal to 0 (seconds until training completes)"))
 	}
-	metricsPath := fldPath.Child("metrics")
+	// Paths are built only for errors: a valid report allocates nothing here.
 	if n := len(ts.Metrics); n > MaxMetrics {
-		errs = append(errs, field.TooMany(metricsPath, n, MaxMetrics))
+		errs = append(errs, field.TooMany(fldPath.Child("metrics"), n, MaxMetrics))
 	}
 	for i := range ts.Metrics {
 		m := &ts.Metrics[i]
-		errs = append(errs, validateMetricString(metricsPath.Index(i).Child("name"), m.Name, MaxMetricNameLength,
-			"a metric name", `"loss"`)...)
-		errs = append(errs, validateMetricString(metricsPath.Index(i).Child("value"), m.Value, MaxMetricValueLength,
-			"the metric's value as a string", `"0.0123"`)...)
+		if err := validateMetricString(fldPath, i, "name", m.Name, MaxMetricNameLength, "a metric name", `"loss"`); err != nil {
+			errs = append(errs, err)
+		}
+		if err := validateMetricString(fldPath, i, "value", m.Value, MaxMetricValueLength, "the metric's value as a string", `"0.0123"`); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if ts.LastUpdatedTime == nil {
 		errs = append(errs, field.Required(fldPath.Child("lastUpdatedTime"),
@@ -69,12 +71,14 @@ func ValidateTrainerStatus(ts *trainer.TrainerStatus, fldPath *field.Path) field
 	return errs
 }
 
-func validateMetricString(p *field.Path, s string, maxLen int, what, example string) field.ErrorList {
+// validateMetricString checks metrics[i].<child> of the TrainerStatus at fldPath.
+func validateMetricString(fldPath *field.Path, i int, child, s string, maxLen int, what, example string) *field.Error {
 	switch {
 	case s == "":
-		return field.ErrorList{field.Required(p, fmt.Sprintf("%s of 1 to %d characters, e.g. %s", what, maxLen, example))}
-	case utf8.RuneCountInString(s) > maxLen:
-		return field.ErrorList{field.TooLongCharacters(p, s, maxLen)}
+		return field.Required(fldPath.Child("metrics").Index(i).Child(child),
+			fmt.Sprintf("%s of 1 to %d characters, e.g. %s", what, maxLen, example))
+	case len(s) > maxLen && utf8.RuneCountInString(s) > maxLen:
+		return field.TooLongCharacters(fldPath.Child("metrics").Index(i).Child(child), s, maxLen)
 	}
 	return nil
 }
