@@ -31,6 +31,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
@@ -39,9 +40,10 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/status"
 )
 
-// stageNames are the pipeline's stages in order: the values of the "stage"
-// and "name" labels.
-var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name, gang.Name, dra.Name, status.Name}
+// stageNames are the pipeline's stages in order, then the progress stage (its
+// own single-stage pipeline on every replica): the values of the "stage" and
+// "name" labels.
+var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name, gang.Name, dra.Name, status.Name, progress.Name}
 
 // enumLabels are the labels whose values are a closed set that the catalogue
 // lists. The values come from the gathered children, so they follow the code.
@@ -51,7 +53,7 @@ var enumLabels = map[string]bool{
 	metrics.LabelName: true, metrics.LabelStage: true, metrics.LabelResult: true,
 	metrics.LabelReason: true, metrics.LabelRuntimeKind: true, metrics.LabelPhase: true,
 	metrics.LabelCertificate: true, metrics.LabelWebhook: true, metrics.LabelKind: true,
-	metrics.LabelOperation: true,
+	metrics.LabelOperation: true, metrics.LabelCached: true,
 }
 
 // runtimeLabels describes the labels whose values are not enumerated.
@@ -211,7 +213,8 @@ Conventions:
   chart's alerts and dashboard, which use ` + "`_bucket`" + ` series.
 - With leader election, followers run informers but no pipeline: they export the stage gauges
   (` + "`trainyard_stage_workers`" + `, ` + "`trainyard_trainjobs`" + `) too, so aggregate those with ` + "`max`" + `, and
-  counters and histograms with ` + "`sum`" + `.
+  counters and histograms with ` + "`sum`" + `. The exception is the ` + "`progress`" + ` stage, which writes the
+  progress trainer pods report to whichever replica they reach, and runs on every replica.
 
 `)
 	b.WriteString("| Metric | Type | Labels | Series per replica |\n| --- | --- | --- | --- |\n")

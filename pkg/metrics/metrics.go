@@ -54,6 +54,7 @@ type Metrics struct {
 	certRotations *prometheus.CounterVec
 
 	admission admissionMetrics
+	progress  progressMetrics
 }
 
 // New creates the metrics and registers them on reg. If reg is nil, the
@@ -132,6 +133,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.certExpiry, m.certRotations = newCertificateMetrics()
 	m.admission = newAdmissionMetrics()
+	m.progress = newProgressMetrics()
 
 	if reg != nil {
 		reg.MustRegister(
@@ -145,6 +147,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.certExpiry, m.certRotations,
 		)
 		reg.MustRegister(m.admission.collectors()...)
+		reg.MustRegister(m.progress.collectors()...)
 	}
 	return m
 }

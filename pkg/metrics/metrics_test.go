@@ -51,6 +51,12 @@ func TestLint(t *testing.T) {
 	m.CertificateRotated(metrics.CertificateCA)
 	m.ObserveReview(metrics.WebhookValidate, metrics.AdmissionKindTrainJob, admissionv1.Create,
 		&admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{"w"}}, time.Millisecond)
+	m.ObserveProgressReport("", 50*time.Microsecond)
+	m.ObserveProgressReport(metrics.ReasonForbidden, time.Millisecond)
+	m.ObserveProgressTokenReview(metrics.TokenReviewAllowed, true)
+	m.ObserveProgressCoalesced()
+	m.ObserveProgressDropped(metrics.ReasonStale)
+	m.ObserveProgressWrite(nil)
 
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -70,6 +76,9 @@ func TestLint(t *testing.T) {
 		metrics.JobSetCreationLatencySeconds, metrics.TrainJobs, metrics.BuildInfo,
 		metrics.CertificateExpiryTimestampSeconds, metrics.CertificateRotationsTotal,
 		metrics.AdmissionRequestsTotal, metrics.AdmissionDurationSeconds, metrics.AdmissionWarningsTotal,
+		metrics.ProgressReportsTotal, metrics.ProgressReportsRejectedTotal, metrics.ProgressReportDurationSeconds,
+		metrics.ProgressTokenReviewsTotal, metrics.ProgressReportsCoalescedTotal, metrics.ProgressReportsDroppedTotal,
+		metrics.ProgressWritesTotal,
 	}
 	for _, name := range names {
 		if !strings.HasPrefix(name, "trainyard_") && !strings.HasPrefix(name, "workqueue_") {

@@ -144,6 +144,57 @@ const (
 	// was admitted or not. Labels: webhook, kind, operation.
 	AdmissionWarningsTotal = "trainyard_admission_warnings_total"
 
+	// ProgressReportsTotal is a counter (requests): progress reports trainer
+	// pods POSTed to the progress endpoint of this replica (package progress,
+	// KEP-2779), accepted or not; other paths and methods are not counted.
+	ProgressReportsTotal = "trainyard_progress_reports_total"
+
+	// ProgressReportsRejectedTotal is a counter (requests): progress reports
+	// answered with an error, by reason: too_large (413, body over 64 KiB),
+	// unauthenticated (403, no bearer token, or the API server does not
+	// authenticate it for the TrainJob's audience), forbidden (403, the token
+	// is not a pod's of the TrainJob), not_found (404, no such TrainJob),
+	// invalid (422, a body that does not decode or fails validation), internal
+	// (500, a TokenReview or pod read failed, or a panic). Accepted reports
+	// are trainyard_progress_reports_total minus these. Labels: reason
+	// (Reason* values).
+	ProgressReportsRejectedTotal = "trainyard_progress_reports_rejected_total"
+
+	// ProgressReportDurationSeconds is a histogram (seconds): time from
+	// receiving a progress report to writing the answer, TLS excluded;
+	// includes the TokenReview and pod read when the review is not cached,
+	// never the status write, which happens later in the progress stage.
+	// Buckets: 0.1 ms … 10 s.
+	ProgressReportDurationSeconds = "trainyard_progress_report_duration_seconds"
+
+	// ProgressTokenReviewsTotal is a counter (decisions): authorization
+	// decisions on the bearer tokens of progress reports, by result (allowed,
+	// unauthenticated, forbidden, not_found, error) and whether the decision
+	// came from the review cache (cached "true") or cost a TokenReview and a
+	// pod read (cached "false"). Errors are never cached. Labels: result,
+	// cached.
+	ProgressTokenReviewsTotal = "trainyard_progress_token_reviews_total"
+
+	// ProgressReportsCoalescedTotal is a counter (reports): accepted progress
+	// reports replaced by a newer report of the same TrainJob before being
+	// written (at most one write per TrainJob per period).
+	ProgressReportsCoalescedTotal = "trainyard_progress_reports_coalesced_total"
+
+	// ProgressReportsDroppedTotal is a counter (reports): accepted progress
+	// reports the progress stage did not write, by reason: unchanged (the
+	// TrainJob already has this trainerStatus), stale (its lastUpdatedTime is
+	// not newer than the stored one, e.g. another replica wrote a later
+	// report, or than the pending one: a report that arrived late), gone (the
+	// TrainJob was deleted, or re-created under the same name, before the
+	// write). Labels: reason (Reason* values).
+	ProgressReportsDroppedTotal = "trainyard_progress_reports_dropped_total"
+
+	// ProgressWritesTotal is a counter (writes): server-side applies of
+	// status.trainerStatus by the progress stage, by result (success, error).
+	// A failed write is retried with backoff unless the API server rejected
+	// it as invalid or the TrainJob is gone. Labels: result.
+	ProgressWritesTotal = "trainyard_progress_writes_total"
+
 	// BuildInfo is a gauge, always 1, whose labels describe the running
 	// binary. Labels: version, git_commit, go_version.
 	BuildInfo = "trainyard_build_info"
@@ -164,6 +215,7 @@ const (
 	LabelWebhook     = "webhook"
 	LabelKind        = "kind"
 	LabelOperation   = "operation"
+	LabelCached      = "cached"
 )
 
 // Values of the "result" label: the outcome of one Stage.Sync call. They match
@@ -186,6 +238,30 @@ const (
 	ReasonThrottled = "throttled"
 	ReasonTimeout   = "timeout"
 	ReasonInternal  = "internal"
+)
+
+// Further values of the "reason" label of the progress metrics
+// (trainyard_progress_reports_rejected_total also uses ReasonNotFound,
+// ReasonInvalid, ReasonForbidden and ReasonInternal; see its doc).
+const (
+	ReasonTooLarge        = "too_large"
+	ReasonUnauthenticated = "unauthenticated"
+	ReasonUnchanged       = "unchanged"
+	ReasonStale           = "stale"
+	ReasonGone            = "gone"
+)
+
+// Values of the "result" label of trainyard_progress_token_reviews_total (and
+// ProgressWriteSuccess, ProgressWriteError of trainyard_progress_writes_total).
+const (
+	TokenReviewAllowed         = "allowed"
+	TokenReviewUnauthenticated = "unauthenticated"
+	TokenReviewForbidden       = "forbidden"
+	TokenReviewNotFound        = "not_found"
+	TokenReviewError           = "error"
+
+	ProgressWriteSuccess = "success"
+	ProgressWriteError   = "error"
 )
 
 // Values of the "runtime_kind" label. Any other kind is recorded as
@@ -266,6 +342,11 @@ var (
 	admissionKinds      = []string{AdmissionKindTrainJob, AdmissionKindTrainingRuntime, AdmissionKindClusterTrainingRuntime, AdmissionKindOther}
 	admissionOperations = []string{OperationCreate, OperationUpdate, OperationDelete, OperationConnect, OperationOther}
 	admissionResults    = []string{AdmissionAllowed, AdmissionDenied, AdmissionError}
+
+	progressRejectReasons = []string{ReasonTooLarge, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal}
+	progressDropReasons   = []string{ReasonUnchanged, ReasonStale, ReasonGone}
+	tokenReviewResults    = []string{TokenReviewAllowed, TokenReviewUnauthenticated, TokenReviewForbidden, TokenReviewNotFound, TokenReviewError}
+	progressWriteResults  = []string{ProgressWriteSuccess, ProgressWriteError}
 )
 
 // Histogram buckets, in seconds. Each ladder includes the usual SLO thresholds
@@ -282,6 +363,10 @@ var (
 	// and the API server gives a webhook at most 30 s (timeoutSeconds, 10 s by
 	// default).
 	admissionBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	// progressBuckets spans 0.1 ms … 10 s: a report with a cached review reads
+	// only memory and informer caches (tens of microseconds); one that is not
+	// costs a TokenReview and a pod read.
+	progressBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
 
 // Kubernetes API client metrics, under client-go's standard names so stock dashboards

@@ -1,12 +1,9 @@
-// Package progress is Trainyard's training-progress server (KEP-2779, upstream
-// Kubeflow Trainer v2.3's "status server", feature gate TrainJobStatus): trainer pods
-// POST their progress (percentage, estimated remaining seconds, named metrics) and the
-// controller writes it to TrainJob.status.trainerStatus.
-//
 // This file holds the wire contract shared with the pods, which must stay exactly
 // upstream's so the same training images and SDK helpers work unchanged (trainer-compat
 // §5.3, docs/compatibility.md): the endpoint path, the token audience, the environment
-// variables and the projected volume layout injected into trainer containers.
+// variables and the projected volume layout injected into trainer containers. The
+// package doc is in doc.go.
+
 package progress
 
 import (

@@ -1,0 +1,360 @@
+package progress
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
+
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+)
+
+// Verdict is the outcome of an authorization. The zero Verdict denies.
+type Verdict int
+
+const (
+	// Unauthenticated: there is no bearer token, or the API server does not
+	// authenticate it for the TrainJob's Audience (expired, revoked, bound to a deleted
+	// pod, issued for another audience). Answered 403, as upstream answers every bad
+	// token.
+	Unauthenticated Verdict = iota
+	// Forbidden: the token authenticates, but not as a pod of the TrainJob: a service
+	// account of another namespace, a token not bound to a pod, or a pod that is not one
+	// of the TrainJob's JobSet's. Answered 403.
+	Forbidden
+	// NoTrainJob: the token authenticates as a pod-bound service account token of the
+	// TrainJob's namespace issued for its audience, but the TrainJob is not in the
+	// informer cache (deleted, or not seen yet). Answered 404, upstream's answer for a
+	// missing TrainJob; only a caller holding a token for that very audience learns it.
+	NoTrainJob
+	// Allowed: the token is a pod's of the TrainJob; the report may be recorded.
+	Allowed
+)
+
+// String returns the verdict's name, which is also its "result" label value in
+// trainyard_progress_token_reviews_total.
+func (v Verdict) String() string {
+	switch v {
+	case Allowed:
+		return "allowed"
+	case Unauthenticated:
+		return "unauthenticated"
+	case Forbidden:
+		return "forbidden"
+	case NoTrainJob:
+		return "not_found"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// Decision is an Authorizer's answer.
+type Decision struct {
+	Verdict Verdict
+	// Reason says which check failed when Verdict is not Allowed, in words safe to send
+	// to the client: it names the check and the pod or TrainJob, never token contents.
+	Reason string
+	// Cached is true when the decision came from the review cache, without a
+	// TokenReview or pod read.
+	Cached bool
+}
+
+// Authorizer decides whether a bearer token may report the progress of the TrainJob
+// at key. A non-nil error means the decision could not be made (an API call failed):
+// the handler answers 500 and the client retries.
+type Authorizer interface {
+	Authorize(ctx context.Context, token string, key cache.ObjectName) (Decision, error)
+}
+
+// Defaults of AuthorizerConfig.
+const (
+	// DefaultReviewCacheSize is how many decisions the review cache holds: one per token
+	// and TrainJob, so far more than the trainer pods that report at once (a projected
+	// token rotates about hourly, leaving a dead entry that ages out). An entry is about
+	// 200 bytes.
+	DefaultReviewCacheSize = 10000
+	// DefaultAllowTTL is how long an allow is cached: a pod reporting every few seconds
+	// costs one TokenReview and one pod read per minute. It bounds how long a token
+	// stays accepted after its pod is deleted.
+	DefaultAllowTTL = time.Minute
+	// DefaultDenyTTL is how long a denial (or NoTrainJob) is cached, so that a client
+	// retrying a bad token in a loop costs one TokenReview per 10 s, not one per request.
+	DefaultDenyTTL = 10 * time.Second
+)
+
+// Keys of a service account token's user.extra naming the pod it is bound to (the
+// API server's, k8s.io/apiserver/pkg/authentication/serviceaccount PodNameKey and
+// PodUIDKey).
+const (
+	podNameExtra = "authentication.kubernetes.io/pod-name"
+	podUIDExtra  = "authentication.kubernetes.io/pod-uid"
+
+	serviceAccountUserPrefix = "system:serviceaccount:"
+)
+
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// AuthorizerConfig configures a TokenReviewAuthorizer. Client, Pods, TrainJobs and
+// JobSets are required; zero values of the others take their defaults.
+type AuthorizerConfig struct {
+	// Client sends TokenReviews (authentication.k8s.io/v1; RBAC: create tokenreviews).
+	Client kubernetes.Interface
+	// Pods reads the metadata of the pod a token is bound to (RBAC: get pods). A
+	// metadata-only client, not a typed one: the check needs only uid, labels and
+	// ownerReferences, and a pod's metadata is a fraction of its bytes (the spec and
+	// status of a training pod run to tens of KiB). Not an informer either: caching every
+	// pod of the cluster would cost far more memory than one read per token per
+	// AllowTTL.
+	Pods metadata.Interface
+	// TrainJobs and JobSets are the informer caches the pod is checked against.
+	TrainJobs trainerlisters.TrainJobLister
+	JobSets   jobsetlisters.JobSetLister
+
+	// CacheSize is how many decisions are cached (DefaultReviewCacheSize); the least
+	// recently used go first.
+	CacheSize int
+	// AllowTTL and DenyTTL are how long allows and denials are cached (DefaultAllowTTL,
+	// DefaultDenyTTL). Errors are never cached.
+	AllowTTL, DenyTTL time.Duration
+	// Clock ages the cache entries; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// TokenReviewAuthorizer is the Authorizer of the progress endpoint. Where upstream
+// verifies the token as an OIDC ID token of the cluster's issuer and accepts any token
+// of the namespace with the TrainJob's audience, it asks the API server (TokenReview)
+// and accepts only a token bound to a pod of the TrainJob. In order, cheapest first:
+//
+//  1. TokenReview with spec.audiences [Audience(namespace, name)]: status.authenticated,
+//     and status.audiences contains that audience (else Unauthenticated);
+//  2. the user is a service account of the URL's namespace, system:serviceaccount:<ns>:*
+//     (else Forbidden);
+//  3. the token is bound to a pod: user.extra authentication.kubernetes.io/pod-name and
+//     pod-uid (projected tokens are; else Forbidden);
+//  4. the TrainJob is in the informer cache (else NoTrainJob), and so is its JobSet (same
+//     name), controlled by the TrainJob (metav1.IsControlledBy; else Forbidden);
+//  5. the pod (one metadata read) has the bound uid (not a re-created pod of the same
+//     name), labels jobset.sigs.k8s.io/jobset-name = the TrainJob's name and
+//     jobset.sigs.k8s.io/jobset-uid = the cached JobSet's uid, and a batch/v1 Job as its
+//     controller (else Forbidden).
+//
+// The API server checked, in step 1, that the bound pod exists with that uid, so a
+// token outliving its pod is refused there. The labels and owner references of step 5
+// are as trustworthy as the namespace's pod creators: whoever can create pods in the
+// namespace can forge them, but could also read the TrainJob's pods' tokens.
+//
+// Decisions are cached in an LRU keyed by the token's SHA-256 (the token itself is not
+// kept) and the TrainJob: an allow for AllowTTL, a denial or NoTrainJob for DenyTTL,
+// errors never. A cached allow is used only while the TrainJob in the cache has the uid
+// it was granted for, so a TrainJob re-created under the same name is reviewed afresh.
+// It is safe for concurrent use.
+type TokenReviewAuthorizer struct {
+	client    kubernetes.Interface
+	pods      metadata.Interface
+	trainJobs trainerlisters.TrainJobLister
+	jobSets   jobsetlisters.JobSetLister
+
+	cache             *utilcache.LRUExpireCache
+	allowTTL, denyTTL time.Duration
+}
+
+// reviewKey keys the review cache: the token's digest and the TrainJob.
+type reviewKey struct {
+	token [sha256.Size]byte
+	key   cache.ObjectName
+}
+
+// cachedDecision is a review cache entry.
+type cachedDecision struct {
+	verdict Verdict
+	reason  string
+	uid     types.UID // the TrainJob an allow was granted for
+}
+
+var _ Authorizer = (*TokenReviewAuthorizer)(nil)
+
+// NewTokenReviewAuthorizer returns the authorizer of cfg, or an error naming the
+// missing required field or the negative setting.
+func NewTokenReviewAuthorizer(cfg AuthorizerConfig) (*TokenReviewAuthorizer, error) {
+	var errs []error
+	for name, missing := range map[string]bool{
+		"Client": cfg.Client == nil, "Pods": cfg.Pods == nil,
+		"TrainJobs": cfg.TrainJobs == nil, "JobSets": cfg.JobSets == nil,
+	} {
+		if missing {
+			errs = append(errs, fmt.Errorf("progress authorizer: %s is required", name))
+		}
+	}
+	if cfg.CacheSize < 0 || cfg.AllowTTL < 0 || cfg.DenyTTL < 0 {
+		errs = append(errs, fmt.Errorf("progress authorizer: CacheSize %d, AllowTTL %v and DenyTTL %v must not be negative",
+			cfg.CacheSize, cfg.AllowTTL, cfg.DenyTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultReviewCacheSize
+	}
+	if cfg.AllowTTL == 0 {
+		cfg.AllowTTL = DefaultAllowTTL
+	}
+	if cfg.DenyTTL == 0 {
+		cfg.DenyTTL = DefaultDenyTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &TokenReviewAuthorizer{
+		client:    cfg.Client,
+		pods:      cfg.Pods,
+		trainJobs: cfg.TrainJobs,
+		jobSets:   cfg.JobSets,
+		cache:     utilcache.NewLRUExpireCacheWithClock(cfg.CacheSize, cfg.Clock),
+		allowTTL:  cfg.AllowTTL,
+		denyTTL:   cfg.DenyTTL,
+	}, nil
+}
+
+// Authorize implements Authorizer with the checks of the type's doc. An empty token is
+// Unauthenticated without a TokenReview. Errors are the failed TokenReview, pod read
+// or cache read, wrapped.
+func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key cache.ObjectName) (Decision, error) {
+	if token == "" {
+		return Decision{Verdict: Unauthenticated, Reason: reasonNoToken}, nil
+	}
+	k := reviewKey{token: sha256.Sum256([]byte(token)), key: key}
+	if v, ok := a.cache.Get(k); ok {
+		d := v.(cachedDecision)
+		if d.verdict != Allowed {
+			return Decision{Verdict: d.verdict, Reason: d.reason, Cached: true}, nil
+		}
+		tj, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
+		switch {
+		case err != nil && apierrors.IsNotFound(err):
+			return Decision{Verdict: NoTrainJob, Reason: noTrainJob(key), Cached: true}, nil
+		case err != nil:
+			return Decision{}, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
+		case tj.UID == d.uid:
+			return Decision{Verdict: Allowed, Cached: true}, nil
+		}
+		a.cache.Remove(k) // the TrainJob was re-created: review again
+	}
+	d, uid, err := a.review(ctx, token, key)
+	if err != nil {
+		return Decision{}, err
+	}
+	ttl := a.denyTTL
+	if d.Verdict == Allowed {
+		ttl = a.allowTTL
+	}
+	a.cache.Add(k, cachedDecision{verdict: d.Verdict, reason: d.Reason, uid: uid}, ttl)
+	return d, nil
+}
+
+const reasonNoToken = "no bearer token: send the projected service account token (the file $" + EnvToken +
+	" names) as the header Authorization: Bearer <token>"
+
+func noTrainJob(key cache.ObjectName) string {
+	return fmt.Sprintf("TrainJob %s not found: it was deleted (stop reporting), or this server has not seen it yet (retry)", key)
+}
+
+// review runs the checks of the type's doc without the cache. It returns the TrainJob's
+// uid with an allow.
+func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key cache.ObjectName) (Decision, types.UID, error) {
+	logger := klog.FromContext(ctx)
+	audience := Audience(key.Namespace, key.Name)
+	deny := func(v Verdict, format string, args ...any) (Decision, types.UID, error) {
+		d := Decision{Verdict: v, Reason: fmt.Sprintf(format, args...)}
+		logger.V(4).Info("Denied a progress report", "trainJob", klog.KRef(key.Namespace, key.Name), "verdict", v, "reason", d.Reason)
+		return d, "", nil
+	}
+
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return Decision{}, "", fmt.Errorf("TokenReview for TrainJob %s: %w", key, err)
+	}
+	st := &review.Status
+	if !st.Authenticated {
+		// st.Error may quote the token's audiences: logged, not sent.
+		logger.V(4).Info("TokenReview did not authenticate a progress token", "trainJob", klog.KRef(key.Namespace, key.Name), "error", st.Error)
+		return deny(Unauthenticated, "the API server does not authenticate the token for audience %q: it is expired, "+
+			"bound to a deleted pod, or issued for another audience; send the projected token mounted at %s/%s", audience, MountPath, TokenFile)
+	}
+	if !slices.Contains(st.Audiences, audience) {
+		return deny(Unauthenticated, "the token is not valid for audience %q: send the projected token mounted at %s/%s", audience, MountPath, TokenFile)
+	}
+	rest, isSA := strings.CutPrefix(st.User.Username, serviceAccountUserPrefix)
+	if ns, _, ok := strings.Cut(rest, ":"); !isSA || !ok || ns != key.Namespace {
+		return deny(Forbidden, "the token is not a service account token of namespace %q: only the TrainJob's pods may report its progress", key.Namespace)
+	}
+	podName, podUID := single(st.User.Extra[podNameExtra]), single(st.User.Extra[podUIDExtra])
+	if podName == "" || podUID == "" {
+		return deny(Forbidden, "the token is not bound to a pod: send the projected token mounted at %s/%s, not a service account token from a Secret or the TokenRequest API", MountPath, TokenFile)
+	}
+
+	tj, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return deny(NoTrainJob, "%s", noTrainJob(key))
+	}
+	if err != nil {
+		return Decision{}, "", fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
+	}
+	js, err := a.jobSets.JobSets(key.Namespace).Get(tj.Name)
+	if apierrors.IsNotFound(err) {
+		return deny(Forbidden, "TrainJob %s has no JobSet, so pod %q cannot be one of its pods", key, podName)
+	}
+	if err != nil {
+		return Decision{}, "", fmt.Errorf("reading JobSet %s from the cache: %w", key, err)
+	}
+	if !metav1.IsControlledBy(js, tj) {
+		return deny(Forbidden, "JobSet %s is not controlled by TrainJob %s, so pod %q is not one of the TrainJob's pods", key, key, podName)
+	}
+
+	pod, err := a.pods.Resource(podsResource).Namespace(key.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return deny(Forbidden, "pod %q, which the token is bound to, no longer exists", podName)
+	}
+	if err != nil {
+		return Decision{}, "", fmt.Errorf("reading pod %s/%s: %w", key.Namespace, podName, err)
+	}
+	if string(pod.UID) != podUID {
+		return deny(Forbidden, "pod %q was re-created since the token was issued: the token is bound to the earlier pod", podName)
+	}
+	if pod.Labels[jobsetv1alpha2.JobSetNameKey] != tj.Name {
+		return deny(Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not %q", podName, key, jobsetv1alpha2.JobSetNameKey, tj.Name)
+	}
+	if pod.Labels[jobsetv1alpha2.JobSetUIDKey] != string(js.UID) {
+		return deny(Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not the uid of the TrainJob's JobSet", podName, key, jobsetv1alpha2.JobSetUIDKey)
+	}
+	if owner := metav1.GetControllerOfNoCopy(pod); owner == nil || owner.APIVersion != batchv1.SchemeGroupVersion.String() || owner.Kind != "Job" {
+		return deny(Forbidden, "pod %q is not controlled by a batch/v1 Job, as the pods of a TrainJob's JobSet are", podName)
+	}
+	return Decision{Verdict: Allowed}, tj.UID, nil
+}
+
+// single returns the only value of vs, or "" if there is not exactly one.
+func single(vs []string) string {
+	if len(vs) != 1 {
+		return ""
+	}
+	return vs[0]
+}
