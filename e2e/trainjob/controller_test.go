@@ -3,6 +3,7 @@ package trainjob
 import (
 	"bufio"
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,17 +29,29 @@ type controller struct {
 	// webhookURL is where the API server calls its admission webhooks ("" with
 	// admission off).
 	webhookURL string
-	logPath    string
+	// progressAddr is the 127.0.0.1 address of the progress server ("" with the
+	// servers off).
+	progressAddr string
+	logPath      string
 	exited     chan error
 }
 
-// noAdmission is the startController argument that turns admission off, for tests of
-// what the controller does with objects admission would refuse.
+// noAdmission is the startController argument that turns the controller's servers off
+// (admission and the progress server), for tests of what the controller does with
+// objects admission would refuse, and for tests that count the pipeline's writes only.
 const noAdmission = "--webhook-bind-address=0"
+
+// progressPort is the port of the progress server, the port of the URL the controller
+// injects into trainer containers.
+func (ctrl *controller) progressPort() string {
+	_, port, _ := net.SplitHostPort(ctrl.progressAddr)
+	return port
+}
 
 // startController runs the controller against the shared cluster, as `make run` does:
 // with its admission server on a free 127.0.0.1 port, registered with the API server
-// (its own webhook configurations, its own CA), unless args holds noAdmission. It waits
+// (its own webhook configurations, its own CA), and its progress server on another,
+// unless args holds noAdmission. It waits
 // until the controller reports ready (caches synced, certificate ready) and its
 // webhooks are registered. It is stopped with SIGTERM when the test ends, its webhook
 // configurations removed (a dead endpoint with failurePolicy Fail would refuse every
@@ -55,6 +68,10 @@ func startController(t *testing.T, c *cluster.Cluster, args ...string) *controll
 		addr := cluster.FreeAddr(t)
 		ctrl.webhookURL = "https://" + addr
 		args = append(args, "--webhook-bind-address="+addr, "--webhook-register-url="+ctrl.webhookURL)
+		ctrl.progressAddr = cluster.FreeAddr(t)
+		args = append(args, "--status-server-bind-address="+ctrl.progressAddr)
+	} else {
+		args = append(args, "--status-server-bind-address=0")
 	}
 	logFile, err := os.OpenFile(ctrl.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

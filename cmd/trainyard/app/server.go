@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -162,15 +163,31 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	// One serving certificate for the HTTPS servers, when one runs.
-	var certificate *servingCertificate
-	if cfg.Webhook.BindAddress != "0" {
-		if certificate, err = newServingCertificate(cfg.Webhook, podNamespace(), kube, m, nil); err != nil {
+	// One serving certificate for the HTTPS servers, when one runs. The progress
+	// server's CA ConfigMaps follow its CA bundle.
+	var (
+		certificate *servingCertificate
+		prog        *progressServer
+	)
+	if cfg.Webhook.BindAddress != "0" || progress.Serving(cfg) {
+		onCAChange := func() {
+			if prog != nil {
+				prog.publisher.CAChanged()
+			}
+		}
+		if certificate, err = newServingCertificate(cfg.Webhook, podNamespace(), kube, m, onCAChange); err != nil {
 			return err
 		}
 	}
 	adm, err := newAdmissionServer(cfg.Webhook, certificate, kube, inf, claims, m, logger)
 	if err != nil {
+		return err
+	}
+	meta, err := metadata.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	if prog, err = newProgressServer(cfg, certificate, kube, meta, trainers, inf, m, logger); err != nil {
 		return err
 	}
 	apis := &optionalAPIs{served: served, podGroups: podGroups, claims: claims, kube: kube,
@@ -189,17 +206,25 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			}); err != nil {
 			return err
 		}
+		if prog != nil {
+			if err := prog.lead(ctx, inf, logger); err != nil {
+				return err
+			}
+		}
 		return apis.lead()
 	}
 	synced := func() bool { return inf.HasSynced() && apis.HasSynced() }
-	var admissionReady func() bool
+	var serverChecks []serverCheck
 	if adm != nil {
-		admissionReady = adm.ready
+		serverChecks = append(serverChecks, serverCheck{"admission", adm.ready})
+	}
+	if prog != nil {
+		serverChecks = append(serverChecks, serverCheck{"progress", prog.ready})
 	}
 
 	var leading atomic.Bool
 	servers := []*http.Server{
-		healthServer(cfg.Health.HealthProbeBindAddress, synced, admissionReady, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
+		healthServer(cfg.Health.HealthProbeBindAddress, synced, serverChecks, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
 	}
 	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
 		mux := http.NewServeMux()
@@ -252,6 +277,19 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			defer cancel()
 			adm.unregister(ctx)
 		}()
+	}
+	if prog != nil {
+		// Only now: a report for a TrainJob the cache does not show yet would be a 404.
+		ln, err := prog.listen()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := prog.serve(ctx, ln, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErrs <- fmt.Errorf("serving progress reports on %s: %w", prog.server.Addr, err)
+			}
+		}()
+		defer shutdownServers(logger, []*http.Server{prog.server})
 	}
 	go served.Run(ctx)
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))
@@ -466,11 +504,18 @@ func validateLeaderElection(le componentbaseconfigv1alpha1.LeaderElectionConfigu
 	return problems
 }
 
-// healthServer serves /healthz (the process is alive) and /readyz (caches synced and,
-// with admission on (admissionReady non-nil), a serving certificate ready). With leader
-// election, followers are ready too — they keep warm caches for a fast failover and
-// serve admission — and /readyz?verbose reports whether this replica leads.
-func healthServer(addr string, synced, admissionReady func() bool, leading *atomic.Bool, leaderElect bool) *http.Server {
+// serverCheck is a readiness check of one of the controller's HTTPS servers (admission,
+// progress): ready once it listens (so its caches have synced) with a certificate.
+type serverCheck struct {
+	name  string
+	ready func() bool
+}
+
+// healthServer serves /healthz (the process is alive) and /readyz (caches synced and
+// every server in servers ready). With leader election, followers are ready too — they
+// keep warm caches for a fast failover and serve admission and progress reports — and
+// /readyz?verbose reports whether this replica leads.
+func healthServer(addr string, synced func() bool, servers []serverCheck, leading *atomic.Bool, leaderElect bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -478,14 +523,16 @@ func healthServer(addr string, synced, admissionReady func() bool, leading *atom
 			http.Error(w, "[-]informers: caches not synced", http.StatusServiceUnavailable)
 			return
 		}
-		if admissionReady != nil && !admissionReady() {
-			http.Error(w, "[-]admission: not serving yet (caches syncing or no serving certificate)", http.StatusServiceUnavailable)
-			return
+		for _, s := range servers {
+			if !s.ready() {
+				http.Error(w, "[-]"+s.name+": not serving yet (caches syncing or no serving certificate)", http.StatusServiceUnavailable)
+				return
+			}
 		}
 		if _, verbose := r.URL.Query()["verbose"]; verbose {
 			fmt.Fprintln(w, "[+]informers ok")
-			if admissionReady != nil {
-				fmt.Fprintln(w, "[+]admission ok")
+			for _, s := range servers {
+				fmt.Fprintln(w, "[+]"+s.name+" ok")
 			}
 			switch {
 			case !leaderElect:

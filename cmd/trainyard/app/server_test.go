@@ -64,7 +64,7 @@ func TestHealthServer(t *testing.T) {
 	}
 	cases := map[string]struct {
 		synced, leading, leaderElect bool
-		admission                    *bool // nil: admission off
+		admission, progress          *bool // nil: that server off
 		probes                       []probe
 	}{
 		"caches not synced": {
@@ -101,6 +101,18 @@ func TestHealthServer(t *testing.T) {
 				{"/readyz?verbose", http.StatusOK, "[+]informers ok\n[+]admission ok\n[+]leader-election disabled\nok\n"},
 			},
 		},
+		"synced, progress server without a certificate yet": {
+			synced: true, admission: ptr.To(true), progress: ptr.To(false),
+			probes: []probe{
+				{"/readyz", http.StatusServiceUnavailable, "[-]progress: not serving yet (caches syncing or no serving certificate)\n"},
+			},
+		},
+		"synced, both servers ready": {
+			synced: true, admission: ptr.To(true), progress: ptr.To(true),
+			probes: []probe{
+				{"/readyz?verbose", http.StatusOK, "[+]informers ok\n[+]admission ok\n[+]progress ok\n[+]leader-election disabled\nok\n"},
+			},
+		},
 		"synced leader": {
 			synced: true, leaderElect: true, leading: true,
 			probes: []probe{
@@ -113,11 +125,14 @@ func TestHealthServer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var leading atomic.Bool
 			leading.Store(tc.leading)
-			var admissionReady func() bool
+			var servers []serverCheck
 			if tc.admission != nil {
-				admissionReady = func() bool { return *tc.admission }
+				servers = append(servers, serverCheck{"admission", func() bool { return *tc.admission }})
 			}
-			srv := healthServer(":0", func() bool { return tc.synced }, admissionReady, &leading, tc.leaderElect)
+			if tc.progress != nil {
+				servers = append(servers, serverCheck{"progress", func() bool { return *tc.progress }})
+			}
+			srv := healthServer(":0", func() bool { return tc.synced }, servers, &leading, tc.leaderElect)
 			for _, p := range tc.probes {
 				rec := httptest.NewRecorder()
 				srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))

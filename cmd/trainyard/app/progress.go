@@ -1,0 +1,169 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/trainjob"
+)
+
+// progressWorkers is the progress stage's worker count: a write is one small status
+// apply, and the write limits, not the workers, bound the rate.
+const progressWorkers = 4
+
+// progressServer is the training-progress server (issue 14, KEP-2779). Every replica
+// runs one, leader or not, so no report is refused during a failover: it accepts
+// reports over HTTPS (progress.NewHandler, the shared serving certificate), coalesces
+// them per TrainJob and writes status.trainerStatus from its own single-stage pipeline
+// (progress.Stage, with the engine's queue and stage metrics). Which replica writes a
+// TrainJob's progress is whichever received its reports; lastUpdatedTime only moves
+// forward (progress.Stage), so replicas never fight over the field. The CA ConfigMaps the
+// trainer pods mount are kept by the leader only (caPublisher).
+type progressServer struct {
+	server    *http.Server
+	coalescer *progress.Coalescer
+	pipeline  *stages.Pipeline
+	publisher *progress.CAPublisher
+	cert      *servingCertificate
+	listening atomic.Bool
+}
+
+// newProgressServer builds the progress server of cfg, or returns nil when it is off
+// (progress.Serving). Errors: invalid write limits or options (a wiring bug).
+func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube kubernetes.Interface, meta metadata.Interface,
+	trainers trainerclient.Interface, inf *informers.Informers, m *metrics.Metrics, logger klog.Logger,
+) (*progressServer, error) {
+	if !progress.Serving(cfg) {
+		return nil, nil
+	}
+	s := &progressServer{cert: cert}
+	s.coalescer = progress.NewCoalescer(func(key cache.ObjectName) { s.pipeline.Enqueue(progress.Name, key) }, m)
+	sc := cfg.StatusServer
+	stage, err := progress.NewStage(progress.StageConfig{
+		Client: trainers, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer,
+		Limits: progress.WriteLimits{
+			Period: sc.WritePeriod.Duration,
+			QPS:    float64(ptrDeref(sc.QPS)), Burst: int(ptrDeref(sc.Burst)),
+			NamespaceQPS: float64(ptrDeref(sc.NamespaceQPS)), NamespaceBurst: int(ptrDeref(sc.NamespaceBurst)),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.pipeline, err = stages.New([]stages.Stage{stage}, stages.WithMetrics(m), stages.WithLogger(logger),
+		stages.WithWorkers(map[string]int{progress.Name: progressWorkers})); err != nil {
+		return nil, fmt.Errorf("building the progress pipeline: %w", err)
+	}
+	authorizer, err := progress.NewTokenReviewAuthorizer(progress.AuthorizerConfig{
+		Client: kube, Pods: meta, TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.server = &http.Server{
+		Addr: sc.BindAddress,
+		Handler: progress.NewHandler(progress.HandlerConfig{
+			Authorizer: authorizer, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer, Observer: m,
+		}),
+		TLSConfig:         cert.TLSConfig(),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, // trainers keep their connection between reports
+	}
+	if s.publisher, err = progress.NewCAPublisher(progress.CAPublisherOptions{
+		Client: kube, Bundle: cert.CABundle, TrainJobs: progress.NamespaceIndex{Indexer: inf.TrainJobs.GetIndexer()},
+		MetricsProvider: m.WorkqueueMetricsProvider(),
+	}); err != nil {
+		return nil, err
+	}
+	// A deleted TrainJob's state goes; a finished one's last report is written at once.
+	if _, err := inf.TrainJobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*trainer.TrainJob)
+			n, ok2 := newObj.(*trainer.TrainJob)
+			if ok1 && ok2 && trainjob.IsFinished(n) && !trainjob.IsFinished(o) {
+				s.coalescer.Flush(cache.MetaObjectToName(n))
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tj, ok := obj.(*trainer.TrainJob); ok {
+				s.coalescer.Forget(cache.MetaObjectToName(tj))
+			} else if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if key, err := cache.ParseObjectName(d.Key); err == nil {
+					s.coalescer.Forget(key)
+				}
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listen binds the server's port; serve it once the caches have synced. Errors: the
+// address is in use or invalid.
+func (s *progressServer) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.server.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("progress server: %w", err)
+	}
+	s.listening.Store(true)
+	return ln, nil
+}
+
+// serve runs the write pipeline and serves HTTPS on ln until ctx ends; it returns
+// http.ErrServerClosed after a shutdown.
+func (s *progressServer) serve(ctx context.Context, ln net.Listener, logger klog.Logger) error {
+	go func() {
+		if err := s.pipeline.Run(ctx); err != nil {
+			logger.Error(err, "Progress pipeline stopped")
+		}
+	}()
+	return s.server.ServeTLS(ln, "", "")
+}
+
+// ready reports whether the server listens and has a certificate to serve.
+func (s *progressServer) ready() bool { return s.listening.Load() && s.cert.Ready() }
+
+// lead keeps the CA ConfigMaps while this replica leads: every namespace with a
+// TrainJob now, and each namespace a TrainJob is added to.
+func (s *progressServer) lead(ctx context.Context, inf *informers.Informers, logger klog.Logger) error {
+	if _, err := inf.TrainJobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if tj, ok := obj.(*trainer.TrainJob); ok {
+				s.publisher.EnqueueNamespace(tj.Namespace)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	go func() {
+		if err := s.publisher.Run(ctx); err != nil {
+			logger.Error(err, "CA ConfigMap publisher stopped")
+		}
+	}()
+	return nil
+}
+
+func ptrDeref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
