@@ -157,8 +157,11 @@ type AuthorizerConfig struct {
 //
 // The API server checked, in step 1, that the bound pod exists with that uid, so a
 // token outliving its pod is refused there. The labels and owner references of step 5
-// are as trustworthy as the namespace's pod creators: whoever can create pods in the
-// namespace can forge them, but could also read the TrainJob's pods' tokens.
+// are as trustworthy as the namespace's pod creators: whoever may create pods in the
+// namespace can forge them (and run a pod as the TrainJob's service account anyway).
+// The checks keep the pods of other TrainJobs, and other workloads, from writing a
+// TrainJob's progress; they do not stand between a namespace's pod creators and its
+// TrainJobs.
 //
 // Decisions are cached in an LRU keyed by the token's SHA-256 (the token itself is not
 // kept) and the TrainJob: an allow for AllowTTL, a denial or NoTrainJob for DenyTTL,

@@ -25,6 +25,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -400,22 +401,51 @@ func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 		Observer:   obs,
 		Clock:      c.clock,
 	})
+	c.tokens["late"] = c.tokens["good"]
 	for i, s := range []struct {
-		token    string
-		wantCode int
+		reviewErr error
+		token     string
+		wantCode  int
 	}{
-		{"good", 200}, {"good", 200}, {"other", 403}, {"other", 403}, {"good", 200},
+		{token: "good", wantCode: 200}, {token: "good", wantCode: 200},
+		{token: "other", wantCode: 403}, {token: "other", wantCode: 403},
+		{token: "good", wantCode: 200},
+		{reviewErr: apierrors.NewTooManyRequests("slow down", 1), token: "late", wantCode: 500},
+		{token: "late", wantCode: 200}, // the error was not cached
 	} {
+		c.mu.Lock()
+		c.reviewErr = s.reviewErr
+		c.mu.Unlock()
 		code := post(t, h, progress.Path(ns, "llm"), s.token, fullReport)
 		if code != s.wantCode {
 			t.Errorf("request %d: code %d, want %d", i, code, s.wantCode)
 		}
 	}
-	if reviews, podReads := c.counts(); reviews != 2 || podReads != 2 {
-		t.Errorf("%d TokenReviews and %d pod reads, want 2 and 2 (one per token)", reviews, podReads)
+	if reviews, podReads := c.counts(); reviews != 4 || podReads != 3 {
+		t.Errorf("%d TokenReviews and %d pod reads, want 4 and 3 (one per token, and the failed review)", reviews, podReads)
 	}
-	want := []string{"allowed cached=false", "allowed cached=true", "forbidden cached=false", "forbidden cached=true", "allowed cached=true"}
+	want := []string{"allowed cached=false", "allowed cached=true", "forbidden cached=false", "forbidden cached=true", "allowed cached=true",
+		"error cached=false", "allowed cached=false"}
 	if diff := cmp.Diff(want, obs.reviews); diff != "" {
 		t.Errorf("observed reviews (-want +got):\n%s", diff)
+	}
+	wantReports := []string{"", "", "forbidden", "forbidden", "", "internal", ""}
+	if diff := cmp.Diff(wantReports, obs.reports); diff != "" {
+		t.Errorf("observed reports (-want +got):\n%s", diff)
+	}
+}
+
+// TestVerdictNames: a verdict's name is its "result" label value.
+func TestVerdictNames(t *testing.T) {
+	for v, want := range map[progress.Verdict]string{
+		progress.Allowed:         metrics.TokenReviewAllowed,
+		progress.Unauthenticated: metrics.TokenReviewUnauthenticated,
+		progress.Forbidden:       metrics.TokenReviewForbidden,
+		progress.NoTrainJob:      metrics.TokenReviewNotFound,
+		progress.Verdict(42):     "Verdict(42)",
+	} {
+		if got := v.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(v), got, want)
+		}
 	}
 }

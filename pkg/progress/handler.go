@@ -65,8 +65,10 @@ type HandlerConfig struct {
 	// Observer, which may be nil, is told about every report and token decision.
 	Observer Observer
 	// MaxClockSkew is how far ahead of the server's clock a report's lastUpdatedTime may
-	// be (422 beyond; see validateClockSkew). 0 means DefaultMaxClockSkew (5m); negative
-	// disables the check.
+	// be; further is 422. Not a CRD rule, and upstream has none: it guards the Stage's
+	// forward-only rule, under which one report stamped far in the future would freeze
+	// trainerStatus until the clock caught up. 0 means DefaultMaxClockSkew (5m);
+	// negative disables the check.
 	MaxClockSkew time.Duration
 	// Clock times requests and the skew check; nil means the real clock.
 	Clock clock.PassiveClock
@@ -80,8 +82,10 @@ type HandlerConfig struct {
 //	  "metrics": [{"name": "loss", "value": "0.12"}], "lastUpdatedTime": "2026-01-02T03:04:05Z"}}
 //
 // It is a plain http.Handler: the caller serves it over TLS (upstream serves it on its
-// own port with the webhooks' certificate). The request goes through, in upstream's
-// order of status codes:
+// own port, 10443 by default, with the webhooks' certificate, read and write timeouts
+// of 10 s and an idle timeout of 120 s). A request goes through, in this order (the
+// status codes are upstream's; upstream finds a missing TrainJob only when its write
+// fails, after decoding, where Trainyard reads its cache first):
 //
 //  1. body size: a Content-Length over MaxBodyBytes (64 KiB) is 413; a longer body
 //     without one is cut at the limit and also answered 413 when read (upstream

@@ -30,7 +30,10 @@ import (
 const Name = "progress"
 
 // WriteLimits bound the trainerStatus writes of one replica. Zero fields take the
-// defaults of DefaultWriteLimits.
+// defaults of DefaultWriteLimits. Upstream writes every report synchronously, inside
+// the request, through a client of its own limited to 5 QPS, burst 10, so a flood of
+// reports queues requests in that client; Trainyard answers at once and coalesces
+// instead, and these limits only pace the writes.
 type WriteLimits struct {
 	// Period is the least time between two writes of one TrainJob's trainerStatus by
 	// this replica; reports arriving in between are coalesced into the next write. A

@@ -584,3 +584,94 @@ func TestNewStageRequiresItsDependencies(t *testing.T) {
 		}
 	}
 }
+
+// TestStageInAPipeline wires the Coalescer, a single-stage pipeline and the handler as
+// the controller does: the first report is written at once, later ones within the
+// period are coalesced, and the last is written when the TrainJob finishes and Flush
+// is called.
+func TestStageInAPipeline(t *testing.T) {
+	llm := key("team-a", "llm")
+	tj := trainJob("team-a", "llm", nil)
+	indexer := utiltesting.Indexer(t, tj)
+	var mu sync.Mutex
+	var written []string
+	client := trainerfake.NewSimpleClientset()
+	client.PrependReactor("patch", "trainjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		var body struct {
+			Status trainer.TrainJobStatus `json:"status"`
+		}
+		_ = json.Unmarshal(a.(clienttesting.PatchActionImpl).Patch, &body)
+		mu.Lock()
+		written = append(written, string(mustJSON(t, *body.Status.TrainerStatus.ProgressPercentage)))
+		mu.Unlock()
+		return true, tj, nil
+	})
+	m := metrics.New(nil)
+	var pipeline *stages.Pipeline
+	coalescer := progress.NewCoalescer(func(k cache.ObjectName) { pipeline.Enqueue(progress.Name, k) }, m)
+	stage, err := progress.NewStage(progress.StageConfig{
+		Client: client, TrainJobs: trainerlisters.NewTrainJobLister(indexer), Coalescer: coalescer,
+		Limits: progress.WriteLimits{Period: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipeline, err = stages.New([]stages.Stage{stage}, stages.WithMetrics(m), stages.WithMaxInFlight(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- pipeline.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	h := progress.NewHandler(progress.HandlerConfig{
+		Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}},
+		TrainJobs:  trainerlisters.NewTrainJobLister(indexer),
+		Coalescer:  coalescer,
+		Observer:   m,
+	})
+	report := func(percent int) {
+		t.Helper()
+		body := `{"trainerStatus":{"progressPercentage":` + string(mustJSON(t, percent)) +
+			`,"lastUpdatedTime":"` + time.Now().Add(time.Duration(percent)*time.Second).UTC().Format(time.RFC3339) + `"}}`
+		if code := post(t, h, progress.Path("team-a", "llm"), "t", body); code != 200 {
+			t.Fatalf("code %d", code)
+		}
+	}
+	waitFor := func(want []string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			got := append([]string(nil), written...)
+			mu.Unlock()
+			if cmp.Equal(want, got) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("writes %v, want %v", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	report(1)
+	waitFor([]string{"1"})
+	for p := 2; p <= 5; p++ { // within the period: coalesced
+		report(p)
+	}
+	time.Sleep(50 * time.Millisecond)
+	waitFor([]string{"1"})
+	finished := tj.DeepCopy()
+	finished.Status.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "")}
+	if err := indexer.Update(finished); err != nil {
+		t.Fatal(err)
+	}
+	coalescer.Flush(llm) // what the TrainJob update handler does when it sees the TrainJob finish
+	waitFor([]string{"1", "5"})
+	if p := coalescer.Pending(llm); p != nil {
+		t.Errorf("still pending: %+v", p)
+	}
+}
