@@ -75,7 +75,14 @@ func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 		p.names = append(p.names, r.name)
 		queues = append(queues, r.queue)
 	}
-	p.keys = newTracker(queues, cfg.maxInFlight, cfg.metrics.SetKeysInFlight)
+	// The in-flight gauges describe the keys past the first stage: a single-stage
+	// pipeline (the progress server's) has none, and must not overwrite the gauges of
+	// the TrainJob pipeline that shares the metrics.
+	report := cfg.metrics.SetKeysInFlight
+	if len(stages) == 1 {
+		report = nil
+	}
+	p.keys = newTracker(queues, cfg.maxInFlight, report)
 	for _, r := range p.runners {
 		r.keys = p.keys
 	}

@@ -885,3 +885,31 @@ func durationCount(stage, result string) string {
 func stageErrors(stage, reason string) string {
 	return fmt.Sprintf("trainyard_stage_errors_total{reason=%q,stage=%q}", reason, stage)
 }
+
+// A single-stage pipeline sharing the metrics (the progress server's) leaves the
+// in-flight gauges to the TrainJob pipeline: it has no keys past a first stage.
+func TestSingleStagePipelineLeavesTheInFlightGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	noop := func(context.Context, cache.ObjectName) (Result, error) { return WaitForEvent(), nil }
+	if _, err := New([]Stage{&fakeStage{name: "resolve", sync: noop}, &fakeStage{name: "status", sync: noop}},
+		WithMetrics(m), WithMaxInFlight(7)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New([]Stage{&fakeStage{name: "progress", sync: noop}}, WithMetrics(m)); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == metrics.PipelineMaxKeysInFlight {
+			if got := f.GetMetric()[0].GetGauge().GetValue(); got != 7 {
+				t.Errorf("%s = %v, want 7 (the TrainJob pipeline's bound)", metrics.PipelineMaxKeysInFlight, got)
+			}
+			return
+		}
+	}
+	t.Errorf("%s not exported", metrics.PipelineMaxKeysInFlight)
+}

@@ -483,8 +483,9 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	JobsStatus []JobStatus `json:"jobsStatus,omitempty"`
 
-	// trainerStatus is the progress the training code reports (upstream status server,
-	// alpha). Trainyard preserves it and never writes it.
+	// trainerStatus is the progress the training code reports to the controller's
+	// progress server (KEP-2779, feature gate TrainJobStatus), written by field manager
+	// trainer-status at most once per TrainJob per statusServer.writePeriod.
 	// +optional
 	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
 }

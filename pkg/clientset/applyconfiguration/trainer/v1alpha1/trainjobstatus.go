@@ -34,8 +34,9 @@ type TrainJobStatusApplyConfiguration struct {
 	// jobsStatus mirrors the JobSet's replicatedJobsStatus, one entry per replicatedJob.
 	// At most 100.
 	JobsStatus []JobStatusApplyConfiguration `json:"jobsStatus,omitempty"`
-	// trainerStatus is the progress the training code reports (upstream status server,
-	// alpha). Trainyard preserves it and never writes it.
+	// trainerStatus is the progress the training code reports to the controller's
+	// progress server (KEP-2779, feature gate TrainJobStatus), written by field manager
+	// trainer-status at most once per TrainJob per statusServer.writePeriod.
 	TrainerStatus *TrainerStatusApplyConfiguration `json:"trainerStatus,omitempty"`
 }
 
