@@ -33,7 +33,7 @@ type controller struct {
 	// servers off).
 	progressAddr string
 	logPath      string
-	exited     chan error
+	exited       chan error
 }
 
 // noAdmission is the startController argument that turns the controller's servers off
