@@ -425,6 +425,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardStageErrorRatio", "TrainyardStagePanics", "TrainyardAPIClientThrottled",
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
 				"TrainyardLostUpdate", "TrainyardJobSetLagging", "TrainyardAdmissionErrors",
+				"TrainyardProgressReportFlood", "TrainyardProgressWritesFailing",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })
@@ -435,10 +436,21 @@ func TestPrometheusRule(t *testing.T) {
 		})
 	}
 	t.Run("alerts can be turned off one by one", func(t *testing.T) {
-		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}}}")
-		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors"} {
+		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}, progressReportFlood: {enabled: false}, progressWritesFailing: {enabled: false}}}")
+		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors", "TrainyardProgress"} {
 			if bytes.Contains(spec, []byte(gone)) {
 				t.Errorf("%s still rendered", gone)
+			}
+		}
+	})
+	t.Run("progress alerts only with the progress server", func(t *testing.T) {
+		for _, values := range []string{"statusServer: {enabled: false}", "webhook: {enabled: false}"} {
+			spec := renderedRules(t, values+"\nmetrics: {prometheusRule: {enabled: true}}")
+			if bytes.Contains(spec, []byte("TrainyardProgress")) {
+				t.Errorf("%s: progress alerts rendered without the progress server", values)
+			}
+			if !bytes.Contains(spec, []byte("TrainyardControllerDown")) {
+				t.Errorf("%s: the other alerts are gone too", values)
 			}
 		}
 	})
