@@ -21,7 +21,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/metrics"
 )
 
-var stageNames = []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status"}
+// stageNames are the pipeline's stages, then the progress stage (package
+// progress), which runs in a pipeline of its own on every replica.
+var stageNames = []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status", "progress"}
 
 // scrapeLabels are labels Prometheus adds to every series it scrapes through a
 // Prometheus Operator ServiceMonitor.
@@ -79,7 +81,7 @@ func gatherExported() (map[string]family, error) {
 // enumLabels have a closed set of values; a literal matcher on them must name
 // one of the values the binary exports. (Except "name" on the leader election metrics:
 // there it is the Lease name, which the chart sets.)
-var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate", "webhook", "kind", "operation"}
+var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate", "webhook", "kind", "operation", "cached"}
 
 // checkQuery parses expr and checks each selector against the exported
 // families: the metric exists (as itself or as a histogram's _bucket, _sum or
@@ -325,6 +327,10 @@ func TestDashboardCheckCatchesMistakes(t *testing.T) {
 		`sum(rate(workqueue_adds_total[5m])`,                                  // does not parse
 		`trainyard_admission_requests_total{result="rejected"}`,               // admission results are allowed, denied, error
 		`trainyard_admission_warnings_total{kind="Pod"}`,                      // not a kind the webhooks admit
+		`trainyard_progress_reports_rejected_total{reason="unauthorized"}`,    // it is unauthenticated
+		`trainyard_progress_writes_total{result="conflict"}`,                  // write results are success, error
+		`trainyard_progress_token_reviews_total{cached="yes"}`,                // cached is true or false
+		`workqueue_depth{name="progres"}`,                                     // misspelt stage
 	} {
 		var complaints []string
 		checkQuery(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) }, "test", expr, fams, nil)
@@ -419,6 +425,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardStageErrorRatio", "TrainyardStagePanics", "TrainyardAPIClientThrottled",
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
 				"TrainyardLostUpdate", "TrainyardJobSetLagging", "TrainyardAdmissionErrors",
+				"TrainyardProgressReportFlood", "TrainyardProgressWritesFailing",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })
@@ -429,10 +436,21 @@ func TestPrometheusRule(t *testing.T) {
 		})
 	}
 	t.Run("alerts can be turned off one by one", func(t *testing.T) {
-		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}}}")
-		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors"} {
+		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}, progressReportFlood: {enabled: false}, progressWritesFailing: {enabled: false}}}")
+		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors", "TrainyardProgress"} {
 			if bytes.Contains(spec, []byte(gone)) {
 				t.Errorf("%s still rendered", gone)
+			}
+		}
+	})
+	t.Run("progress alerts only with the progress server", func(t *testing.T) {
+		for _, values := range []string{"statusServer: {enabled: false}", "webhook: {enabled: false}"} {
+			spec := renderedRules(t, values+"\nmetrics: {prometheusRule: {enabled: true}}")
+			if bytes.Contains(spec, []byte("TrainyardProgress")) {
+				t.Errorf("%s: progress alerts rendered without the progress server", values)
+			}
+			if !bytes.Contains(spec, []byte("TrainyardControllerDown")) {
+				t.Errorf("%s: the other alerts are gone too", values)
 			}
 		}
 	})

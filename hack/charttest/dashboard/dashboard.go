@@ -296,6 +296,43 @@ func Build() *Dashboard {
 	l.add(12, 8, timeseries("Admission requests by pod", "AdmissionReviews answered per second by each pod. Every replica answers, leader or not: a pod at 0 while the others serve is out of the Service's endpoints.", "reqps",
 		target(`sum by (pod) (`+rate(admission(""))+`)`, "{{pod}}")))
 
+	// The progress server and its write stage run on every replica, leader or
+	// not: its series are summed over pods, never filtered with leaderOnly.
+	l.row(row("Training progress"))
+	reports := `trainyard_progress_reports_total{` + sel + `}`
+	rejected := `trainyard_progress_reports_rejected_total{` + sel + `}`
+	reviews := func(matchers string) string { return `trainyard_progress_token_reviews_total{` + sel + matchers + `}` }
+	writes := `trainyard_progress_writes_total{` + sel + `}`
+	progressStage := sel + `, stage="progress"`
+	progressQueue := sel + `, name="progress"`
+	l.add(8, 8, stacked(timeseries("Progress reports by outcome", "Progress reports trainer pods POSTed, per second over all replicas: accepted, or rejected by reason: too_large (body over 64 KiB), unauthenticated (no token, or one the API server does not authenticate for the TrainJob's audience: expired, wrong audience), forbidden (a token of another TrainJob's pod, or not bound to a pod), not_found (no such TrainJob), invalid (out-of-range values, or a lastUpdatedTime more than 5 minutes ahead), internal (a TokenReview or pod read failed). Alert TrainyardProgressReportFlood fires on 200 reports/s or 5 rejected/s.", "reqps",
+		target(`sum(`+rate(reports)+`) - sum(`+rate(rejected)+`)`, "accepted"),
+		target(`sum by (reason) (`+rate(rejected)+`) > 0`, "rejected {{reason}}"))))
+	l.add(8, 8, timeseries("Progress reports by pod", "Reports per second each pod received. Every replica serves the progress server; a trainer keeps its connection between reports, so one client hammering the endpoint shows on one pod.", "reqps",
+		target(`sum by (pod) (`+rate(reports)+`)`, "{{pod}}")))
+	l.add(8, 8, timeseries("Report latency p50 / p99", "Time from receiving a report to answering it, TLS excluded. A report whose token decision is cached is answered from memory in microseconds; one that is not costs a TokenReview and a pod read. The status write is not included: it happens later, in the progress stage.", "s",
+		target(quantile("0.5", "trainyard_progress_report_duration_seconds", sel, ""), "p50"),
+		target(quantile("0.99", "trainyard_progress_report_duration_seconds", sel, ""), "p99")))
+	l.add(8, 8, dashed(timeseries("Token decisions by result", "Authorization decisions on report tokens per second, by result (allowed, unauthenticated, forbidden, not_found, error), and the TokenReviews actually sent (dashed): a decision not answered by the review cache costs a TokenReview and a pod read. Allows are cached for 1 minute, denials for 10 s, errors never.", "ops",
+		target(`sum by (result) (`+rate(reviews(""))+`)`, "{{result}}"),
+		target(`sum(`+rate(reviews(`, cached="false"`))+`)`, "TokenReviews sent")), "^TokenReviews sent$"))
+	l.add(8, 8, timeseries("Token review cache hit ratio", "Share of token decisions the review cache answered without a TokenReview. Near 1 while the same pods report steadily; it drops when many new trainer pods start, tokens rotate (about hourly), or a client sends a new token with every request.", "percentunit",
+		target(`sum(`+rate(reviews(`, cached="true"`))+")\n/\n"+`sum(`+rate(reviews(""))+`)`, "cache hits")))
+	l.add(8, 8, timeseries("Write economy: coalesced vs written", "What becomes of accepted reports, per second: coalesced (replaced by a newer report of the same TrainJob before its write), dropped (unchanged; stale: not newer than the stored one, e.g. another replica wrote a later report; gone: the TrainJob was deleted), or written to status.trainerStatus, by result. Each replica writes a TrainJob at most once per statusServer.writePeriod (10 s), so writes/s stay at or below the TrainJobs reporting ÷ writePeriod (times the replicas their reports reach), and at most statusServer.qps (50/s) per replica and namespaceQPS (10/s) per namespace. Alert TrainyardProgressWritesFailing fires when more than 5% of writes fail.", "ops",
+		target(`sum(`+rate(`trainyard_progress_reports_coalesced_total{`+sel+`}`)+`)`, "coalesced"),
+		target(`sum by (reason) (`+rate(`trainyard_progress_reports_dropped_total{`+sel+`}`)+`) > 0`, "dropped {{reason}}"),
+		target(`sum by (result) (`+rate(writes)+`)`, "written {{result}}")))
+	l.add(8, 8, dashed(timeseries("Progress stage queue depth and in flight", "TrainJob keys waiting in each pod's progress stage queue, and its workers inside Sync (dashed). A key waiting out writePeriod or a write rate limit is not queued (it is re-added when due), so a depth that stays up means the 4 workers per replica cannot keep up with the writes that are due.", "none",
+		target(`sum by (pod) (workqueue_depth{`+progressQueue+`})`, "{{pod}} queued"),
+		target(`sum by (pod) (trainyard_stage_inflight{`+progressStage+`})`, "{{pod}} in flight")), "in flight$"))
+	l.add(8, 8, timeseries("Progress stage sync and queue wait p50 / p99", "Time in one progress stage Sync (the status.trainerStatus apply, when one is due) and time keys waited in the queue before a worker took them, over all replicas.", "s",
+		target(quantile("0.5", "trainyard_stage_duration_seconds", progressStage, ""), "sync p50"),
+		target(quantile("0.99", "trainyard_stage_duration_seconds", progressStage, ""), "sync p99"),
+		target(quantile("0.99", "workqueue_queue_duration_seconds", progressQueue, ""), "queue wait p99")))
+	l.add(8, 8, dashed(timeseries("Progress stage syncs by result", "Progress stage syncs per second by result: wait_for_event (written, or dropped), requeue_after (the write waits for writePeriod or a rate limit: statusServer.qps, namespaceQPS), retry (a 409 conflict with another writer, or an error); and the errors by reason (dashed): forbidden (RBAC on trainjobs/status), throttled (API priority and fairness), timeout, internal.", "ops",
+		target(`sum by (result) (`+rate(`trainyard_stage_syncs_total{`+progressStage+`}`)+`)`, "{{result}}"),
+		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+progressStage+`}`)+`) > 0`, "error {{reason}}")), "^error "))
+
 	l.row(row("Kubernetes API client"))
 	l.add(8, 8, stacked(timeseries("Requests by status code", "API requests per second by HTTP status; <error> is a request that got no response.", "reqps",
 		target(`sum by (code) (`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "{{code}}"))))
@@ -317,8 +354,8 @@ func Build() *Dashboard {
 		target(`sum by (certificate) (increase(trainyard_certificate_rotations_total{`+sel+`}[$__range]))`, "{{certificate}}")))
 
 	l.row(row("Process"))
-	l.add(6, 8, timeseries("Syncs by pod", "Stage syncs per second by pod: only the leader runs the pipeline, so this shows which pod leads even without the leader gauge.", "ops",
-		target(`sum by (pod) (`+rate(`trainyard_stage_syncs_total{`+sel+`}`)+`)`, "{{pod}}")))
+	l.add(6, 8, timeseries("Syncs by pod", "Stage syncs per second by pod, the progress stage aside (it runs on every replica): only the leader runs the pipeline, so this shows which pod leads even without the leader gauge.", "ops",
+		target(`sum by (pod) (`+rate(`trainyard_stage_syncs_total{`+sel+`, stage!="progress"}`)+`)`, "{{pod}}")))
 	l.add(6, 8, timeseries("CPU", "CPU cores used by each controller pod.", "none",
 		target(`sum by (pod) (`+rate(`process_cpu_seconds_total{`+sel+`}`)+`)`, "{{pod}}")))
 	l.add(6, 8, timeseries("Memory", "Resident memory and Go heap in use by each pod; compare with the container memory limit.", "bytes",
@@ -331,7 +368,7 @@ func Build() *Dashboard {
 	return &Dashboard{
 		UID:           UID,
 		Title:         "Trainyard",
-		Description:   "Trainyard TrainJob controller: per-stage queues and workers, end-to-end JobSet creation latency and SLO, TrainJobs by phase, admission webhooks, Kubernetes API client, process. Generated by hack/charttest/cmd/gendashboard; metrics are described in docs/metrics.md.",
+		Description:   "Trainyard TrainJob controller: per-stage queues and workers, end-to-end JobSet creation latency and SLO, TrainJobs by phase, admission webhooks, training progress server, Kubernetes API client, process. Generated by hack/charttest/cmd/gendashboard; metrics are described in docs/metrics.md.",
 		Tags:          []string{"trainyard", "kubeflow", "controller"},
 		Editable:      true,
 		GraphTooltip:  1,
