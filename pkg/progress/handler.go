@@ -146,7 +146,16 @@ var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.cfg.Clock.Now()
 	rejected := metrics.ReasonInternal // if serve panics
-	defer func() { h.cfg.Observer.ObserveProgressReport(rejected, h.cfg.Clock.Since(start)) }()
+	defer func() {
+		h.cfg.Observer.ObserveProgressReport(rejected, h.cfg.Clock.Since(start))
+		// Per request, so only at high verbosity: what an operator greps to find the
+		// source of a flood (the runbook's TrainyardProgressReportFlood).
+		if logger := klog.FromContext(r.Context()); rejected != "" {
+			logger.V(4).Info("Rejected a progress report", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", rejected)
+		} else {
+			logger.V(5).Info("Accepted a progress report", "path", r.URL.Path, "remote", r.RemoteAddr)
+		}
+	}()
 	rejected = h.serve(w, r)
 }
 

@@ -67,6 +67,7 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 		return nil, err
 	}
 	if s.pipeline, err = stages.New([]stages.Stage{stage}, stages.WithMetrics(m), stages.WithLogger(logger),
+		stages.WithRateLimit(retryLimits(cfg)),
 		stages.WithWorkers(map[string]int{progress.Name: progressWorkers})); err != nil {
 		return nil, fmt.Errorf("building the progress pipeline: %w", err)
 	}

@@ -398,10 +398,9 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 	for _, name := range stageNames {
 		workers[name] = int(*stageConfig(cfg, name).Workers)
 	}
-	rl := cfg.RateLimit
 	p, err := stages.New(all,
 		stages.WithWorkers(workers),
-		stages.WithRateLimit(stages.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}),
+		stages.WithRateLimit(retryLimits(cfg)),
 		stages.WithMetrics(m),
 		stages.WithLogger(logger),
 	)
@@ -409,6 +408,13 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		return nil, nil, nil, fmt.Errorf("building the pipeline: %w", err)
 	}
 	return p, statusStage, plans, nil
+}
+
+// retryLimits are the stage queues' retry limits of cfg.rateLimit, for the TrainJob
+// pipeline and the progress pipeline alike.
+func retryLimits(cfg *configv1alpha1.Configuration) stages.RateLimit {
+	rl := cfg.RateLimit
+	return stages.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}
 }
 
 // runWithLeaderElection runs fn while this process holds the Lease; fn must return once
