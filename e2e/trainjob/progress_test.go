@@ -241,30 +241,6 @@ func (e *env) waitTrainerStatus(t *testing.T, name string, want trainer.TrainerS
 // many times its status.trainerStatus changed since the call.
 func (e *env) countTrainerStatusChanges(t *testing.T, name string) func() int {
 	t.Helper()
-	w, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	changes := make(chan int, 1)
-	changes <- 0
-	go func() {
-		var last *trainer.TrainerStatus
-		first := true
-		for ev := range w.ResultChan() {
-			tj, ok := ev.Object.(*trainer.TrainJob)
-			if !ok {
-				continue
-			}
-			if !first && !equality.Semantic.DeepEqual(last, tj.Status.TrainerStatus) {
-				changes <- <-changes + 1
-			}
-			first, last = false, tj.Status.TrainerStatus.DeepCopy()
-		}
-	}()
-	return func() int {
-		n := <-changes
-		changes <- n
-		return n
-	}
+	return e.countChanges(t, name, func(tj *trainer.TrainJob) any { return tj.Status.TrainerStatus.DeepCopy() },
+		func(*trainer.TrainJob) bool { return false })
 }

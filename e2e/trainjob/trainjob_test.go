@@ -345,6 +345,15 @@ func (e *env) waitPods(t *testing.T, jobSet string, n int) []corev1.Pod {
 // exposes wasted writes.
 func (e *env) countStatusChanges(t *testing.T, name string) func() int {
 	t.Helper()
+	return e.countChanges(t, name, func(tj *trainer.TrainJob) any { return tj.Status.DeepCopy() },
+		func(tj *trainer.TrainJob) bool { return len(tj.Status.Conditions) > 0 || len(tj.Status.JobsStatus) > 0 })
+}
+
+// countChanges watches the TrainJob and returns a function reporting how many times the
+// part of it that project returns changed; the first state seen counts as a change when
+// countFirst says so.
+func (e *env) countChanges(t *testing.T, name string, project func(*trainer.TrainJob) any, countFirst func(*trainer.TrainJob) bool) func() int {
+	t.Helper()
 	w, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
 		t.Fatal(err)
@@ -353,18 +362,18 @@ func (e *env) countStatusChanges(t *testing.T, name string) func() int {
 	changes := make(chan int, 1)
 	changes <- 0
 	go func() {
-		var last *trainer.TrainJobStatus
+		var last any
+		first := true
 		for ev := range w.ResultChan() {
 			tj, ok := ev.Object.(*trainer.TrainJob)
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			if last != nil && !equality.Semantic.DeepEqual(last, &tj.Status) {
-				changes <- <-changes + 1
-			} else if last == nil && (len(tj.Status.Conditions) > 0 || len(tj.Status.JobsStatus) > 0) {
+			cur := project(tj)
+			if (first && countFirst(tj)) || (!first && !equality.Semantic.DeepEqual(last, cur)) {
 				changes <- <-changes + 1
 			}
-			last = tj.Status.DeepCopy()
+			first, last = false, cur
 		}
 	}()
 	return func() int {
