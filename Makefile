@@ -75,7 +75,7 @@ test-e2e: ## End-to-end tests on the local control plane (each test package star
 .PHONY: run
 run: build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on 127.0.0.1:10443 (the port of the URL injected into trainer pods).
 	$(OUTPUT)/bin/trainyard --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig --log-format=text --v=2 \
-	  --metrics-bind-address=127.0.0.1:8080 --health-probe-bind-address=127.0.0.1:8081 \
+	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:8081 \
 	  --webhook-bind-address=127.0.0.1:9443 --webhook-register-url=https://127.0.0.1:9443 \
 	  --status-server-bind-address=127.0.0.1:10443
 

@@ -63,6 +63,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--metrics-bind-address=" + addrs[0],
+		"--metrics-secure=false", // plain HTTP, scraped without a token from this host
 		"--health-probe-bind-address=" + addrs[1],
 		fmt.Sprintf("--kube-api-qps=%g", qps),
 		fmt.Sprintf("--kube-api-burst=%d", burst),

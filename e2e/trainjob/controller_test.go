@@ -80,6 +80,7 @@ func startController(t *testing.T, c *cluster.Cluster, args ...string) *controll
 	ctrl.cmd = exec.Command(controllerBinary, append([]string{
 		"--kubeconfig=" + c.Kubeconfig(),
 		"--metrics-bind-address=" + ctrl.metricsAddr,
+		"--metrics-secure=false", // plain HTTP for writes(); a later --metrics-secure in args wins
 		"--health-probe-bind-address=" + ctrl.healthAddr,
 		"--log-format=text", "--v=2"}, args...)...)
 	ctrl.cmd.Stdout, ctrl.cmd.Stderr = logFile, logFile

@@ -32,6 +32,8 @@ type Options struct {
 	ConfigFile              string
 	Kubeconfig              string
 	MetricsBindAddress      string
+	MetricsSecure           bool
+	MetricsAuth             bool
 	HealthProbeBindAddress  string
 	LeaderElect             bool
 	LeaderElectNamespace    string
@@ -50,6 +52,8 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		MetricsBindAddress:      configv1alpha1.DefaultMetricsBindAddress,
+		MetricsSecure:           true,
+		MetricsAuth:             true,
 		HealthProbeBindAddress:  configv1alpha1.DefaultHealthProbeBindAddress,
 		KubeAPIQPS:              configv1alpha1.DefaultClientQPS,
 		KubeAPIBurst:            configv1alpha1.DefaultClientBurst,
@@ -63,7 +67,9 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path to a config.trainyard.dev/v1alpha1 Configuration file. Flags given explicitly override it.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Empty means in-cluster configuration, or $KUBECONFIG.")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the plain-HTTP Prometheus /metrics endpoint; "0" disables it.`)
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint (HTTPS unless --metrics-secure=false); "0" disables it.`)
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve /metrics over HTTPS (the controller's serving certificate, or a self-signed one when neither admission nor the progress server runs). false serves plain HTTP and, unless --metrics-auth is given, turns authentication off.")
+	fs.BoolVar(&o.MetricsAuth, "metrics-auth", o.MetricsAuth, "Require a bearer token on /metrics (and /debug/pprof) that a TokenReview authenticates and a SubjectAccessReview authorizes for get on the URL path. Needs --metrics-secure. Defaults to the value of --metrics-secure.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease before running the pipeline; required with more than one replica.")
 	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the leader election Lease. Defaults to the pod's namespace.")
@@ -97,6 +103,7 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 			return nil, fmt.Errorf("decoding --config %s: %w", o.ConfigFile, err)
 		}
 	}
+	authInFile := cfg.Metrics.Auth.Enabled != nil
 	scheme.Default(cfg)
 
 	set := func(name string) bool { return fs.Changed(name) }
@@ -105,6 +112,16 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	}
 	if set("metrics-bind-address") {
 		cfg.Metrics.BindAddress = o.MetricsBindAddress
+	}
+	if set("metrics-secure") {
+		cfg.Metrics.SecureServing = ptr.To(o.MetricsSecure)
+		if !set("metrics-auth") && !authInFile {
+			// auth.enabled defaults to secureServing: --metrics-secure=false alone asks for plain HTTP.
+			cfg.Metrics.Auth.Enabled = ptr.To(o.MetricsSecure)
+		}
+	}
+	if set("metrics-auth") {
+		cfg.Metrics.Auth.Enabled = ptr.To(o.MetricsAuth)
 	}
 	if set("health-probe-bind-address") {
 		cfg.Health.HealthProbeBindAddress = o.HealthProbeBindAddress
@@ -216,6 +233,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}
 	problems = append(problems, validateStatusServer(cfg)...)
+	if m := cfg.Metrics; m.BindAddress != "0" && !ptrBool(m.SecureServing) && ptrBool(m.Auth.Enabled) {
+		problems = append(problems, "metrics.auth.enabled (--metrics-auth) needs metrics.secureServing (--metrics-secure): bearer tokens must not be sent over plain HTTP; set metrics.auth.enabled to false for a plain-HTTP endpoint")
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}

@@ -33,8 +33,9 @@ func defaults() *configv1alpha1.Configuration {
 			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
 			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
 		},
-		Metrics: configv1alpha1.MetricsConfiguration{BindAddress: ":8080"},
-		Health:  configv1alpha1.HealthConfiguration{HealthProbeBindAddress: ":8081"},
+		Metrics: configv1alpha1.MetricsConfiguration{BindAddress: ":8080", SecureServing: ptr.To(true),
+			Auth: configv1alpha1.MetricsAuthConfiguration{Enabled: ptr.To(true)}},
+		Health: configv1alpha1.HealthConfiguration{HealthProbeBindAddress: ":8081"},
 		Stages: configv1alpha1.StagesConfiguration{
 			ResolveRuntime: configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
 			MergePatches:   configv1alpha1.StageConfiguration{Workers: ptr.To[int32](4)},
@@ -198,6 +199,31 @@ func TestConfig(t *testing.T) {
 			args: []string{"--config=" + file, "--log-format=text"},
 			want: fromFile,
 		},
+		"--metrics-secure=false alone asks for plain HTTP without auth": {
+			args: []string{"--metrics-secure=false"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Metrics.SecureServing, c.Metrics.Auth.Enabled = ptr.To(false), ptr.To(false)
+				return c
+			},
+		},
+		"plain HTTP from the file defaults auth off": {
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  secureServing: false\n")},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.TypeMeta = metav1.TypeMeta{APIVersion: "config.trainyard.dev/v1alpha1", Kind: "Configuration"}
+				c.Metrics.SecureServing, c.Metrics.Auth.Enabled = ptr.To(false), ptr.To(false)
+				return c
+			},
+		},
+		"HTTPS without auth": {
+			args: []string{"--metrics-auth=false"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Metrics.Auth.Enabled = ptr.To(false)
+				return c
+			},
+		},
 		"flag equal to the default, given explicitly, still overrides the file": {
 			args: []string{"--config=" + file, "--kube-api-qps=50", "--health-probe-bind-address=:8081"},
 			want: func() *configv1alpha1.Configuration {
@@ -317,6 +343,14 @@ func TestConfigErrors(t *testing.T) {
 		"status write rate of zero": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  namespaceBurst: 0\n")},
 			wantIn: []string{"statusServer.namespaceBurst"},
+		},
+		"metrics auth over plain HTTP from flags": {
+			args:   []string{"--metrics-secure=false", "--metrics-auth"},
+			wantIn: []string{"metrics.auth.enabled", "--metrics-auth", "metrics.secureServing", "--metrics-secure", "plain HTTP"},
+		},
+		"metrics auth over plain HTTP from the file": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  auth:\n    enabled: true\n"), "--metrics-secure=false"},
+			wantIn: []string{"metrics.auth.enabled", "metrics.secureServing"},
 		},
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -226,18 +225,21 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	servers := []*http.Server{
 		healthServer(cfg.Health.HealthProbeBindAddress, synced, serverChecks, &leading, ptrBool(cfg.LeaderElection.LeaderElect)),
 	}
-	if addr := cfg.Metrics.BindAddress; addr != "0" && addr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
-		if opts.Profiling {
-			registerProfiling(mux)
-		}
-		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	metricsSrv, err := newMetricsServer(cfg.Metrics, reg, opts.Profiling, certificate, kube, logger)
+	if err != nil {
+		return err
+	}
+	if metricsSrv != nil {
+		servers = append(servers, metricsSrv)
 	}
 	serveErrs := make(chan error, len(servers))
 	for _, srv := range servers {
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := srv.ListenAndServe
+			if srv.TLSConfig != nil {
+				serve = func() error { return srv.ListenAndServeTLS("", "") }
+			}
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErrs <- fmt.Errorf("serving %s: %w", srv.Addr, err)
 			}
 		}()

@@ -154,7 +154,7 @@ func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, i
 	// As `make run` and the e2e tests: the admission webhooks registered with the API
 	// server over 127.0.0.1 (the controller removes them when it stops), the progress
 	// server on 127.0.0.1 at the port of the URL injected into trainer pods.
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0",
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4",
 		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443",
 		"--status-server-bind-address=127.0.0.1:10443")

@@ -89,6 +89,12 @@ func SetDefaults_Configuration(c *Configuration) {
 	if c.Metrics.BindAddress == "" {
 		c.Metrics.BindAddress = DefaultMetricsBindAddress
 	}
+	if c.Metrics.SecureServing == nil {
+		c.Metrics.SecureServing = ptr.To(true)
+	}
+	if c.Metrics.Auth.Enabled == nil {
+		c.Metrics.Auth.Enabled = ptr.To(*c.Metrics.SecureServing)
+	}
 	if c.Health.HealthProbeBindAddress == "" {
 		c.Health.HealthProbeBindAddress = DefaultHealthProbeBindAddress
 	}

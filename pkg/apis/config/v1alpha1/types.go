@@ -113,12 +113,37 @@ type StatusServerConfiguration struct {
 	NamespaceBurst *int32 `json:"namespaceBurst,omitempty"`
 }
 
-// MetricsConfiguration configures the metrics endpoint.
+// MetricsConfiguration configures the metrics endpoint (and /debug/pprof with
+// --profiling, served on the same address behind the same filter).
 type MetricsConfiguration struct {
-	// bindAddress is the host:port of the plain-HTTP /metrics endpoint; "0" disables it.
+	// bindAddress is the host:port of the /metrics endpoint; "0" disables it.
 	// Defaults to ":8080".
 	// +optional
 	BindAddress string `json:"bindAddress,omitempty"`
+
+	// secureServing serves the endpoint over HTTPS, with the controller's serving
+	// certificate when the admission or progress server runs and with a self-signed
+	// certificate generated at start otherwise. false serves plain HTTP (then
+	// auth.enabled must be false: a bearer token must not travel in clear text).
+	// Defaults to true, as upstream's metrics.secureServing.
+	// +optional
+	SecureServing *bool `json:"secureServing,omitempty"`
+
+	// auth configures authentication and authorization of the endpoint's requests.
+	// +optional
+	Auth MetricsAuthConfiguration `json:"auth"`
+}
+
+// MetricsAuthConfiguration configures the filter in front of the metrics endpoint.
+type MetricsAuthConfiguration struct {
+	// enabled requires every request to carry a bearer token that a TokenReview
+	// (authentication.k8s.io/v1) authenticates and a SubjectAccessReview
+	// (authorization.k8s.io/v1) authorizes for verb "get" on the request's
+	// non-resource URL (/metrics, /debug/pprof/...), as Kubernetes components do: 401
+	// without a valid token, 403 when not authorized. Needs secureServing. Defaults
+	// to secureServing (upstream defaults it to false).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // HealthConfiguration configures the probe endpoints.
