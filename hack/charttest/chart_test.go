@@ -54,6 +54,16 @@ webhook: {enabled: false}
 	"no-status-server": `
 statusServer: {enabled: false}
 `,
+	"no-metrics-auth": `
+metrics: {auth: {enabled: false}}
+`,
+	"no-webhook, no-metrics-auth": `
+webhook: {enabled: false}
+metrics: {auth: {enabled: false}}
+`,
+	"plain-http-metrics": `
+metrics: {secureServing: false, auth: {enabled: false}}
+`,
 	"everything": `
 nameOverride: ty
 image: {repository: registry.example/ml/trainyard, tag: v9.9.9, digest: "sha256:` + strings.Repeat("ab", 32) + `", pullPolicy: Always}
@@ -194,7 +204,7 @@ func TestCombinationsRender(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	r := mustRender(t, ``)
 	want := []string{
-		"ClusterRole/trainyard", "ClusterRoleBinding/trainyard", "ConfigMap/trainyard-config",
+		"ClusterRole/trainyard", "ClusterRole/trainyard-metrics-reader", "ClusterRoleBinding/trainyard", "ConfigMap/trainyard-config",
 		"Deployment/trainyard", "MutatingWebhookConfiguration/trainyard-defaulter", "PodDisruptionBudget/trainyard",
 		"Role/trainyard-leader-election", "Role/trainyard-webhook-certs",
 		"RoleBinding/trainyard-leader-election", "RoleBinding/trainyard-webhook-certs",
@@ -238,8 +248,8 @@ func TestDefaults(t *testing.T) {
 	if port := findPort(c.Ports, "healthz"); port != 8081 {
 		t.Errorf("healthz port = %d, want 8081", port)
 	}
-	if port := findPort(c.Ports, "http-metrics"); port != 8080 {
-		t.Errorf("http-metrics port = %d, want 8080", port)
+	if port := findPort(c.Ports, "https-metrics"); port != 8080 {
+		t.Errorf("https-metrics port = %d, want 8080", port)
 	}
 	// Restricted pod security.
 	psc, sc := pod.SecurityContext, c.SecurityContext
@@ -284,10 +294,10 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("optional pod fields rendered by default: %+v", pod)
 	}
 
-	// The metrics Service exposes http-metrics 8080 and selects exactly the controller pods.
+	// The metrics Service exposes https-metrics 8080 and selects exactly the controller pods.
 	svc := into[corev1.Service](t, r.get(t, "Service", fullname+"-metrics"))
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "http-metrics" || svc.Spec.Ports[0].Port != 8080 ||
-		svc.Spec.Ports[0].TargetPort != intstr.FromString("http-metrics") {
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "https-metrics" || svc.Spec.Ports[0].Port != 8080 ||
+		svc.Spec.Ports[0].TargetPort != intstr.FromString("https-metrics") {
 		t.Errorf("metrics Service ports = %+v", svc.Spec.Ports)
 	}
 	if diff := cmp.Diff(d.Spec.Selector.MatchLabels, svc.Spec.Selector); diff != "" {
@@ -515,7 +525,9 @@ func TestNotes(t *testing.T) {
 	notes := mustRender(t, ``).files["templates/NOTES.txt"]
 	for _, want := range []string{
 		"Lease trainyard-system/trainyard-controller",
-		"port-forward service/trainyard-metrics 8080:http-metrics",
+		"port-forward service/trainyard-metrics 8080:https-metrics",
+		"clusterrole=trainyard-metrics-reader",
+		"create token",
 		"helm show crds",
 		"upstream Kubeflow Trainer controller",
 		"Admission:        trainyard-validator, trainyard-defaulter via service/trainyard-webhook (failurePolicy Fail, certificates SelfManaged)",

@@ -151,7 +151,7 @@ func TestBinaryAcceptsChart(t *testing.T) {
 		t.Skip("builds the controller")
 	}
 	bin := controllerBinary(t)
-	for _, name := range []string{"defaults", "everything", "single-no-leader-election", "cert-manager", "provided", "no-webhook", "no-status-server"} {
+	for _, name := range []string{"defaults", "everything", "single-no-leader-election", "cert-manager", "provided", "no-webhook", "no-status-server", "no-metrics-auth", "plain-http-metrics"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, combinations[name], withMonitoring(), withCertManager())
 			d := into[appsv1.Deployment](t, r.ofKind("Deployment")[0])

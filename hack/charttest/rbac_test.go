@@ -138,6 +138,14 @@ func statusServerCalls(t *testing.T) []grant {
 	}
 }
 
+// metricsAuthCalls are pkg/metrics/auth's calls with metrics.auth.enabled: a
+// TokenReview of the scraper's token (the same grant as the progress
+// server's) and a SubjectAccessReview of its get on the URL.
+var metricsAuthCalls = []grant{
+	{"authentication.k8s.io", "tokenreviews", "create", ""},
+	{"authorization.k8s.io", "subjectaccessreviews", "create", ""},
+}
+
 // leaseCalls are the leader election calls, in the Lease's namespace.
 var leaseCalls = []grant{
 	{"coordination.k8s.io", "leases", "create", ""},
@@ -171,16 +179,18 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule) []grant {
 	return out
 }
 
+// sorted returns gs sorted, each grant once (two features may need the same
+// call; the chart must grant it once).
 func sorted(gs []grant) []grant {
 	out := slices.Clone(gs)
 	slices.SortFunc(out, func(a, b grant) int { return strings.Compare(a.String(), b.String()) })
-	return out
+	return slices.Compact(out)
 }
 
 func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 	r := mustRender(t, ``)
 	cr := into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", fullname))
-	needed := slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, statusServerCalls(t))
+	needed := slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, statusServerCalls(t), metricsAuthCalls)
 	if diff := cmp.Diff(sorted(needed), grants(t, cr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("ClusterRole grants (-needed +granted):\n%s", diff)
 	}
@@ -233,17 +243,21 @@ func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 func TestRBACPerWebhookMode(t *testing.T) {
 	status := statusServerCalls(t)
 	for name, want := range map[string][]grant{
-		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
-		"cert-manager":     slices.Concat(controllerCalls, admissionCalls, status),
-		"provided":         slices.Concat(controllerCalls, admissionCalls, status),
-		"no-webhook":       controllerCalls, // the progress server needs the webhook's Service and certificate
-		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
+		"defaults":                    slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
+		"cert-manager":                slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
+		"provided":                    slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
+		"no-webhook":                  slices.Concat(controllerCalls, metricsAuthCalls), // the progress server needs the webhook's Service and certificate
+		"no-status-server":            slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
+		"no-metrics-auth":             slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
+		"no-webhook, no-metrics-auth": controllerCalls,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, combinations[name], withCertManager())
 			var rules []rbacv1.PolicyRule
 			for _, o := range r.ofKind("ClusterRole") {
-				rules = append(rules, into[rbacv1.ClusterRole](t, o).Rules...)
+				if o.GetName() != fullname+"-metrics-reader" { // for users to bind, TestMetricsReaderRole
+					rules = append(rules, into[rbacv1.ClusterRole](t, o).Rules...)
+				}
 			}
 			for _, o := range r.ofKind("Role") {
 				if o.GetName() != fullname+"-leader-election" {
@@ -286,15 +300,20 @@ func TestRBACPerWebhookMode(t *testing.T) {
 func TestRBACGrantsNothingDangerous(t *testing.T) {
 	status := statusServerCalls(t)
 	for name, needed := range map[string][]grant{
-		"everything":       slices.Concat(controllerCalls, admissionCalls, status),
-		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
-		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls),
+		"everything":       slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
+		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
+		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
+		"no-metrics-auth":  slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var extra []rbacv1.PolicyRule
 			if name == "no-status-server" {
 				// Without the progress server, nothing at all on Pods.
 				extra = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+			}
+			if name == "no-metrics-auth" {
+				// Without the metrics filter, no SubjectAccessReviews.
+				extra = []rbacv1.PolicyRule{{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}}
 			}
 			rbacGrantsNothingDangerous(t, combinations[name], needed, extra...)
 		})
@@ -340,7 +359,8 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, also
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"delete"}, ResourceNames: []string{"rbac-mpi-mpi-hostfile"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}, ResourceNames: []string{"kube-root-ca.crt"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"localsubjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},

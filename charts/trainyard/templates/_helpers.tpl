@@ -307,6 +307,18 @@ the cluster (or to `helm template`, which needs --api-versions). Call with
 The controller's Configuration file. The controller decodes it strictly (an
 unknown field stops it), and hack/charttest decodes it the same way.
 */}}
+{{/*
+The metrics port's name: https-metrics when the endpoint serves HTTPS
+(metrics.secureServing), http-metrics otherwise. Fails when
+metrics.auth.enabled asks for bearer tokens over plain HTTP.
+*/}}
+{{- define "trainyard.metricsPortName" -}}
+{{- if and .Values.metrics.auth.enabled (not .Values.metrics.secureServing) }}
+{{- fail "metrics.auth.enabled needs metrics.secureServing: bearer tokens must not be sent over plain HTTP; set metrics.auth.enabled=false for a plain-HTTP endpoint" }}
+{{- end }}
+{{- ternary "https-metrics" "http-metrics" (.Values.metrics.secureServing | default false) -}}
+{{- end }}
+
 {{- define "trainyard.config" -}}
 apiVersion: config.trainyard.dev/v1alpha1
 kind: Configuration
@@ -322,6 +334,9 @@ leaderElection:
   retryPeriod: {{ .Values.leaderElection.retryPeriod | quote }}
 metrics:
   bindAddress: ":8080"
+  secureServing: {{ .Values.metrics.secureServing }}
+  auth:
+    enabled: {{ .Values.metrics.auth.enabled }}
 health:
   healthProbeBindAddress: ":8081"
 stages:
