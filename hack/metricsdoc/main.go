@@ -195,7 +195,8 @@ func render(decls []decl, families map[string]*dto.MetricFamily) ([]byte, error)
 
 The controller serves Prometheus metrics in the text and OpenMetrics formats on
 ` + "`--metrics-bind-address`" + ` (default ` + "`:8080`" + `, path ` + "`/metrics`" + `; the Helm chart's Service port
-` + "`http-metrics`" + `). This page lists every metric it defines. It also exports the Go runtime
+` + "`https-metrics`" + `), over HTTPS to callers whose bearer token may ` + "`get /metrics`" + ` (` + "`metrics.secureServing`" + ` and
+` + "`metrics.auth.enabled`" + `, see [compatibility.md](compatibility.md#metrics-endpoint)). This page lists every metric it defines. It also exports the Go runtime
 (` + "`go_*`" + `) and process (` + "`process_*`" + `) collectors of client_golang.
 
 Conventions:
