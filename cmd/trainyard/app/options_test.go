@@ -376,7 +376,8 @@ func TestNewOptionsShowsDefaults(t *testing.T) {
 	o := NewOptions()
 	d := defaults()
 	if o.MetricsBindAddress != d.Metrics.BindAddress || o.HealthProbeBindAddress != d.Health.HealthProbeBindAddress ||
-		o.KubeAPIQPS != d.ClientConnection.QPS || o.KubeAPIBurst != d.ClientConnection.Burst || o.LeaderElect {
+		o.KubeAPIQPS != d.ClientConnection.QPS || o.KubeAPIBurst != d.ClientConnection.Burst || o.LeaderElect ||
+		o.MetricsSecure != *d.Metrics.SecureServing || o.MetricsAuth != *d.Metrics.Auth.Enabled {
 		t.Errorf("NewOptions() = %+v, does not show the configuration defaults", o)
 	}
 }
