@@ -39,11 +39,14 @@ func newMetricsServer(cfg configv1alpha1.MetricsConfiguration, reg *prometheus.R
 		handler = metricsauth.New(kube, logger.WithName("metrics-auth"), nil).Wrap(mux)
 	}
 	srv := &http.Server{Addr: cfg.BindAddress, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	if !ptrBool(cfg.SecureServing) {
+	auth := ptrBool(cfg.Auth.Enabled)
+	switch {
+	case !ptrBool(cfg.SecureServing):
+		logger.Info("Serving metrics over plain HTTP", "address", cfg.BindAddress, "authenticated", auth, "profiling", profiling)
 		return srv, nil
-	}
-	if certificate != nil {
+	case certificate != nil:
 		srv.TLSConfig = certificate.TLSConfig()
+		logger.Info("Serving metrics over HTTPS", "address", cfg.BindAddress, "certificate", "serving", "authenticated", auth, "profiling", profiling)
 		return srv, nil
 	}
 	tlsConfig, err := selfSignedTLSConfig()
@@ -51,6 +54,7 @@ func newMetricsServer(cfg configv1alpha1.MetricsConfiguration, reg *prometheus.R
 		return nil, err
 	}
 	srv.TLSConfig = tlsConfig
+	logger.Info("Serving metrics over HTTPS", "address", cfg.BindAddress, "certificate", "self-signed", "authenticated", auth, "profiling", profiling)
 	return srv, nil
 }
 
