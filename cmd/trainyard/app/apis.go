@@ -147,7 +147,7 @@ func (a *optionalAPIs) lead() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.leading = true
-	if err := a.podGroups.Route(a.router, status.Name); err != nil {
+	if err := a.podGroups.Route(a.router, informers.Routes{Build: resolveruntime.Name, Status: status.Name}); err != nil {
 		return err
 	}
 	if a.dra != nil {
