@@ -39,6 +39,7 @@ type PodGroups struct {
 	ctx       context.Context // set by Start
 	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
 	routed    map[schema.GroupVersionResource]bool
+	running   sync.WaitGroup // the informers' goroutines
 }
 
 // Watch adds an informer for gvr's PodGroups (a no-op when one exists), starting it when
@@ -64,8 +65,8 @@ func (p *PodGroups) Watch(gvr schema.GroupVersionResource) error {
 			return err
 		}
 	}
-	if p.ctx != nil {
-		go inf.RunWithContext(p.ctx)
+	if ctx := p.ctx; ctx != nil {
+		p.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	return nil
 }
@@ -114,9 +115,12 @@ func (p *PodGroups) Start(ctx context.Context) {
 	defer p.mu.Unlock()
 	p.ctx = ctx
 	for _, inf := range p.informers {
-		go inf.RunWithContext(ctx)
+		p.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
+
+// Shutdown waits for the informers' goroutines to end after Start's ctx was cancelled.
+func (p *PodGroups) Shutdown() { p.running.Wait() }
 
 // HasSynced reports whether every informer has synced.
 func (p *PodGroups) HasSynced() bool {

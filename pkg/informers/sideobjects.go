@@ -51,6 +51,7 @@ type SideObjects struct {
 	router    Router
 	build     string
 	routed    map[schema.GroupResource]bool
+	running   sync.WaitGroup // the informers' goroutines
 }
 
 // Watch adds an informer for gvr's side objects (a no-op when gvr's resource is watched
@@ -77,8 +78,8 @@ func (s *SideObjects) Watch(gvr schema.GroupVersionResource) error {
 			return err
 		}
 	}
-	if s.ctx != nil {
-		go inf.RunWithContext(s.ctx)
+	if ctx := s.ctx; ctx != nil {
+		s.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	return nil
 }
@@ -123,9 +124,12 @@ func (s *SideObjects) Start(ctx context.Context) {
 	defer s.mu.Unlock()
 	s.ctx = ctx
 	for _, inf := range s.informers {
-		go inf.RunWithContext(ctx)
+		s.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
+
+// Shutdown waits for the informers' goroutines to end after Start's ctx was cancelled.
+func (s *SideObjects) Shutdown() { s.running.Wait() }
 
 // HasSynced reports whether every informer has synced.
 func (s *SideObjects) HasSynced() bool {

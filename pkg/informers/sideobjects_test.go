@@ -82,6 +82,7 @@ func TestSideObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Start(ctx)
+	defer func() { cancel(); s.Shutdown() }() // Shutdown waits for the stop
 	if !cache.WaitForCacheSync(ctx.Done(), s.HasSynced) {
 		t.Fatal("caches did not sync")
 	}
@@ -175,6 +176,7 @@ func TestPodGroupsGetAndDeleteRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Start(ctx)
+	defer func() { cancel(); p.Shutdown() }()
 	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
 		t.Fatal("caches did not sync")
 	}

@@ -204,12 +204,17 @@ func (a *optionalAPIs) HasSynced() bool {
 	return a.podGroups.HasSynced() && (a.sideObjects == nil || a.sideObjects.HasSynced()) && (in == nil || in.HasSynced())
 }
 
-// shutdown waits for the DRA informers' goroutines after ctx was cancelled.
+// shutdown waits for the optional and side-object informers' goroutines after ctx was
+// cancelled.
 func (a *optionalAPIs) shutdown() {
 	a.mu.Lock()
 	in := a.dra
 	a.mu.Unlock()
 	if in != nil {
 		in.Shutdown()
+	}
+	a.podGroups.Shutdown()
+	if a.sideObjects != nil {
+		a.sideObjects.Shutdown()
 	}
 }
