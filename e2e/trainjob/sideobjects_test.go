@@ -91,10 +91,10 @@ func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	deleted = time.Now()
 	if err := configMaps.Delete(ctx, hostfile.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deleted = time.Now()
 	again := e.waitSideObject(t, "ConfigMap", hostfile.Name, tj.UID, hostfile.UID, func(ctx context.Context) (metav1.Object, error) {
 		return configMaps.Get(ctx, hostfile.Name, metav1.GetOptions{})
 	}).(*corev1.ConfigMap)
