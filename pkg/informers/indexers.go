@@ -5,6 +5,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 const (
@@ -58,13 +59,9 @@ func indexByOwnerTrainJob(obj any) ([]string, error) {
 }
 
 // ControllerTrainJob returns the name of the TrainJob that is obj's controller owner,
-// or "" when none is.
+// or "" when none is (trainjob.ControllerName).
 func ControllerTrainJob(obj v1.Object) string {
-	ref := v1.GetControllerOf(obj)
-	if ref == nil || ref.Kind != trainer.TrainJobKind || ref.APIVersion != trainer.SchemeGroupVersion.String() {
-		return ""
-	}
-	return ref.Name
+	return trainjob.ControllerName(obj)
 }
 
 var (

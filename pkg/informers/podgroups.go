@@ -17,25 +17,29 @@ import (
 
 // PodGroups caches the status of the PodGroups TrainJobs control — Workload API,
 // coscheduling, Volcano; one dynamic informer per served API — so the status stage can
-// explain a gang that waits for the scheduler. Each cached PodGroup keeps only its
+// explain a gang that waits for the scheduler, and to check that an existing PodGroup
+// is its TrainJob's before applying over it (Get). Each cached PodGroup keeps only its
 // identity, owners, gang size and status (TrimPodGroup): a few hundred bytes, so 10,000
-// TrainJobs cost a few MB. Every add, update or delete is routed, batched like JobSet
-// updates, to the status stage of the owning TrainJob.
+// TrainJobs cost a few MB. Every add or update is routed, batched like JobSet updates,
+// to the status stage of the owning TrainJob; a delete to its build stage, which
+// rebuilds the plan so that the status stage re-creates the PodGroup of a TrainJob
+// that still needs it (or lets a TrainJob that waited for a foreign one proceed).
 //
 // Watch may be called before or after Start (for an API served later); informers added
 // after Start start at once.
 type PodGroups struct {
 	Client dynamic.Interface
-	// Router and Status route events; set them before the first Watch. A nil Router
-	// routes nothing (a follower's informers stay warm without queueing).
+	// Router and Routes route events; set them with Route. A nil Router routes nothing
+	// (a follower's informers stay warm without queueing).
 	Router Router
-	Status string
+	Routes Routes
 	Logger klog.Logger
 
 	mu        sync.Mutex
 	ctx       context.Context // set by Start
 	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
 	routed    map[schema.GroupVersionResource]bool
+	running   sync.WaitGroup // the informers' goroutines
 }
 
 // Watch adds an informer for gvr's PodGroups (a no-op when one exists), starting it when
@@ -61,18 +65,18 @@ func (p *PodGroups) Watch(gvr schema.GroupVersionResource) error {
 			return err
 		}
 	}
-	if p.ctx != nil {
-		go inf.RunWithContext(p.ctx)
+	if ctx := p.ctx; ctx != nil {
+		p.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	return nil
 }
 
-// Route registers the status routing on every informer (call on leadership); informers
+// Route registers the routing on every informer (call on leadership); informers
 // watched later are routed at once.
-func (p *PodGroups) Route(r Router, status string) error {
+func (p *PodGroups) Route(r Router, routes Routes) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.Router, p.Status = r, status
+	p.Router, p.Routes = r, routes
 	for gvr, inf := range p.informers {
 		if err := p.route(gvr, inf); err != nil {
 			return err
@@ -85,12 +89,18 @@ func (p *PodGroups) route(gvr schema.GroupVersionResource, inf cache.SharedIndex
 	if p.routed[gvr] {
 		return nil
 	}
+	router, routes := p.Router, p.Routes
 	enqueue := func(obj any) {
 		if key, ok := ownerKey(obj); ok {
-			p.Router.EnqueueAfter(p.Status, key, StatusBatchPeriod)
+			router.EnqueueAfter(routes.Status, key, StatusBatchPeriod)
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue}
+	deleted := func(obj any) {
+		if key, ok := ownerKey(obj); ok {
+			router.Enqueue(routes.Build, key)
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: deleted}
 	logger := p.Logger
 	if _, err := inf.AddEventHandlerWithOptions(handler, cache.HandlerOptions{Logger: &logger}); err != nil {
 		return fmt.Errorf("informers: adding PodGroup event handler for %s: %w", gvr, err)
@@ -105,9 +115,12 @@ func (p *PodGroups) Start(ctx context.Context) {
 	defer p.mu.Unlock()
 	p.ctx = ctx
 	for _, inf := range p.informers {
-		go inf.RunWithContext(ctx)
+		p.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
+
+// Shutdown waits for the informers' goroutines to end after Start's ctx was cancelled.
+func (p *PodGroups) Shutdown() { p.running.Wait() }
 
 // HasSynced reports whether every informer has synced.
 func (p *PodGroups) HasSynced() bool {
@@ -119,6 +132,30 @@ func (p *PodGroups) HasSynced() bool {
 		}
 	}
 	return true
+}
+
+// Get returns the cached PodGroup of gr (in any watched version) named namespace/name,
+// nil when there is none; watched is false when no informer watches gr, so the cache
+// knows nothing. The cache holds every PodGroup of a watched API, not only Trainyard's:
+// a miss means no such PodGroup exists.
+func (p *PodGroups) Get(gr schema.GroupResource, namespace, name string) (obj metav1.Object, watched bool) {
+	p.mu.Lock()
+	var informers []cache.SharedIndexInformer
+	for gvr, inf := range p.informers {
+		if gvr.GroupResource() == gr {
+			informers = append(informers, inf)
+		}
+	}
+	p.mu.Unlock()
+	for _, inf := range informers {
+		item, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+		if err == nil && exists {
+			if u, ok := item.(*unstructured.Unstructured); ok {
+				return u, true
+			}
+		}
+	}
+	return nil, len(informers) > 0
 }
 
 // Controlled returns the cached PodGroups, of every watched API, that the TrainJob with

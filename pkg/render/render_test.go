@@ -54,6 +54,11 @@ func (a *recordingApplier) Create(_ context.Context, obj *unstructured.Unstructu
 	return nil
 }
 
+// Lookup finds nothing: the namespace is empty.
+func (a *recordingApplier) Lookup(context.Context, *unstructured.Unstructured, bool) (metav1.Object, bool, error) {
+	return nil, false, nil
+}
+
 // TestRenderIsWhatTheStatusStageApplies feeds the plan render built to the controller's
 // status stage (fake clients) and compares what the stage applies, byte for byte after
 // JSON decoding, with render's objects: the renderer does not approximate the

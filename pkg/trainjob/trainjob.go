@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -46,6 +47,12 @@ const (
 	ReasonInvalidSpec     = "InvalidTrainJobSpec"
 	ReasonUnsupported     = "NotSupported"
 	ReasonJobSetBuilt     = "JobSetBuilt"
+	// ReasonSideObjectConflict (JobSetReady=False): an object of a side object's kind
+	// and name (the MPI hostfile ConfigMap or SSH Secret, a PodGroup, a Workload)
+	// exists and is not controlled by the TrainJob — someone else's, nobody's, or left
+	// by an earlier TrainJob of the same name. The message names it, its controller and
+	// the fix; the TrainJob proceeds by itself once the object is gone.
+	ReasonSideObjectConflict = "SideObjectConflict"
 	// ReasonInsufficientDevices (JobSetReady=False): the gang needs more devices of a
 	// DeviceClass than all ResourceSlices publish; the TrainJob proceeds when a slice
 	// is added or grows.
@@ -97,4 +104,16 @@ func RuntimeKind(tj *trainer.TrainJob) (string, error) {
 		gk += "." + group
 	}
 	return "", fmt.Errorf("unsupported runtime: %s", gk)
+}
+
+// ControllerName returns the name of the TrainJob that is obj's controller owner
+// (trainer.kubeflow.org/v1alpha1 TrainJob), or "" when none is. The name alone does not
+// make obj a given TrainJob's: an earlier TrainJob of the same name had another UID
+// (metav1.IsControlledBy compares UIDs).
+func ControllerName(obj metav1.Object) string {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != trainer.TrainJobKind || ref.APIVersion != trainer.SchemeGroupVersion.String() {
+		return ""
+	}
+	return ref.Name
 }

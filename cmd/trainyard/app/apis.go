@@ -24,18 +24,22 @@ import (
 var draResources = []string{"resourceclaimtemplates", "resourceclaims", "deviceclasses", "resourceslices"}
 
 // optionalAPIs owns what depends on APIs a cluster may serve late or never: the DRA
-// informers (resource.k8s.io/v1) and the PodGroup informers (Workload API, coscheduling,
-// Volcano). When one becomes served after start-up (ServedAPIs.Run), it starts its
-// informers and sends the TrainJobs rejected for its absence (JobSetReady=False,
-// NotSupported) back to stage 1, so they proceed by themselves.
+// informers (resource.k8s.io/v1), the PodGroup informers (Workload API, coscheduling,
+// Volcano) and, with the side-object informers, that of Workloads. When one becomes
+// served after start-up (ServedAPIs.Run), it starts its informers and sends the
+// TrainJobs rejected for its absence (JobSetReady=False, NotSupported) back to stage 1,
+// so they proceed by themselves. It also starts, routes and syncs the side-object
+// informers of the APIs always served (ConfigMaps, Secrets), which sideObjects watches
+// from its creation.
 type optionalAPIs struct {
-	served    *informers.ServedAPIs
-	podGroups *informers.PodGroups
-	claims    *dra.Claims
-	kube      kubernetes.Interface
-	trainJobs trainerlisters.TrainJobLister
-	router    informers.Router
-	logger    klog.Logger
+	served      *informers.ServedAPIs
+	podGroups   *informers.PodGroups
+	sideObjects *informers.SideObjects
+	claims      *dra.Claims
+	kube        kubernetes.Interface
+	trainJobs   trainerlisters.TrainJobLister
+	router      informers.Router
+	logger      klog.Logger
 
 	mu      sync.Mutex
 	ctx     context.Context // set by start
@@ -54,10 +58,10 @@ func (a *optionalAPIs) register(context.Context) error {
 	watchedWorkload := false
 	for _, v := range workload.Versions {
 		gvr := schema.FromAPIVersionAndKind(v, "").GroupVersion().WithResource("podgroups")
-		if a.served.Add(v, workload.Resources, a.podGroupsServed(gvr)) && !watchedWorkload {
+		if a.served.Add(v, workload.Resources, a.workloadServed(gvr)) && !watchedWorkload {
 			// The newest served version only: older ones show the same objects.
 			watchedWorkload = true
-			if err := a.podGroups.Watch(gvr); err != nil {
+			if err := a.watchWorkload(gvr); err != nil {
 				return err
 			}
 		}
@@ -104,6 +108,34 @@ func (a *optionalAPIs) draServed(ctx context.Context) {
 	}
 }
 
+// watchWorkload watches the Workload API's PodGroups (gvr) and Workloads (same version,
+// side-object informer). A Workload API served later watches its newest version
+// first; one watched resource stays watched in the version it started with.
+func (a *optionalAPIs) watchWorkload(podGroups schema.GroupVersionResource) error {
+	if err := a.podGroups.Watch(podGroups); err != nil {
+		return err
+	}
+	if a.sideObjects == nil {
+		return nil
+	}
+	return a.sideObjects.Watch(podGroups.GroupVersion().WithResource("workloads"))
+}
+
+// workloadServed returns the hook for a Workload API version that appears after
+// start-up.
+func (a *optionalAPIs) workloadServed(gvr schema.GroupVersionResource) func(context.Context) {
+	return func(context.Context) {
+		if err := a.watchWorkload(gvr); err != nil {
+			a.logger.Error(err, "Watching the Workload API", "resource", gvr)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.leading {
+			a.resume()
+		}
+	}
+}
+
 // podGroupsServed returns the hook for a PodGroup API that appears after start-up.
 func (a *optionalAPIs) podGroupsServed(gvr schema.GroupVersionResource) func(context.Context) {
 	return func(context.Context) {
@@ -137,6 +169,9 @@ func (a *optionalAPIs) start(ctx context.Context) {
 	defer a.mu.Unlock()
 	a.ctx = ctx
 	a.podGroups.Start(ctx)
+	if a.sideObjects != nil {
+		a.sideObjects.Start(ctx)
+	}
 	if a.dra != nil {
 		a.dra.Start(ctx)
 	}
@@ -147,8 +182,13 @@ func (a *optionalAPIs) lead() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.leading = true
-	if err := a.podGroups.Route(a.router, status.Name); err != nil {
+	if err := a.podGroups.Route(a.router, informers.Routes{Build: resolveruntime.Name, Status: status.Name}); err != nil {
 		return err
+	}
+	if a.sideObjects != nil {
+		if err := a.sideObjects.Route(a.router, resolveruntime.Name); err != nil {
+			return err
+		}
 	}
 	if a.dra != nil {
 		return a.dra.Route(a.logger, a.router, resolveruntime.Name, a.trainJobs)
@@ -161,15 +201,20 @@ func (a *optionalAPIs) HasSynced() bool {
 	a.mu.Lock()
 	in := a.dra
 	a.mu.Unlock()
-	return a.podGroups.HasSynced() && (in == nil || in.HasSynced())
+	return a.podGroups.HasSynced() && (a.sideObjects == nil || a.sideObjects.HasSynced()) && (in == nil || in.HasSynced())
 }
 
-// shutdown waits for the DRA informers' goroutines after ctx was cancelled.
+// shutdown waits for the optional and side-object informers' goroutines after ctx was
+// cancelled.
 func (a *optionalAPIs) shutdown() {
 	a.mu.Lock()
 	in := a.dra
 	a.mu.Unlock()
 	if in != nil {
 		in.Shutdown()
+	}
+	a.podGroups.Shutdown()
+	if a.sideObjects != nil {
+		a.sideObjects.Shutdown()
 	}
 }

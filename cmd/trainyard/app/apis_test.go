@@ -11,9 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -113,5 +116,74 @@ func TestDRAServedLater(t *testing.T) {
 	}
 	if !apis.HasSynced() {
 		t.Error("HasSynced = false after the DRA informers synced")
+	}
+}
+
+// TestWorkloadAPIServedLater: the side-object informers watch ConfigMaps and Secrets
+// from the start and Workloads once the Workload API is served; they sync with the
+// optional APIs, and a Workload's deletion routes its TrainJob to stage 1 (which
+// rebuilds it, so the status stage re-creates the Workload).
+func TestWorkloadAPIServedLater(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	kube := kubefake.NewClientset()
+	disc := kube.Discovery().(*fakediscovery.FakeDiscovery)
+	workloads := schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
+	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	workload := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "scheduling.k8s.io/v1alpha2", Kind: "Workload"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "llm", Labels: map[string]string{plan.LabelTrainJobName: "llm"}}}
+	if _, err := meta.Resource(workloads).Namespace("a").(metadatafake.MetadataClient).CreateFake(workload, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sideObjects := &informers.SideObjects{Client: meta, Logger: logger}
+	for _, gvr := range informers.SideObjectResources {
+		if err := sideObjects.Watch(gvr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	router := &recordingRouter{}
+	podGroups := schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
+	apis := &optionalAPIs{
+		served: &informers.ServedAPIs{Discovery: disc},
+		podGroups: &informers.PodGroups{Logger: logger, Client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{podGroups: "PodGroupList"})},
+		sideObjects: sideObjects,
+		claims:      &dra.Claims{}, kube: kube, router: router, logger: logger,
+		trainJobs: trainerlisters.NewTrainJobLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
+	}
+	if err := apis.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apis.start(ctx)
+	defer func() { cancel(); apis.shutdown() }()
+	if err := apis.lead(); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), apis.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	if got := sideObjects.Get(workloads.GroupResource(), "a", "llm"); got != nil {
+		t.Fatalf("a Workload is cached before the Workload API is served: %v", got)
+	}
+
+	disc.Resources = append(disc.Resources, &metav1.APIResourceList{GroupVersion: "scheduling.k8s.io/v1alpha2",
+		APIResources: []metav1.APIResource{{Name: "workloads"}, {Name: "podgroups"}}})
+	apis.served.CheckMissing(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), apis.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	if got := sideObjects.Get(workloads.GroupResource(), "a", "llm"); got == nil {
+		t.Fatal("the Workload is not cached once the Workload API is served")
+	}
+	if err := meta.Resource(workloads).Namespace("a").Delete(ctx, "llm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{resolveruntime.Name + ":a/llm"}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Equal(router.snapshot(), want), nil
+	}); err != nil {
+		t.Errorf("routed %v, want %v", router.snapshot(), want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clienttesting "k8s.io/client-go/testing"
@@ -57,7 +59,10 @@ import (
 // users, Kueue and the JobSet controller do: create (suspended or not), suspend, resume,
 // Kueue's two-step admission (a runtimePatches entry while suspended, then the resume in
 // a second request), a runtimePatches edit, metadata edits, JobSet status changes and
-// completion, delete and re-create under the same name; plus runtime edits. Then it
+// completion, delete and re-create under the same name, the deletion of a side object
+// (re-created by the controller); plus runtime edits. A re-created TrainJob may meet
+// its predecessor's side objects until the garbage collector takes them: never used,
+// waited for. Then it
 // waits for the pipeline to go quiet and checks every TrainJob against what `trainyard
 // render` computes for it, and that processing every key once more writes nothing.
 //
@@ -194,6 +199,9 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 		t.Fatal(err)
 	}
 	env.pipeline = p
+	env.objects.mu.Lock()
+	env.objects.router = p
+	env.objects.mu.Unlock()
 	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
 		func(key cache.ObjectName) { plans.Delete(key); statusStage.Forget(key) }); err != nil {
 		t.Fatal(err)
@@ -456,11 +464,15 @@ func (s slowTrainJobs) Patch(ctx context.Context, name string, pt types.PatchTyp
 	return s.TrainJobInterface.Patch(ctx, name, pt, data, opts, subresources...)
 }
 
-// fakeObjects is the side-object applier: an in-memory store.
+// fakeObjects is the side-object applier: an in-memory store that is the API server
+// and the side-object informers' cache at once. The garbage collector's deletions are
+// routed as the informers route them (informers.SideObjectKeys to the build stage).
 type fakeObjects struct {
 	writes  *atomic.Int64
 	mu      sync.Mutex
 	objects map[string]*unstructured.Unstructured
+	// router receives the deletions' routes; nil routes nothing.
+	router informers.Router
 }
 
 func objectKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
@@ -477,11 +489,23 @@ func (f *fakeObjects) Create(_ context.Context, obj *unstructured.Unstructured) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := objectKey(obj.GetKind(), obj.GetNamespace(), obj.GetName())
-	if _, ok := f.objects[k]; !ok {
-		f.writes.Add(1)
-		f.objects[k] = obj.DeepCopy()
+	if _, ok := f.objects[k]; ok {
+		return apierrors.NewAlreadyExists(schema.GroupResource{Resource: obj.GetKind()}, obj.GetName())
 	}
+	f.writes.Add(1)
+	f.objects[k] = obj.DeepCopy()
 	return nil
+}
+
+// Lookup answers from the store; every object in it is the controller's, labelled, so
+// "cached".
+func (f *fakeObjects) Lookup(_ context.Context, obj *unstructured.Unstructured, _ bool) (metav1.Object, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o, ok := f.objects[objectKey(obj.GetKind(), obj.GetNamespace(), obj.GetName())]; ok {
+		return o.DeepCopy(), true, nil
+	}
+	return nil, false, nil
 }
 
 func (f *fakeObjects) get(kind, namespace, name string) *unstructured.Unstructured {
@@ -490,15 +514,51 @@ func (f *fakeObjects) get(kind, namespace, name string) *unstructured.Unstructur
 	return f.objects[objectKey(kind, namespace, name)]
 }
 
-// collect deletes the objects keep rejects and returns how many.
+// deleteOne deletes one of the side objects the TrainJob of uid controls, chosen with
+// rng (none when it has none), and routes the deletion.
+func (f *fakeObjects) deleteOne(rng *rand.Rand, uid types.UID) {
+	f.mu.Lock()
+	var keys []string
+	for k, o := range f.objects {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.UID == uid {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	slices.Sort(keys)
+	k := keys[rng.IntN(len(keys))]
+	routes := informers.SideObjectKeys(f.objects[k])
+	delete(f.objects, k)
+	router := f.router
+	f.mu.Unlock()
+	if router != nil {
+		for _, key := range routes {
+			router.Enqueue(resolveruntime.Name, key)
+		}
+	}
+}
+
+// collect deletes the objects keep rejects, routes their deletions, and returns how
+// many it deleted.
 func (f *fakeObjects) collect(keep func(metav1.Object) bool) int {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	n := 0
+	var routes []cache.ObjectName
 	for k, o := range f.objects {
 		if !keep(o) {
 			delete(f.objects, k)
 			n++
+			routes = append(routes, informers.SideObjectKeys(o)...)
+		}
+	}
+	router := f.router
+	f.mu.Unlock()
+	if router != nil {
+		for _, key := range routes {
+			router.Enqueue(resolveruntime.Name, key)
 		}
 	}
 	return n
@@ -621,6 +681,9 @@ func (e *convergenceEnv) actor(ctx context.Context, rng *rand.Rand, name string,
 			update(func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
 		case op < 65 && suspended:
 			update(kueuePatch)
+		case op < 68:
+			// Someone deletes one of its side objects: the controller re-creates it.
+			e.objects.deleteOne(rng, uid)
 		case op < 72:
 			update(func(tj *trainer.TrainJob) { metav1.SetMetaDataLabel(&tj.ObjectMeta, "touched", fmt.Sprint(fired)) })
 		case op < 97:

@@ -141,6 +141,19 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	// (through the hooks set below) when one appears.
 	served := &informers.ServedAPIs{Discovery: kube.Discovery()}
 	podGroups := &informers.PodGroups{Client: dyn, Logger: logger}
+	metadataClient, err := metadata.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	// The side objects' metadata (ConfigMaps, Secrets; Workloads once served), only
+	// those labelled as Trainyard's: the status stage checks a side object is its
+	// TrainJob's before using it, and a deleted one is re-created.
+	sideObjects := &informers.SideObjects{Client: metadataClient, Logger: logger}
+	for _, gvr := range informers.SideObjectResources {
+		if err := sideObjects.Watch(gvr); err != nil {
+			return err
+		}
+	}
 	claims := &dra.Claims{Recorder: recorder}
 	buildOpts, err := buildOptions(cfg, podNamespace())
 	if err != nil {
@@ -150,7 +163,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
 		applyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
 		objects: &status.DynamicApplier{Client: dyn,
-			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
+			Mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+			Metadata: metadataClient,
+			Cache:    informers.SideObjectCache{Objects: sideObjects, PodGroups: podGroups}},
 		claims:       claims,
 		build:        buildOpts,
 		gangBackends: build.GangBackends(served.Served),
@@ -182,14 +197,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	meta, err := metadata.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("creating metadata client: %w", err)
-	}
-	if prog, err = newProgressServer(cfg, certificate, kube, meta, trainers, inf, m, logger); err != nil {
+	if prog, err = newProgressServer(cfg, certificate, kube, metadataClient, trainers, inf, m, logger); err != nil {
 		return err
 	}
-	apis := &optionalAPIs{served: served, podGroups: podGroups, claims: claims, kube: kube,
+	apis := &optionalAPIs{served: served, podGroups: podGroups, sideObjects: sideObjects, claims: claims, kube: kube,
 		trainJobs: inf.TrainJobLister, router: pipeline, logger: logger}
 	if err := apis.register(ctx); err != nil {
 		return err

@@ -215,12 +215,20 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	}
 	// The progress server (on by default): TokenReviews, the pod a token names, and the
 	// CA ConfigMap by name in any namespace (list and watch with a metadata.name field
-	// selector are authorized by name; the apply by the MPI rule's create and patch).
+	// selector are authorized by name; the apply by the side-object rule's create and patch).
 	needed = append(needed,
 		authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
 		authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Name: "some-trainer-pod", Namespace: "team-a"})
 	for _, verb := range []string{"list", "watch", "delete", "create", "patch"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Name: "trainyard-status-server-ca", Namespace: "team-a"})
+	}
+	// The side-object informers (metadata only, labelled objects only; RBAC cannot
+	// say either) in every namespace.
+	for _, r := range []authorizationv1.ResourceAttributes{{Resource: "configmaps"}, {Resource: "secrets"}, {Group: "scheduling.k8s.io", Resource: "workloads"}} {
+		for _, verb := range []string{"list", "watch"} {
+			r.Verb = verb
+			needed = append(needed, r)
+		}
 	}
 	for _, attrs := range needed {
 		if !access(attrs) {
@@ -231,7 +239,6 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	// And no more than needed: what the ServiceAccount must not do.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets"},
-		{Verb: "list", Resource: "secrets", Namespace: namespace},
 		{Verb: "update", Resource: "secrets", Namespace: namespace},
 		{Verb: "patch", Resource: "secrets", Namespace: namespace},
 		{Verb: "delete", Resource: "secrets", Namespace: namespace},
@@ -239,7 +246,7 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "delete", Resource: "configmaps", Namespace: namespace},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "watch", Resource: "pods", Namespace: namespace},
-		{Verb: "list", Resource: "configmaps", Namespace: namespace},
+		{Verb: "update", Resource: "configmaps", Namespace: namespace},
 		{Verb: "delete", Resource: "configmaps", Name: "rbac-mpi-mpi-hostfile", Namespace: namespace},
 		{Verb: "create", Resource: "pods", Namespace: namespace},
 		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
@@ -250,7 +257,6 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
 		// Certificates: other Secrets, other webhook configurations, other verbs.
 		{Verb: "get", Resource: "secrets", Name: "rbac-mpi-mpi-ssh-auth", Namespace: namespace},
-		{Verb: "watch", Resource: "secrets", Namespace: namespace},
 		{Verb: "get", Resource: "secrets", Name: release + "-webhook-certs", Namespace: "default"},
 		{Verb: "delete", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
 		{Verb: "patch", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},

@@ -135,6 +135,10 @@ func checkOwnedObject(t *testing.T, obj *unstructured.Unstructured, apiVersion, 
 		refs[0].APIVersion != "trainer.kubeflow.org/v1alpha1" || !ptr.Deref(refs[0].Controller, false) || !ptr.Deref(refs[0].BlockOwnerDeletion, false) {
 		t.Errorf("%s ownerReferences = %+v, want the TrainJob as controller", kind, refs)
 	}
+	// The label the controller's side-object informers select on.
+	if got := obj.GetLabels()[plan.LabelTrainJobName]; len(refs) == 1 && got != refs[0].Name {
+		t.Errorf("%s label %s = %q, want the TrainJob's name %q", kind, plan.LabelTrainJobName, got, refs[0].Name)
+	}
 }
 
 // sshSecretOf returns the create-only Secret, generated, checking its fixed fields.

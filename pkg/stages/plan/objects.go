@@ -3,6 +3,7 @@ package plan
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -26,21 +27,50 @@ func (o CreateOnlyObject) DeepCopy() CreateOnlyObject {
 	return CreateOnlyObject{Object: o.Object.DeepCopy(), Generate: o.Generate}
 }
 
+// LabelTrainJobName is the label every side object the pipeline creates carries
+// (OwnedObject, SideObjectLabels): the name of the TrainJob it was created for. It lets
+// the controller watch its own side objects only — a label selector, so its cache holds
+// neither the cluster's other ConfigMaps nor its Secrets — and route an object's
+// deletion to its TrainJob. It says nothing about ownership: a side object is a
+// TrainJob's only when its controller owner reference carries the TrainJob's UID
+// (anyone can set a label, and an earlier TrainJob of the same name left objects with
+// the same value). Objects created before the label existed lack it.
+const LabelTrainJobName = "trainyard.dev/trainjob-name"
+
+// SideObjectLabels returns the labels of a side object of tj: LabelTrainJobName. It
+// returns nil for a name that is no valid label value (longer than 63 characters, which
+// the CRD forbids): such an object is still found by name, just not watched.
+func SideObjectLabels(tj *trainer.TrainJob) map[string]string {
+	if len(validation.IsValidLabelValue(tj.Name)) > 0 {
+		return nil
+	}
+	return map[string]string{LabelTrainJobName: tj.Name}
+}
+
 // OwnedObject returns an unstructured object of apiVersion and kind named name in tj's
 // namespace, with tj as its controller (controller and blockOwnerDeletion true), as
-// every object the pipeline creates for a TrainJob (trainer-compat §2.7).
+// every object the pipeline creates for a TrainJob (trainer-compat §2.7), and labelled
+// as tj's side object (SideObjectLabels).
 func OwnedObject(tj *trainer.TrainJob, apiVersion, kind, name string) *unstructured.Unstructured {
 	owner := metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
+	metadata := map[string]any{
+		"name":      name,
+		"namespace": tj.Namespace,
+		"ownerReferences": []any{map[string]any{
+			"apiVersion": owner.APIVersion, "kind": owner.Kind, "name": owner.Name, "uid": string(owner.UID),
+			"controller": true, "blockOwnerDeletion": true,
+		}},
+	}
+	if labels := SideObjectLabels(tj); labels != nil {
+		l := make(map[string]any, len(labels))
+		for k, v := range labels {
+			l[k] = v
+		}
+		metadata["labels"] = l
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion,
 		"kind":       kind,
-		"metadata": map[string]any{
-			"name":      name,
-			"namespace": tj.Namespace,
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": owner.APIVersion, "kind": owner.Kind, "name": owner.Name, "uid": string(owner.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
-		},
+		"metadata":   metadata,
 	}}
 }

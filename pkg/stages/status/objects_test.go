@@ -13,28 +13,67 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 )
 
-// recordingApplier logs the side-object writes into log, shared with the JobSet apply.
+// recordingApplier is an ObjectApplier over an in-memory store that stands for the
+// API server and the informer caches at once; it logs the writes into log, shared with
+// the JobSet apply.
 type recordingApplier struct {
 	log       *[]string
 	created   []*unstructured.Unstructured
 	createErr error
+	// objects are the existing objects by "Kind name"; uncached ones only the API
+	// server shows (no informer cache holds them).
+	objects  map[string]metav1.Object
+	uncached map[string]bool
+	// liveLookups counts lookups that reached the API server.
+	liveLookups int
 }
 
+func objectKeyOf(obj *unstructured.Unstructured) string { return obj.GetKind() + " " + obj.GetName() }
+
 func (r *recordingApplier) Apply(_ context.Context, obj *unstructured.Unstructured) error {
-	*r.log = append(*r.log, "apply "+obj.GetKind()+" "+obj.GetName())
+	*r.log = append(*r.log, "apply "+objectKeyOf(obj))
+	r.put(obj)
 	return nil
 }
 
 func (r *recordingApplier) Create(_ context.Context, obj *unstructured.Unstructured) error {
-	*r.log = append(*r.log, "create "+obj.GetKind()+" "+obj.GetName())
+	*r.log = append(*r.log, "create "+objectKeyOf(obj))
+	if r.createErr != nil {
+		return r.createErr
+	}
+	if r.objects[objectKeyOf(obj)] != nil {
+		return apierrors.NewAlreadyExists(schema.GroupResource{Resource: obj.GetKind()}, obj.GetName())
+	}
 	r.created = append(r.created, obj)
-	return r.createErr
+	r.put(obj)
+	return nil
+}
+
+func (r *recordingApplier) Lookup(_ context.Context, obj *unstructured.Unstructured, cacheOnly bool) (metav1.Object, bool, error) {
+	k := objectKeyOf(obj)
+	if !r.uncached[k] {
+		return r.objects[k], r.objects[k] != nil, nil
+	}
+	if cacheOnly {
+		return nil, false, nil
+	}
+	r.liveLookups++
+	return r.objects[k], false, nil
+}
+
+func (r *recordingApplier) put(obj *unstructured.Unstructured) {
+	if r.objects == nil {
+		r.objects = map[string]metav1.Object{}
+	}
+	r.objects[objectKeyOf(obj)] = obj.DeepCopy()
+	delete(r.uncached, objectKeyOf(obj))
 }
 
 // planWithSideObjects is desiredPlan plus a create-only Secret whose content Generate
@@ -131,8 +170,8 @@ type resettable struct{ meta.RESTMapper }
 
 func (resettable) Reset() {}
 
-// DynamicApplier.Create creates an absent object, takes an existing one as success
-// without reading or changing it, and reports other errors.
+// DynamicApplier.Create creates an absent object, reports an existing one as
+// AlreadyExists without reading or changing it, and reports other errors.
 func TestDynamicApplierCreate(t *testing.T) {
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	mapper := meta.NewDefaultRESTMapper(nil)
@@ -152,8 +191,8 @@ func TestDynamicApplierCreate(t *testing.T) {
 	if err := a.Create(ctx, secret("first")); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if err := a.Create(ctx, secret("second")); err != nil {
-		t.Fatalf("Create of an existing object = %v, want success", err)
+	if err := a.Create(ctx, secret("second")); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("Create of an existing object = %v, want AlreadyExists", err)
 	}
 	got, err := client.Resource(secrets).Namespace(ns).Get(ctx, "s", metav1.GetOptions{})
 	if err != nil {
@@ -178,5 +217,90 @@ func TestDynamicApplierCreate(t *testing.T) {
 	})
 	if err := a.Create(ctx, secret("third")); !apierrors.IsForbidden(err) {
 		t.Errorf("Create = %v, want the Forbidden error", err)
+	}
+}
+
+// fakeCache is a status.ObjectCache holding objects by "group/resource namespace/name";
+// complete resources answer every miss.
+type fakeCache struct {
+	objects  map[string]metav1.Object
+	complete map[schema.GroupResource]bool
+}
+
+func (c fakeCache) Lookup(gr schema.GroupResource, namespace, name string) (metav1.Object, bool) {
+	return c.objects[gr.String()+" "+namespace+"/"+name], c.complete[gr]
+}
+
+// DynamicApplier.Lookup answers from the cache when it can — a hit, or a miss of a
+// resource cached whole — and otherwise lists the object's metadata by name (never a
+// get: no Secret data is read); with cacheOnly it never asks the API server.
+func TestDynamicApplierLookup(t *testing.T) {
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	podGroups := schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"}, meta.RESTScopeNamespace)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	for _, name := range []string{"other", "squatted"} {
+		m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if _, err := client.Resource(secrets).Namespace(ns).(metadatafake.MetadataClient).CreateFake(m, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client.ClearActions()
+	cached := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ours"}}
+	a := &status.DynamicApplier{Mapper: resettable{mapper}, Metadata: client, Cache: fakeCache{
+		objects:  map[string]metav1.Object{"secrets " + ns + "/ours": cached},
+		complete: map[schema.GroupResource]bool{podGroups.GroupResource(): true},
+	}}
+	obj := func(apiVersion, kind, name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind}}
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return u
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		obj        *unstructured.Unstructured
+		cacheOnly  bool
+		wantName   string
+		wantCached bool
+		wantList   bool
+	}{
+		{obj("v1", "Secret", "ours"), true, "ours", true, false},
+		{obj("v1", "Secret", "ours"), false, "ours", true, false},
+		{obj("v1", "Secret", "squatted"), true, "", false, false},
+		{obj("v1", "Secret", "squatted"), false, "squatted", false, true},
+		{obj("v1", "Secret", "absent"), false, "", false, true},
+		{obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "absent"), false, "", false, false},
+	} {
+		client.ClearActions()
+		got, gotCached, err := a.Lookup(ctx, c.obj, c.cacheOnly)
+		if err != nil {
+			t.Fatalf("Lookup %s %s: %v", c.obj.GetKind(), c.obj.GetName(), err)
+		}
+		gotName := ""
+		if got != nil {
+			gotName = got.GetName()
+		}
+		if gotName != c.wantName || gotCached != c.wantCached {
+			t.Errorf("Lookup %s %s (cacheOnly %v) = %q, cached %v; want %q, cached %v", c.obj.GetKind(), c.obj.GetName(), c.cacheOnly, gotName, gotCached, c.wantName, c.wantCached)
+		}
+		var calls []string
+		for _, action := range client.Actions() {
+			calls = append(calls, action.GetVerb())
+			if l, ok := action.(clienttesting.ListAction); ok {
+				if fs := l.GetListRestrictions().Fields.String(); fs != "metadata.name="+c.obj.GetName() {
+					t.Errorf("list field selector %q, want metadata.name=%s", fs, c.obj.GetName())
+				}
+			}
+		}
+		var want []string
+		if c.wantList {
+			want = []string{"list"}
+		}
+		if diff := cmp.Diff(want, calls); diff != "" {
+			t.Errorf("Lookup %s %s (cacheOnly %v) API calls (-want +got):\n%s", c.obj.GetKind(), c.obj.GetName(), c.cacheOnly, diff)
+		}
 	}
 }

@@ -48,6 +48,9 @@ const (
 	// ReasonApplyFailed is the Warning event recorded when applying fails (upstream's
 	// TrainJobResourcesCreationFailed).
 	ReasonApplyFailed = "TrainJobResourcesCreationFailed"
+
+	// DefaultConflictRecheck is Stage.ConflictRecheck's default.
+	DefaultConflictRecheck = 30 * time.Second
 )
 
 // Stage applies JobSets and writes status. Fields are required unless noted.
@@ -71,6 +74,12 @@ type Stage struct {
 	Gang func(tj *trainer.TrainJob) string
 	// Clock is for tests; nil means the real clock.
 	Clock clock.PassiveClock
+	// ConflictRecheck is how long a TrainJob whose side object's name is held by a
+	// foreign object that no informer routes to it (one without Trainyard's label:
+	// someone else's, or created before side objects were labelled) waits before it
+	// looks again; a foreign object an informer routes (an earlier TrainJob's of the
+	// same name) is waited for as an event. 0 means DefaultConflictRecheck.
+	ConflictRecheck time.Duration
 
 	mu      sync.Mutex
 	applied map[cache.ObjectName]appliedJobSet
@@ -113,10 +122,18 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 	s.mu.Unlock()
 }
 
-// Sync applies the JobSet when the plan holds a change the gate allows, then writes
-// status. It returns Restart when an unfinished TrainJob has neither JobSet nor plan
-// (the JobSet was deleted, or this process has not built it), RequeueAfter until an
-// active deadline, WaitForEvent otherwise, and Retry with the API error on failure.
+// Sync makes the plan's side objects exist as the TrainJob's and applies the JobSet when
+// the plan holds a change the gate allows, then writes status. It returns Restart when
+// an unfinished TrainJob has neither JobSet nor plan (the JobSet was deleted, or this
+// process has not built it), RequeueAfter until an active deadline, WaitForEvent
+// otherwise, and Retry with the API error on failure.
+//
+// A side object's name held by an object the TrainJob does not control (someone
+// else's, nobody's, an earlier TrainJob's of the same name) is never used or
+// overwritten: the TrainJob gets JobSetReady=False, reason SideObjectConflict, naming
+// the object, its controller and the fix, no JobSet is applied, and the plan is kept
+// until the object is gone: its deletion routes the TrainJob back (informers), or,
+// for an object no informer routes, the stage looks again after ConflictRecheck.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
 	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -144,21 +161,25 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 
 	finished := trainjob.IsFinished(tj)
-	applied := false
+	applied, objectsOurs := false, false
 	var planned []metav1.Condition
+	var conflict *sideObjectConflict
 	if !finished {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
 		case havePlan && p.Stage == Index-1:
-			if applied, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
+			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
 				return stages.Retry(), err
 			}
 			if applied {
 				planned = p.Conditions
 			}
-			// The plan has served its purpose; free it (a spec change rebuilds it).
-			s.Plans.DeleteIf(key, p)
+			if conflict == nil {
+				objectsOurs = true
+				// The plan has served its purpose; free it (a spec change rebuilds it).
+				s.Plans.DeleteIf(key, p)
+			}
 		case js == nil && !havePlan:
 			return stages.Restart(), nil
 		}
@@ -171,48 +192,89 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 			return stages.Retry(), err
 		}
 	}
-	if _, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		computeStatus(st, tj, js, applied, expired, now)
 		planConditions(st, planned, now)
+		sideObjectCondition(st, tj, conflict, objectsOurs && js != nil, now)
 		if s.Gang != nil && !finished {
 			gangCondition(st, tj, s.Gang(tj), now)
 		}
-	}); err != nil {
+	})
+	if err != nil {
 		return stages.Retry(), err
 	}
+	if conflict != nil && wrote {
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", conflict.message())
+	}
+	var after time.Duration
 	if !finished && !expired && !deadline.IsZero() {
-		return stages.RequeueAfter(max(deadline.Sub(now), time.Second)), nil
+		after = max(deadline.Sub(now), time.Second)
+	}
+	if conflict != nil && !conflict.watched {
+		recheck := s.ConflictRecheck
+		if recheck <= 0 {
+			recheck = DefaultConflictRecheck
+		}
+		if after == 0 || recheck < after {
+			after = recheck
+		}
+	}
+	if after > 0 {
+		return stages.RequeueAfter(after), nil
 	}
 	return stages.WaitForEvent(), nil
 }
 
-// applyIfChanged server-side applies the plan's JobSet when the gate allows it and its
-// hash differs from what was last applied. It reports whether it applied.
-func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, error) {
+// sideObjectCondition records conflict as JobSetReady=False, reason
+// SideObjectConflict, and, once healed says the side objects are the TrainJob's and its
+// JobSet exists, turns such a condition True (a JobSet applied in the same pass heals
+// it in computeStatus already; a running JobSet is not applied again).
+func sideObjectCondition(st *trainer.TrainJobStatus, tj *trainer.TrainJob, conflict *sideObjectConflict, healed bool, now time.Time) {
+	if conflict != nil {
+		setCondition(st, trainjob.ConditionJobSetReady, metav1.ConditionFalse, trainjob.ReasonSideObjectConflict, conflict.message(), tj.Generation, now)
+		return
+	}
+	if c := meta.FindStatusCondition(st.Conditions, trainjob.ConditionJobSetReady); healed && c != nil &&
+		c.Status == metav1.ConditionFalse && c.Reason == trainjob.ReasonSideObjectConflict {
+		setCondition(st, trainjob.ConditionJobSetReady, metav1.ConditionTrue, trainjob.ReasonJobSetBuilt,
+			"JobSet built from the TrainJob and its runtime; its side objects are the TrainJob's", tj.Generation, now)
+	}
+}
+
+// applyIfChanged makes the plan's side objects exist as tj's (syncObjects; whatever
+// the gate says, so a deleted one is re-created) and server-side applies the plan's
+// JobSet when the gate allows it and its hash differs from what was last applied. It
+// reports whether it applied the JobSet, and the conflict that stopped it before the
+// JobSet (nil when none did).
+func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, *sideObjectConflict, error) {
 	key := cache.MetaObjectToName(tj)
 	last := s.lastApplied(key, tj.UID)
-	if !mayApply(tj, js, last) {
-		return false, nil
-	}
-	desired, err := DesiredOf(p)
-	if err != nil {
-		return false, err
-	}
-	hash := desired.Hash
-	if last.hash == hash || (js != nil && js.Annotations[AnnotationJobSetHash] == hash) {
-		return false, nil
-	}
-	body, err := desired.JobSetApplyBody()
-	if err != nil {
-		return false, err
+	var desired *Desired
+	if mayApply(tj, js, last) {
+		d, err := DesiredOf(p)
+		if err != nil {
+			return false, nil, err
+		}
+		if last.hash != d.Hash && (js == nil || js.Annotations[AnnotationJobSetHash] != d.Hash) {
+			desired = d
+		}
 	}
 	// Side objects first: pods must find their PodGroup, Workload, ConfigMap or Secret
-	// when they appear.
-	if err := s.applyObjects(ctx, p); err != nil {
-		return false, err
+	// when they appear, and a conflict must stop the JobSet (its pods would mount
+	// someone else's object).
+	if conflict, err := s.syncObjects(ctx, tj, p, desired != nil); err != nil || conflict != nil {
+		return false, conflict, err
+	}
+	if desired == nil {
+		return false, nil, nil
+	}
+	hash := desired.Hash
+	body, err := desired.JobSetApplyBody()
+	if err != nil {
+		return false, nil, err
 	}
 	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
-		return false, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
+		return false, nil, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
 	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false), at: s.now()})
 	logger := klog.FromContext(ctx)
@@ -229,7 +291,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	} else {
 		logger.V(2).Info("Updated JobSet", "hash", hash)
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // mayApply is the upstream gate (§2.5, §2.8.1): a JobSet is written when absent, while

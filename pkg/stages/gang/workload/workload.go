@@ -110,7 +110,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 	owner := *metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
 	workload := &schedulingv1alpha2.Workload{
 		TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "Workload"},
-		ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, Labels: plan.SideObjectLabels(tj), OwnerReferences: []metav1.OwnerReference{owner}},
 		Spec: schedulingv1alpha2.WorkloadSpec{
 			ControllerRef: &schedulingv1alpha2.TypedLocalObjectReference{APIGroup: trainer.GroupName, Kind: trainer.TrainJobKind, Name: tj.Name},
 		},
@@ -140,7 +140,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		name := PodGroupName(tj.Name, rj.Name)
 		podGroups = append(podGroups, &schedulingv1alpha2.PodGroup{
 			TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "PodGroup"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tj.Namespace, OwnerReferences: []metav1.OwnerReference{owner}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tj.Namespace, Labels: plan.SideObjectLabels(tj), OwnerReferences: []metav1.OwnerReference{owner}},
 			Spec: schedulingv1alpha2.PodGroupSpec{
 				PodGroupTemplateRef: &schedulingv1alpha2.PodGroupTemplateReference{Workload: &schedulingv1alpha2.WorkloadPodGroupTemplateReference{
 					WorkloadName: tj.Name, PodGroupTemplateName: rj.Name}},
