@@ -130,8 +130,9 @@ func (mpi) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList 
 	return append(errs, reservedEnv(tj, mpiReservedEnv(impl), fmt.Sprintf("mlPolicy.mpi (the %s launcher's variables)", impl))...)
 }
 
-// Apply implements Plugin. Errors, before anything is changed: *plan.UnsupportedError
-// for an mpiImplementation Trainyard does not know.
+// Apply implements Plugin. Errors: *plan.UnsupportedError for an mpiImplementation
+// Trainyard does not know, before anything is changed; *plan.InvalidInputError when the
+// hostfile would not fit in its ConfigMap (hostfileContent).
 func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	cfg, err := mpiSettings(tj, p)
@@ -189,8 +190,12 @@ func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	secret := plan.OwnedObject(tj, "v1", "Secret", secretName)
 	secret.Object["type"] = string(corev1.SecretTypeSSHAuth)
 	secret.Object["immutable"] = true
+	content, err := hostfileContent(js, cfg)
+	if err != nil {
+		return err
+	}
 	hostfile := plan.OwnedObject(tj, "v1", "ConfigMap", hostfileName)
-	hostfile.Object["data"] = map[string]any{mpiHostfileKey: hostfileContent(js, cfg)}
+	hostfile.Object["data"] = map[string]any{mpiHostfileKey: content}
 	p.CreateOnly = append(p.CreateOnly, plan.CreateOnlyObject{Object: secret, Generate: generateSSHAuth})
 	p.Objects = append(p.Objects, hostfile)
 	return nil
@@ -274,14 +279,34 @@ func mpiReservedEnv(impl trainer.MPIImplementation) []string {
 	return names
 }
 
+// maxHostfileBytes is the largest hostfile: the data of a ConfigMap is limited to 1 MiB
+// (the API server applies corev1.MaxSecretSize to ConfigMaps too).
+const maxHostfileBytes = corev1.MaxSecretSize
+
+// isHost reports whether the pods of rj are MPI hosts, listed in the hostfile.
+func isHost(rj *jobsetv1alpha2.ReplicatedJob, cfg mpiConfig) bool {
+	return rj.Name == trainer.ReplicatedJobNode || (cfg.runLauncherAsNode && rj.Name == trainer.ReplicatedJobLauncher)
+}
+
 // hostfileContent is the hostfile: a line per pod of the hosts' replicatedJobs ("node",
 // and "launcher" when it is also a node), in template order, each replica's pods in
 // index order (trainer-compat §2.4 endpoints, §3.4).
-func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) string {
+//
+// Errors: *plan.InvalidInputError at spec.trainer.numNodes when the hostfile would not
+// fit in a ConfigMap (maxHostfileBytes, some 20,000 hosts), checked before anything is
+// built: the counts come from the TrainJob and the runtime (up to 2^31 pods per Job,
+// 2^31 Jobs), and building such a hostfile would exhaust the controller's memory.
+func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) (string, error) {
+	if size, hosts := hostfileSize(js, cfg); size > maxHostfileBytes {
+		return "", &plan.InvalidInputError{Field: trainerPath.Child("numNodes").String(), Message: fmt.Sprintf(
+			"the MPI hostfile would list %d hosts in more than the %d bytes a ConfigMap holds: "+
+				"lower spec.trainer.numNodes (or the replicas of the runtime's %q replicatedJob)",
+			hosts, maxHostfileBytes, trainer.ReplicatedJobNode)}
+	}
 	var b strings.Builder
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
-		if rj.Name != trainer.ReplicatedJobNode && (!cfg.runLauncherAsNode || rj.Name != trainer.ReplicatedJobLauncher) {
+		if !isHost(rj, cfg) {
 			continue
 		}
 		replicas := int(max(rj.Replicas, 1)) // JobSet defaults replicas to 1
@@ -298,7 +323,33 @@ func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) string {
 			}
 		}
 	}
-	return b.String()
+	return b.String(), nil
+}
+
+// hostfileSize returns an upper bound of the bytes hostfileContent writes (every index
+// counted with the digits of the largest), without building it, and the hosts it lists.
+// It stops adding once the bound passes maxHostfileBytes, so it cannot overflow.
+func hostfileSize(js *jobsetv1alpha2.JobSet, cfg mpiConfig) (size, hosts int64) {
+	digits := func(n int64) int64 { return int64(len(strconv.FormatInt(n, 10))) }
+	// "<jobset>-<rj>-<job>-<pod>.<subdomain>" then " slots=<n>" or ":<n>", newline.
+	fixed := int64(len(js.Name)+len(plan.Subdomain(js))+len(" slots=")+4) + digits(cfg.slots)
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if !isHost(rj, cfg) {
+			continue
+		}
+		replicas, pods := int64(max(rj.Replicas, 1)), int64(max(plan.Count(rj), 0))
+		n := replicas * pods // < 2^62
+		hosts += n
+		if n > maxHostfileBytes { // every line is longer than a byte
+			return maxHostfileBytes + 1, hosts
+		}
+		size += n * (fixed + int64(len(rj.Name)) + digits(replicas-1) + digits(max(pods-1, 0)))
+		if size > maxHostfileBytes {
+			return size, hosts
+		}
+	}
+	return size, hosts
 }
 
 // generateSSHAuth fills an ssh-auth Secret with a fresh ECDSA P-521 key pair
