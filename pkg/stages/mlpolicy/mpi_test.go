@@ -570,3 +570,22 @@ func TestMPIHostfileTooLarge(t *testing.T) {
 		})
 	}
 }
+
+// SetMPISlots (the DRA stage's GPUs per host) refuses slots whose digits would push a
+// hostfile that fits past its ConfigMap's size.
+func TestSetMPISlotsHostfileTooLarge(t *testing.T) {
+	rt := case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", false))
+	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](26_000)})
+	p := mustBuildPlan(t, tj, rt) // 26,000 lines of 39 bytes at most
+	if err := SetMPISlots(tj, p, 8); err != nil {
+		t.Fatalf("SetMPISlots(8): %v", err)
+	}
+	before := hostfileOf(t, p)
+	var invalid *plan.InvalidInputError
+	if err := SetMPISlots(tj, p, 1_000_000); !errors.As(err, &invalid) || invalid.Field != "spec.trainer.numNodes" {
+		t.Fatalf("SetMPISlots(1000000): %v, want an InvalidInputError at spec.trainer.numNodes", err)
+	}
+	if hostfileOf(t, p) != before {
+		t.Error("the refused SetMPISlots changed the hostfile")
+	}
+}
