@@ -204,7 +204,9 @@ func FuzzAdmissionReview(f *testing.F) {
 // TrainJob validating webhook and each distinct object at the others, with CREATE, and
 // for some with UPDATE from an older version (olderVersion). Besides
 // serveReview's checks (answered 200 with the request's uid, never 500), admission must
-// agree with the stages it shares rules with:
+// agree with the stages it shares rules with
+// (both only for objects the CRDs accept, plantest.CRDRefuses: the API server checks
+// them before the validating webhooks):
 //
 //   - a TrainJob admitted on CREATE whose runtime is the cached one is built by stages
 //     2 and 3 (mergepatches.Merge, mlpolicy.Apply) without an *plan.InvalidInputError:
@@ -238,7 +240,7 @@ func FuzzAdmissionObjects(f *testing.F) {
 		if !ok {
 			return
 		}
-		var cached []runtime.Object
+		var cached []runtime.Object // empty when the runtime does not decode or the CRD refuses it
 		_, rt, ok := plantest.DecodeFuzzInput(runtimeDoc, nil)
 		var rtMeta metav1.ObjectMeta
 		if ok {
@@ -271,6 +273,9 @@ func FuzzAdmissionObjects(f *testing.F) {
 			if err := json.Unmarshal(req.Object.Raw, &tj); err != nil {
 				t.Fatalf("admitted a TrainJob that does not decode: %v", err)
 			}
+			if plantest.CRDRefuses(&tj, nil) {
+				return
+			}
 			kind := ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind)
 			var spec *trainer.TrainingRuntimeSpec
 			switch {
@@ -289,7 +294,7 @@ func FuzzAdmissionObjects(f *testing.F) {
 			if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 				t.Fatalf("admitted a runtime that does not decode: %v", err)
 			}
-			if obj.Labels[LabelWebhookValidation] == "disabled" {
+			if obj.Labels[LabelWebhookValidation] == "disabled" || plantest.CRDRefuses(nil, &obj.Spec) {
 				return
 			}
 			tj := trainJob(obj.Name, nil)

@@ -35,7 +35,8 @@ const (
 // FuzzRender renders arbitrary runtime + TrainJob pairs through the offline renderer's
 // public API (render.Load of two YAML sources, render.Render, render.WriteYAML): the
 // sources are decoded strictly into the API types and run through the controller's own
-// stages 1-5 and status.DesiredOf. flags picks the options (the progress server's URL,
+// stages 1-5 and status.DesiredOf. Inputs the CRDs refuse (plantest.CRDRefuses) are
+// skipped. flags picks the options (the progress server's URL,
 // no optional API served, another default namespace). Seeds: plantest.FuzzInputs (the
 // upstream runtimes with their example TrainJobs, hand-written edge cases) and the
 // golden files under testdata/golden, each giving two pairs: the runtime recorded in
@@ -70,6 +71,21 @@ func FuzzRender(f *testing.F) {
 		in, err := render.Load([]render.Source{{Name: "runtime.yaml", Data: runtime}, {Name: "trainjob.yaml", Data: trainJob}}, namespace)
 		if err != nil || len(in.TrainJobs) == 0 { // nothing to render: Render says so
 			return
+		}
+		for _, tj := range in.TrainJobs {
+			if plantest.CRDRefuses(tj, nil) {
+				return
+			}
+		}
+		for _, rt := range in.TrainingRuntimes {
+			if plantest.CRDRefuses(nil, &rt.Spec) {
+				return
+			}
+		}
+		for _, rt := range in.ClusterTrainingRuntimes {
+			if plantest.CRDRefuses(nil, &rt.Spec) {
+				return
+			}
 		}
 		var opts render.Options
 		if flags&fuzzProgress != 0 {

@@ -47,6 +47,7 @@ func FuzzInputs(tb testing.TB) []FuzzInput {
 			out = append(out, FuzzInput{Name: "skeleton " + rt.name + " + " + tj.name, Runtime: rtDoc, TrainJob: mustYAML(tb, tj.obj)})
 		}
 	}
+	out = append(out, FuzzInput{Name: "duplicates", Runtime: []byte(duplicatesRuntime), TrainJob: []byte(duplicatesTrainJob)})
 	if dir, why := utiltesting.LookupUpstreamDir(tb); dir == "" {
 		tb.Logf("fuzz seeds: skipping the upstream runtimes and TrainJobs: %s", why)
 		return out
@@ -88,7 +89,7 @@ func FuzzInputs(tb testing.TB) []FuzzInput {
 // and the TrainJob, with namespace TrainJobNamespace and uid TrainJobUID when unset.
 // Decoding is not strict: a field name the fuzzer mutated is ignored and the rest of
 // the document still explores the code. ok is false when either does not decode or
-// the runtime document is empty (no spec to build from).
+// the CRDs would refuse them (CRDRefuses).
 func DecodeFuzzInput(runtime, trainJob []byte) (*trainer.TrainJob, plan.Runtime, bool) {
 	var rt trainer.ClusterTrainingRuntime
 	if err := yaml.Unmarshal(runtime, &rt); err != nil {
@@ -108,7 +109,117 @@ func DecodeFuzzInput(runtime, trainJob []byte) (*trainer.TrainJob, plan.Runtime,
 	if rt.Kind == trainer.TrainingRuntimeKind {
 		kind = trainer.TrainingRuntimeKind
 	}
+	if CRDRefuses(tj, &rt.Spec) {
+		return nil, plan.Runtime{}, false
+	}
 	return tj, plan.Runtime{Kind: kind, Name: rt.Name, Spec: &rt.Spec}, true
+}
+
+// CRDRefuses reports whether the API server would refuse tj or a runtime with spec
+// (either may be nil) by the CRDs' own rules, before any webhook or stage sees them,
+// for the rules the stages rely on: counts (spec.trainer.numNodes >= 0,
+// numProcPerNode >= 1, the MPI and Flux policies' numProcPerNode >= 1) and one ML
+// policy and one gang-scheduling policy per runtime. The fuzz targets skip such inputs:
+// the controller never gets them. (The offline renderer does, from files: it does not
+// check the CRD schemas, and renders, e.g., numNodes -1 as parallelism -1.)
+func CRDRefuses(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) bool {
+	if tj != nil && tj.Spec.Trainer != nil {
+		t := tj.Spec.Trainer
+		if (t.NumNodes != nil && *t.NumNodes < 0) || (t.NumProcPerNode != nil && *t.NumProcPerNode < 1) {
+			return true
+		}
+	}
+	if spec == nil {
+		return false
+	}
+	if p := spec.MLPolicy; p != nil {
+		if countTrue(p.Torch != nil, p.MPI != nil, p.JAX != nil, p.XGBoost != nil, p.Flux != nil) > 1 ||
+			(p.MPI != nil && p.MPI.NumProcPerNode != nil && *p.MPI.NumProcPerNode < 1) ||
+			(p.Flux != nil && p.Flux.NumProcPerNode != nil && *p.Flux.NumProcPerNode < 1) {
+			return true
+		}
+	}
+	if g := spec.PodGroupPolicy; g != nil && countTrue(g.Coscheduling != nil, g.Volcano != nil, g.KAIScheduler != nil, g.Workload != nil) > 1 {
+		return true
+	}
+	return false
+}
+
+// duplicatesRuntime and duplicatesTrainJob repeat every list-map key the strategic merge
+// and the ML policies merge by (containers, env, volumes, volumeMounts, resource
+// claims, replicatedJob patches), in the runtime, the patches and spec.trainer, and leave
+// keys empty.
+const (
+	duplicatesRuntime = `apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: test-runtime, namespace: default}
+spec:
+  mlPolicy: {torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              spec:
+                volumes: [{name: a, emptyDir: {}}, {name: a, emptyDir: {}}]
+                resourceClaims: [{name: g, resourceClaimTemplateName: t}, {name: g, resourceClaimName: c}]
+                containers:
+                - name: node
+                  image: main
+                  env: [{name: A, value: "1"}, {name: A, value: "2"}, {name: PET_NNODES, value: "9"}]
+                  ports: [{containerPort: 29500}, {containerPort: 29500, name: x}]
+                  volumeMounts: [{name: a, mountPath: /a}, {name: a, mountPath: /a}]
+                  resources: {claims: [{name: g}, {name: g}]}
+                - {name: node, image: other}
+`
+	duplicatesTrainJob = `apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: test-job, namespace: default}
+spec:
+  runtimeRef: {name: test-runtime, kind: TrainingRuntime}
+  trainer:
+    env: [{name: A}, {name: A, value: x}]
+    resourcesPerNode: {limits: {cpu: "1", nvidia.com/gpu: "2"}, claims: [{name: g}, {name: g}]}
+    numNodes: 2
+  runtimePatches:
+  - manager: example.com/a
+    trainingRuntimeSpec:
+      template:
+        spec:
+          replicatedJobs:
+          - name: node
+            template:
+              spec:
+                template:
+                  spec:
+                    volumes: [{name: a, hostPath: {path: /x}}, {name: a, emptyDir: {}}, {name: ""}]
+                    resourceClaims: [{name: g, resourceClaimName: z}, {name: g}]
+                    containers:
+                    - {name: node, volumeMounts: [{name: b, mountPath: /a}, {name: c, mountPath: ""}], resources: {claims: [{name: g}, {name: h}]}}
+                    - {name: node, securityContext: {privileged: false}}
+          - name: node
+            template:
+              spec:
+                template:
+                  spec:
+                    tolerations: [{key: a}, {key: a}]
+                    containers: [{name: node}]
+  - manager: example.com/a
+    trainingRuntimeSpec: {template: {metadata: {labels: {a: b}}}}
+`
+)
+
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 func mustYAML(tb testing.TB, obj any) []byte {
