@@ -61,10 +61,42 @@ test: ## Unit tests (race detector on).
 	$(GO) test -race -count=1 ./...
 
 FUZZ_ROUNDS ?= 200
+# Go native fuzz targets (issue 15), as <FuzzName>:<package>: what parses user input.
+# `go test -fuzz` fuzzes one target of one package per run, so the targets run one
+# after another. Crashers are written to <package>/testdata/fuzz/<FuzzName>/; commit
+# them with the fix, and `make test` replays them. FUZZ_MINIMIZE_TIME bounds the
+# minimization of each new input (Go's default of 60s would eat a short run).
+FUZZ_TARGETS := \
+  FuzzMerge:./pkg/stages/mergepatches \
+  FuzzMLPolicy:./pkg/stages/mlpolicy \
+  FuzzRender:./pkg/render \
+  FuzzAdmissionReview:./pkg/admission \
+  FuzzAdmissionObjects:./pkg/admission \
+  FuzzProgressReport:./pkg/progress
+FUZZ_TIME               ?= 10m
+FUZZ_MINIMIZE_TIME      ?= 30s
+FUZZ_SHORT_TIME         ?= 30s
+FUZZ_SHORT_MINIMIZE_TIME ?= 2s
+
+# run-fuzz-targets runs every FUZZ_TARGETS entry for $(1) with minimization time $(2),
+# and fails at the end if any target failed.
+define run-fuzz-targets
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  name=$${t%%:*}; pkg=$${t#*:}; \
+	  echo "==> $$name ($$pkg), -fuzztime=$(1)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets failed:$$failed (crashers under <package>/testdata/fuzz/)"; exit 1; fi
+endef
 
 .PHONY: fuzz
-fuzz: ## Long randomized runs: FUZZ_ROUNDS seeds of the convergence test (issue 18), with the race detector.
+fuzz: ## Long randomized runs: FUZZ_ROUNDS seeds of the convergence test (issue 18), with the race detector, then every Go fuzz target (FUZZ_TARGETS) for FUZZ_TIME (default 10m) each.
 	$(GO) test -race -count=1 -timeout 0 -run '^TestConvergence$$' ./cmd/trainyard/app -convergence.rounds=$(FUZZ_ROUNDS)
+	$(call run-fuzz-targets,$(FUZZ_TIME),$(FUZZ_MINIMIZE_TIME))
+
+.PHONY: fuzz-short
+fuzz-short: ## Every Go fuzz target (FUZZ_TARGETS: patch merge, ML policies, render, admission, progress reports) for FUZZ_SHORT_TIME (default 30s) each; part of check.
+	$(call run-fuzz-targets,$(FUZZ_SHORT_TIME),$(FUZZ_SHORT_MINIMIZE_TIME))
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local control plane (each test package starts its own cluster).
@@ -115,7 +147,7 @@ test-chart: build $(TOOLS)/promtool ## Chart tests: lint, render, schema, RBAC, 
 	cd hack/charttest && PROMTOOL=$(CURDIR)/$(TOOLS)/promtool TRAINYARD_BIN=$(CURDIR)/$(OUTPUT)/bin/trainyard $(GO) test -count=1 ./...
 
 .PHONY: check
-check: verify verify-selftest lint test test-chart test-e2e ## Everything CI runs: verify (and proof it can fail), lint, unit, chart and e2e tests.
+check: verify verify-selftest lint test fuzz-short test-chart test-e2e ## Everything CI runs: verify (and proof it can fail), lint, unit tests, a short run of every fuzz target, chart and e2e tests.
 
 .PHONY: help
 help: ## Show this help.

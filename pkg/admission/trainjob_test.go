@@ -204,6 +204,12 @@ func TestValidateTrainJobCreate(t *testing.T) {
 			wantErrs:  []string{"FieldValueInvalid: spec.trainer.numNodes"},
 			wantInMsg: "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either launcher and node",
 		},
+		"mpi numNodes whose hostfile does not fit in its ConfigMap": {
+			fixture:   fixture{runtimes: []runtime.Object{ctr(rt, withLauncher(skeleton(mpiPolicy(true))), nil)}},
+			tj:        trainJob(rt, &trainer.Trainer{NumNodes: ptr.To[int32](1<<31 - 1)}),
+			wantErrs:  []string{"FieldValueInvalid: spec.trainer.numNodes"},
+			wantInMsg: "the MPI hostfile would list 2147483647 hosts in more than the 1048576 bytes a ConfigMap holds",
+		},
 		"mpi runtime without a launcher": {
 			fixture:   fixture{runtimes: []runtime.Object{ctr(rt, skeleton(mpiPolicy(false)), nil)}},
 			tj:        trainJob(rt, nil),

@@ -39,7 +39,7 @@
 //
 // Deliberately stricter than upstream, each with a condition naming the field and the
 // fix (see docs/compatibility.md): an MPI runtime must have a "launcher" replicatedJob
-// and a hostfile with at least one pod; spec.trainer.env must not set the MPI
+// and a hostfile with at least one pod that fits in its ConfigMap; spec.trainer.env must not set the MPI
 // implementation's variables (upstream's admission rule); spec.trainer.numProcPerNode
 // other than 1 is rejected for JAX and XGBoost, which start a fixed number of
 // processes per node and would ignore it.

@@ -8,11 +8,13 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -114,7 +116,9 @@ func (mpi) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
 // §3.4): spec.trainer.numNodes of 2 or more is Invalid when the runtime runs the
 // launcher as its only node (runLauncherAsNode and no "node" replicatedJob to scale),
 // and spec.trainer.env must not set the variables the launcher gets (OpenMPI's
-// OMPI_MCA_*, and likewise Intel MPI's and MPICH's), Invalid at spec.trainer.env.
+// OMPI_MCA_*, and likewise Intel MPI's and MPICH's), Invalid at spec.trainer.env. And
+// Trainyard's: the hostfile must fit in its ConfigMap (hostfileFits), Invalid at
+// spec.trainer.numNodes.
 func (mpi) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
 	var errs field.ErrorList
 	pol := p.Runtime.Spec.MLPolicy.MPI
@@ -127,11 +131,63 @@ func (mpi) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList 
 			p.Runtime.Ref(), trainer.ReplicatedJobNode, trainer.ReplicatedJobNode)))
 	}
 	impl := mpiImplementation(pol)
-	return append(errs, reservedEnv(tj, mpiReservedEnv(impl), fmt.Sprintf("mlPolicy.mpi (the %s launcher's variables)", impl))...)
+	errs = append(errs, reservedEnv(tj, mpiReservedEnv(impl), fmt.Sprintf("mlPolicy.mpi (the %s launcher's variables)", impl))...)
+	if cfg, err := mpiSettings(tj, p); err == nil { // an unsupported implementation is Apply's to report
+		errs = append(errs, hostfileFits(tj, p.JobSet, cfg)...)
+	}
+	return errs
 }
 
-// Apply implements Plugin. Errors, before anything is changed: *plan.UnsupportedError
-// for an mpiImplementation Trainyard does not know.
+// hostfileFits returns the finding, at spec.trainer.numNodes, when the hostfile Apply
+// would build for tj from js (the JobSet before the ML policy) does not fit in its
+// ConfigMap, without building it.
+func hostfileFits(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, cfg mpiConfig) field.ErrorList {
+	hosts := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: js.Name}, Spec: jobsetv1alpha2.JobSetSpec{Network: js.Spec.Network}}
+	for i := range js.Spec.ReplicatedJobs {
+		rj := js.Spec.ReplicatedJobs[i] // a shallow copy: SetCount replaces its count pointers only
+		if !isHost(&rj, cfg) {
+			continue
+		}
+		if n, ok := nodeCount(tj, cfg); ok && rj.Name == trainer.ReplicatedJobNode {
+			plan.SetCount(&rj, n)
+		}
+		hosts.Spec.ReplicatedJobs = append(hosts.Spec.ReplicatedJobs, rj)
+	}
+	size, n := hostfileSize(hosts, cfg)
+	if size <= maxHostfileBytes {
+		return nil
+	}
+	var value any = field.OmitValueType{}
+	if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil {
+		value = *t.NumNodes
+	}
+	return field.ErrorList{field.Invalid(trainerPath.Child("numNodes"), value, hostfileTooLarge(n))}
+}
+
+// hostfileTooLarge is the message of a hostfile of hosts lines that does not fit.
+func hostfileTooLarge(hosts int64) string {
+	return fmt.Sprintf("the MPI hostfile would list %d hosts in more than the %d bytes a ConfigMap holds: "+
+		"lower spec.trainer.numNodes (or, with mlPolicy.mpi.runLauncherAsNode, the replicas of the runtime's %q replicatedJob)",
+		hosts, maxHostfileBytes, trainer.ReplicatedJobLauncher)
+}
+
+// nodeCount is the pod count Apply gives the "node" replicatedJob for tj:
+// spec.trainer.numNodes, one fewer (at least 1) when the launcher is also a node; false
+// when tj does not set numNodes.
+func nodeCount(tj *trainer.TrainJob, cfg mpiConfig) (int32, bool) {
+	t := tj.Spec.Trainer
+	if t == nil || t.NumNodes == nil {
+		return 0, false
+	}
+	if cfg.runLauncherAsNode {
+		return max(*t.NumNodes-1, 1), true
+	}
+	return *t.NumNodes, true
+}
+
+// Apply implements Plugin. Errors: *plan.UnsupportedError for an mpiImplementation
+// Trainyard does not know, before anything is changed; *plan.InvalidInputError when the
+// hostfile would not fit in its ConfigMap (hostfileContent).
 func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	cfg, err := mpiSettings(tj, p)
@@ -139,12 +195,8 @@ func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 		return err
 	}
 
-	if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil {
+	if n, ok := nodeCount(tj, cfg); ok {
 		if rj := plan.ReplicatedJob(js, trainer.ReplicatedJobNode); rj != nil {
-			n := *t.NumNodes
-			if cfg.runLauncherAsNode {
-				n = max(n-1, 1)
-			}
 			plan.SetCount(rj, n)
 		}
 	}
@@ -189,8 +241,12 @@ func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	secret := plan.OwnedObject(tj, "v1", "Secret", secretName)
 	secret.Object["type"] = string(corev1.SecretTypeSSHAuth)
 	secret.Object["immutable"] = true
+	content, err := hostfileContent(js, cfg)
+	if err != nil {
+		return err
+	}
 	hostfile := plan.OwnedObject(tj, "v1", "ConfigMap", hostfileName)
-	hostfile.Object["data"] = map[string]any{mpiHostfileKey: hostfileContent(js, cfg)}
+	hostfile.Object["data"] = map[string]any{mpiHostfileKey: content}
 	p.CreateOnly = append(p.CreateOnly, plan.CreateOnlyObject{Object: secret, Generate: generateSSHAuth})
 	p.Objects = append(p.Objects, hostfile)
 	return nil
@@ -274,14 +330,33 @@ func mpiReservedEnv(impl trainer.MPIImplementation) []string {
 	return names
 }
 
+// maxHostfileBytes is the largest hostfile: the data of a ConfigMap is limited to 1 MiB
+// (the API server applies corev1.MaxSecretSize to ConfigMaps too).
+const maxHostfileBytes = corev1.MaxSecretSize
+
+// isHost reports whether the pods of rj are MPI hosts, listed in the hostfile.
+func isHost(rj *jobsetv1alpha2.ReplicatedJob, cfg mpiConfig) bool {
+	return rj.Name == trainer.ReplicatedJobNode || (cfg.runLauncherAsNode && rj.Name == trainer.ReplicatedJobLauncher)
+}
+
 // hostfileContent is the hostfile: a line per pod of the hosts' replicatedJobs ("node",
 // and "launcher" when it is also a node), in template order, each replica's pods in
 // index order (trainer-compat §2.4 endpoints, §3.4).
-func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) string {
+//
+// Errors: *plan.InvalidInputError at spec.trainer.numNodes when the hostfile would not
+// fit in a ConfigMap (maxHostfileBytes, some 20,000 hosts), checked before anything is
+// built: the counts come from the TrainJob and the runtime (up to 2^31 pods per Job,
+// 2^31 Jobs), and building such a hostfile would exhaust the controller's memory.
+// ValidateTrainJob refuses such a TrainJob first (hostfileFits); this check remains for
+// SetMPISlots, whose slots per host may be longer.
+func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) (string, error) {
+	if size, hosts := hostfileSize(js, cfg); size > maxHostfileBytes {
+		return "", &plan.InvalidInputError{Field: trainerPath.Child("numNodes").String(), Message: hostfileTooLarge(hosts)}
+	}
 	var b strings.Builder
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
-		if rj.Name != trainer.ReplicatedJobNode && (!cfg.runLauncherAsNode || rj.Name != trainer.ReplicatedJobLauncher) {
+		if !isHost(rj, cfg) {
 			continue
 		}
 		replicas := int(max(rj.Replicas, 1)) // JobSet defaults replicas to 1
@@ -298,7 +373,34 @@ func hostfileContent(js *jobsetv1alpha2.JobSet, cfg mpiConfig) string {
 			}
 		}
 	}
-	return b.String()
+	return b.String(), nil
+}
+
+// hostfileSize returns an upper bound of the bytes hostfileContent writes (every index
+// counted with the digits of the largest), without building it, and the hosts it lists
+// (at most math.MaxInt64). It stops adding bytes once the bound passes
+// maxHostfileBytes, so neither can overflow.
+func hostfileSize(js *jobsetv1alpha2.JobSet, cfg mpiConfig) (size, hosts int64) {
+	digits := func(n int64) int64 { return int64(len(strconv.FormatInt(n, 10))) }
+	// "<jobset>-<rj>-<job>-<pod>.<subdomain>" then " slots=<n>" or ":<n>", newline.
+	fixed := int64(len(js.Name)+len(plan.Subdomain(js))+len(" slots=")+4) + digits(cfg.slots)
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if !isHost(rj, cfg) {
+			continue
+		}
+		replicas, pods := int64(max(rj.Replicas, 1)), int64(max(plan.Count(rj), 0))
+		n := replicas * pods // < 2^62
+		hosts = min(hosts, math.MaxInt64-n) + n
+		switch {
+		case size > maxHostfileBytes:
+		case n > maxHostfileBytes: // every line is longer than a byte
+			size = maxHostfileBytes + 1
+		default:
+			size += n * (fixed + int64(len(rj.Name)) + digits(replicas-1) + digits(max(pods-1, 0)))
+		}
+	}
+	return size, hosts
 }
 
 // generateSSHAuth fills an ssh-auth Secret with a fresh ECDSA P-521 key pair

@@ -532,3 +532,64 @@ func TestNumProcPerNodeForbidden(t *testing.T) {
 		})
 	}
 }
+
+// A hostfile that would not fit in its ConfigMap is refused before it is built (found
+// while building FuzzMLPolicy): spec.trainer.numNodes up to 2^31-1, times the runtime's
+// replicas, made the plugin build a hostfile of up to ~100 GB and the controller run out
+// of memory for every TrainJob. The largest hostfile that fits is still built.
+func TestMPIHostfileTooLarge(t *testing.T) {
+	for name, tc := range map[string]struct {
+		numNodes int32
+		// launcherReplicas are the runtime's replicas of "launcher", a host with
+		// runLauncherAsNode (the trainer's replicas are always 1).
+		launcherReplicas int32
+		wantErr          bool
+	}{
+		"20,000 hosts fit":                    {numNodes: 20_000, launcherReplicas: 1},
+		"numNodes 2^31-1":                     {numNodes: 1<<31 - 1, launcherReplicas: 1, wantErr: true},
+		"40,000 hosts":                        {numNodes: 40_000, launcherReplicas: 1, wantErr: true},
+		"launcher replicas 2^31-1":            {numNodes: 1, launcherReplicas: 1<<31 - 1, wantErr: true},
+		"both 2^31-1, no overflow":            {numNodes: 1<<31 - 1, launcherReplicas: 1<<31 - 1, wantErr: true},
+		"launcher replicas and numNodes fit":  {numNodes: 10_000, launcherReplicas: 10_000},
+		"launcher replicas and numNodes over": {numNodes: 20_000, launcherReplicas: 20_000, wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", true))
+			rt.Spec.Template.Spec.ReplicatedJobs[2].Replicas = tc.launcherReplicas
+			tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To(tc.numNodes)})
+			p, err := buildPlan(t, tj, rt)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				if got := len(hostfileOf(t, p)); got > corev1.MaxSecretSize {
+					t.Fatalf("hostfile of %d bytes, over a ConfigMap's %d", got, corev1.MaxSecretSize)
+				}
+				return
+			}
+			var invalid *plan.InvalidInputError
+			if !errors.As(err, &invalid) || invalid.Field != "spec.trainer.numNodes" || !strings.Contains(invalid.Message, "bytes a ConfigMap holds") {
+				t.Fatalf("Apply: %v, want an InvalidInputError at spec.trainer.numNodes about the ConfigMap's size", err)
+			}
+		})
+	}
+}
+
+// SetMPISlots (the DRA stage's GPUs per host) refuses slots whose digits would push a
+// hostfile that fits past its ConfigMap's size.
+func TestSetMPISlotsHostfileTooLarge(t *testing.T) {
+	rt := case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", false))
+	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](26_000)})
+	p := mustBuildPlan(t, tj, rt) // 26,000 lines of 39 bytes at most
+	if err := SetMPISlots(tj, p, 8); err != nil {
+		t.Fatalf("SetMPISlots(8): %v", err)
+	}
+	before := hostfileOf(t, p)
+	var invalid *plan.InvalidInputError
+	if err := SetMPISlots(tj, p, 1_000_000); !errors.As(err, &invalid) || invalid.Field != "spec.trainer.numNodes" {
+		t.Fatalf("SetMPISlots(1000000): %v, want an InvalidInputError at spec.trainer.numNodes", err)
+	}
+	if hostfileOf(t, p) != before {
+		t.Error("the refused SetMPISlots changed the hostfile")
+	}
+}

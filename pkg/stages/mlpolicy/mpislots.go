@@ -43,7 +43,8 @@ func MPISlotsFromDevices(tj *trainer.TrainJob, p *plan.Plan) bool {
 // SetMPISlots gives each MPI host n slots in p, a plan the MPI plugin built: the
 // hostfile ConfigMap's lines and the launcher's slots variable. The DRA claims stage
 // calls it once it knows the GPUs per host pod from their claims (KEP-2782), which the
-// plugin, running before it, could not see. Errors: p has no hostfile ConfigMap.
+// plugin, running before it, could not see. Errors: p has no hostfile ConfigMap; the
+// hostfile with n slots would not fit in it (*plan.InvalidInputError).
 func SetMPISlots(tj *trainer.TrainJob, p *plan.Plan, n int64) error {
 	cfg, err := mpiSettings(tj, p)
 	if err != nil {
@@ -55,7 +56,11 @@ func SetMPISlots(tj *trainer.TrainJob, p *plan.Plan, n int64) error {
 		if obj.GetKind() != "ConfigMap" || obj.GetName() != name {
 			continue
 		}
-		obj.Object["data"] = map[string]any{mpiHostfileKey: hostfileContent(p.JobSet, cfg)}
+		content, err := hostfileContent(p.JobSet, cfg)
+		if err != nil {
+			return err
+		}
+		obj.Object["data"] = map[string]any{mpiHostfileKey: content}
 		if rj := plan.ReplicatedJob(p.JobSet, trainer.ReplicatedJobLauncher); rj != nil {
 			if c := plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode); c != nil {
 				c.Env = plan.UpsertEnv(c.Env, launcherEnv(cfg)...)

@@ -28,11 +28,24 @@ const UpstreamDirEnv = "TRAINYARD_UPSTREAM_DIR"
 // parent. When none exists the test is skipped with a message saying how to provide it.
 func UpstreamDir(t testing.TB) string {
 	t.Helper()
+	dir, why := LookupUpstreamDir(t)
+	if dir == "" {
+		t.Skip(why)
+	}
+	return dir
+}
+
+// LookupUpstreamDir is UpstreamDir without the skip: it returns "" and a message saying
+// why and how to provide the folder when there is none, for tests that only draw extra
+// inputs from it (fuzz seeds). A $TRAINYARD_UPSTREAM_DIR that does not exist fails the
+// test.
+func LookupUpstreamDir(t testing.TB) (dir, why string) {
+	t.Helper()
 	if dir := os.Getenv(UpstreamDirEnv); dir != "" {
 		if _, err := os.Stat(dir); err != nil {
 			t.Fatalf("%s=%q: %v", UpstreamDirEnv, dir, err)
 		}
-		return dir
+		return dir, ""
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -41,15 +54,14 @@ func UpstreamDir(t testing.TB) string {
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		candidate := filepath.Join(dir, "shared", "upstream")
 		if st, err := os.Stat(candidate); err == nil && st.IsDir() {
-			return candidate
+			return candidate, ""
 		}
 		if filepath.Dir(dir) == dir {
 			break
 		}
 	}
-	t.Skipf("upstream Kubeflow Trainer runtimes and examples not found: no shared/upstream above %s; "+
-		"check out shared/ beside the repository or set %s", wd, UpstreamDirEnv)
-	return ""
+	return "", "upstream Kubeflow Trainer runtimes and examples not found: no shared/upstream above " + wd +
+		"; check out shared/ beside the repository or set " + UpstreamDirEnv
 }
 
 // UpstreamDocument is one YAML document from a file under UpstreamDir.
