@@ -55,8 +55,9 @@ const (
 	// tokenSeconds is the lifetime of the minted tokens, the projected token's.
 	tokenSeconds = progress.TokenExpirationSeconds
 	// gapTolerance is how much shorter than the write period the gap between two
-	// trainerStatus changes of one TrainJob may look to the benchmark's watch (delivery
-	// jitter) before it counts as two writes in one period.
+	// trainerStatus changes of one TrainJob may look to the benchmark's watch for its
+	// delivery jitter (a write's round trip is added) before it counts as two writes in
+	// one period.
 	gapTolerance = time.Second
 )
 
@@ -236,9 +237,10 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 		Pods: len(reporters), Namespaces: len(namespaces), CreateErrors: created.Errors,
 		ReportIntervalSeconds: cfg.ReportInterval.Seconds(), WritePeriodSeconds: defaultWriteLimits.period.Seconds(),
 		WindowSeconds: round3(window.Seconds()), TokenSeconds: round3(minted.Seconds()),
-		Client:           reportClientFigures(logs, window, int(gen.skipped.Load()), gen.firstError()),
-		Server:           reportServerFigures(start.metrics, end.metrics),
-		Writes:           writeFigures(start.metrics, end.metrics, changes, last, window, defaultWriteLimits.period, end.metrics.At),
+		Client: reportClientFigures(logs, window, int(gen.skipped.Load()), gen.firstError()),
+		Server: reportServerFigures(start.metrics, end.metrics),
+		Writes: writeFigures(start.metrics, end.metrics, changes, last, window, defaultWriteLimits.period, end.metrics.At,
+			gapTolerance+writeRoundTrip(start.metrics, end.metrics)),
 		WithoutReports:   without,
 		WithReports:      with,
 		WriteCeiling:     round3(writeCeiling(perNamespace(cfg.N-created.Errors, len(namespaces)), defaultWriteLimits.period, defaultWriteLimits.qps, defaultWriteLimits.nsQPS)),
@@ -636,12 +638,13 @@ type trainerStatuses struct {
 	last    map[string]time.Time // zero until written
 }
 
-// watchTrainerStatus watches the TrainJobs of namespaces until ctx ends.
+// watchTrainerStatus watches the TrainJobs of namespaces until ctx ends, one watch per
+// namespace so that the API server sends it nothing of the admission bursts.
 func watchTrainerStatus(ctx context.Context, client cache.Getter, namespaces []string) (*trainerStatuses, error) {
 	s := &trainerStatuses{changes: map[string][]time.Time{}, last: map[string]time.Time{}}
 	observe := func(obj any) {
 		tj, ok := obj.(*trainer.TrainJob)
-		if !ok || !slices.Contains(namespaces, tj.Namespace) {
+		if !ok {
 			return
 		}
 		key := tj.Namespace + "/" + tj.Name
@@ -658,17 +661,19 @@ func watchTrainerStatus(ctx context.Context, client cache.Getter, namespaces []s
 		}
 		s.last[key] = at
 	}
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: cache.NewListWatchFromClient(client, "trainjobs", metav1.NamespaceAll, fields.Everything()),
-		ObjectType:    &trainer.TrainJob{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    observe,
-			UpdateFunc: func(_, obj any) { observe(obj) },
-		},
-	})
-	go ctrl.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
-		return nil, ctx.Err()
+	for _, ns := range namespaces {
+		_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: cache.NewListWatchFromClient(client, "trainjobs", ns, fields.Everything()),
+			ObjectType:    &trainer.TrainJob{},
+			Handler: cache.ResourceEventHandlerFuncs{
+				AddFunc:    observe,
+				UpdateFunc: func(_, obj any) { observe(obj) },
+			},
+		})
+		go ctrl.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+			return nil, ctx.Err()
+		}
 	}
 	return s, nil
 }
@@ -793,17 +798,31 @@ func deltaByLabel(before, after *Snapshot, name, label string, sel Labels) map[s
 	return out
 }
 
+// writeRoundTrip is the progress stage's sync time p99 between two scrapes: how much
+// later than its start a trainerStatus write may land.
+func writeRoundTrip(before, after *Snapshot) time.Duration {
+	sel := Labels{metrics.LabelStage: progress.Name}
+	q := after.Histogram(metrics.StageDurationSeconds, sel).Sub(before.Histogram(metrics.StageDurationSeconds, sel)).Quantile(0.99)
+	if math.IsNaN(q) {
+		return 0
+	}
+	return time.Duration(q * float64(time.Second))
+}
+
 // writeFigures are the trainerStatus writes of a window of the given length ending at
 // end: the controller's counters between two scrapes, and what the benchmark's watch
 // saw per TrainJob (changes: when lastUpdatedTime changed; last: its value at the end,
-// zero for a TrainJob never written).
-func writeFigures(before, after *Snapshot, changes map[string][]time.Time, last map[string]time.Time, window, period time.Duration, end time.Time) StatusWrites {
+// zero for a TrainJob never written). The controller starts a TrainJob's writes at
+// least a period apart; a gap the watch sees shorter than period − tolerance (the
+// watch's delivery jitter and a write's round trip) counts as a short gap.
+func writeFigures(before, after *Snapshot, changes map[string][]time.Time, last map[string]time.Time, window, period time.Duration, end time.Time, tolerance time.Duration) StatusWrites {
 	w := StatusWrites{
 		Succeeded: after.Value(metrics.ProgressWritesTotal, Labels{metrics.LabelResult: metrics.ProgressWriteSuccess}) -
 			before.Value(metrics.ProgressWritesTotal, Labels{metrics.LabelResult: metrics.ProgressWriteSuccess}),
 		Failed: after.Value(metrics.ProgressWritesTotal, Labels{metrics.LabelResult: metrics.ProgressWriteError}) -
 			before.Value(metrics.ProgressWritesTotal, Labels{metrics.LabelResult: metrics.ProgressWriteError}),
-		TrainJobs: len(last),
+		TrainJobs:           len(last),
+		GapToleranceSeconds: round3(tolerance.Seconds()),
 	}
 	periods := window.Seconds() / period.Seconds()
 	w.PerSecond = round3(w.Succeeded / window.Seconds())
@@ -817,7 +836,7 @@ func writeFigures(before, after *Snapshot, changes map[string][]time.Time, last 
 		for i := 1; i < len(times); i++ {
 			gap := times[i].Sub(times[i-1])
 			minGap = min(minGap, gap.Seconds())
-			if gap < period-gapTolerance {
+			if gap < period-tolerance {
 				w.ShortGaps++
 			}
 		}

@@ -171,7 +171,7 @@ func TestReportServerAndWriteFiguresFromScrapes(t *testing.T) {
 	}
 	last[name(9)] = time.Time{}
 	changes[name(0)][2] = start.Add(18 * time.Second) // 7.5 s after the one before: too soon
-	w := writeFigures(before, after, changes, last, 30*time.Second, 10*time.Second, end)
+	w := writeFigures(before, after, changes, last, 30*time.Second, 10*time.Second, end, 1500*time.Millisecond)
 	if w.Succeeded != 100 || w.Failed != 1 || w.TrainJobs != 10 || w.Written != 9 || w.NeverWritten != 1 || w.Observed != 27 {
 		t.Errorf("writes = %+v", w)
 	}
@@ -181,8 +181,12 @@ func TestReportServerAndWriteFiguresFromScrapes(t *testing.T) {
 	if w.LaterPerSecond != 3.033 || w.LaterPerTrainJobPerPeriod != 3.033 {
 		t.Errorf("beyond the first: %v/s, %v per TrainJob per period; want 3.033 (91 / 30)", w.LaterPerSecond, w.LaterPerTrainJobPerPeriod)
 	}
-	if w.MinGapSeconds != 7.5 || w.ShortGaps != 1 {
-		t.Errorf("shortest gap %v, short gaps %d; want 7.5 and 1", w.MinGapSeconds, w.ShortGaps)
+	if w.MinGapSeconds != 7.5 || w.ShortGaps != 1 || w.GapToleranceSeconds != 1.5 {
+		t.Errorf("shortest gap %v, short gaps %d, tolerance %v; want 7.5, 1 and 1.5", w.MinGapSeconds, w.ShortGaps, w.GapToleranceSeconds)
+	}
+	// The same gaps with a slow write's round trip allowed: 7.5 s is not short.
+	if w := writeFigures(before, after, changes, last, 30*time.Second, 10*time.Second, end, 3*time.Second); w.ShortGaps != 0 {
+		t.Errorf("tolerance 3 s: %d short gaps, want 0", w.ShortGaps)
 	}
 	if w.AgeP50 != 10 || w.AgeMax != 10 {
 		t.Errorf("age p50 %v, max %v; want 10 and 10", w.AgeP50, w.AgeMax)
@@ -370,25 +374,27 @@ func TestLoadReportsOverOneTrustedReusedConnectionPool(t *testing.T) {
 	gen := startLoad(ctx, client, reps, 100*time.Millisecond, time.Second)
 	<-ctx.Done()
 	logs := gen.wait()
+	srv.Close() // waits for the handlers: seen is final
 	if gen.firstError() != "" {
 		t.Fatalf("first error: %s", gen.firstError())
 	}
 	for i, pod := range logs {
-		if len(pod) < 4 || len(pod) > 6 || !pod[0].First || pod[1].First {
-			t.Errorf("pod %d: %d reports (first flags %v, %v); want 5 or so at 100 ms over 550 ms, only the first marked", i, len(pod), pod[0].First, len(pod) > 1 && pod[1].First)
+		if len(pod) < 3 || len(pod) > 6 || !pod[0].First || pod[1].First {
+			t.Errorf("pod %d: %d reports (first flags %v, %v); want 5 or so at 100 ms over 550 ms, only the first marked", i, len(pod), len(pod) > 0 && pod[0].First, len(pod) > 1 && pod[1].First)
 		}
 		for _, l := range pod {
 			if l.Code != http.StatusOK {
 				t.Errorf("pod %d: report answered %d", i, l.Code)
 			}
 		}
-		if seen["Bearer "+name(i)] != len(pod) {
-			t.Errorf("pod %d: server saw %d reports with its token, the pod sent %d", i, seen["Bearer "+name(i)], len(pod))
+		// A report cut off by the end is answered but not logged.
+		if got := seen["Bearer "+name(i)]; got != len(pod) && got != len(pod)+1 {
+			t.Errorf("pod %d: server saw %d reports with its token, the pod logged %d", i, got, len(pod))
 		}
 	}
-	// Phases: pod i reports i/8 of the interval after pod 0.
-	if d := logs[4][0].At - logs[0][0].At; d < 0.04 || d > 0.07 {
-		t.Errorf("pod 4 starts %.3f s after pod 0, want about 0.05 s", d)
+	// Phases: pod i reports i/8 of the interval after the start, never before.
+	if at := logs[4][0].At; at < 0.05 || at > 0.2 {
+		t.Errorf("pod 4's first report at %.3f s, want at 0.05 s (and scheduling delay)", at)
 	}
 	if n := dials.Load(); n > 8 {
 		t.Errorf("%d connections dialled for 8 pods reporting 5 times each: not reused", n)
