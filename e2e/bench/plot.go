@@ -205,11 +205,11 @@ type progressTimeline struct {
 	// wantWrites is one write per TrainJob per period; ceiling what the write limits allow.
 	wantWrites, ceiling float64
 	// Latencies, sorted, in seconds.
-	reports, without, with []float64
+	reports, before, with, after []float64
 }
 
-func newProgressTimeline(start time.Time, logs [][]reportLog, points []seriesPoint, without, with *Burst, n int, p *Progress) *progressTimeline {
-	tl := &progressTimeline{wantWrites: float64(n) / p.WritePeriodSeconds, ceiling: p.WriteCeiling}
+func newProgressTimeline(start time.Time, logs [][]reportLog, points []seriesPoint, p *Progress) *progressTimeline {
+	tl := &progressTimeline{wantWrites: float64(p.Writes.TrainJobs) / p.WritePeriodSeconds, ceiling: p.WriteCeiling}
 	perSecond := map[int]float64{}
 	last := 0
 	for _, pod := range logs {
@@ -229,13 +229,16 @@ func newProgressTimeline(start time.Time, logs [][]reportLog, points []seriesPoi
 		tl.accepted = append(tl.accepted, plotter.XY{X: float64(s) + 0.5, Y: perSecond[s]})
 	}
 	tl.received, tl.writes = seriesRates(start, points)
-	if with != nil {
-		tl.burstStart = with.start.Sub(start).Seconds()
-		tl.burstEnd = tl.burstStart + with.Admission.Seconds
-		tl.with = with.latencies
+	if b := p.WithReports; b != nil {
+		tl.burstStart = b.start.Sub(start).Seconds()
+		tl.burstEnd = tl.burstStart + b.Admission.Seconds
+		tl.with = b.latencies
 	}
-	if without != nil {
-		tl.without = without.latencies
+	if b := p.WithoutReports; b != nil {
+		tl.before = b.latencies
+	}
+	if b := p.WithoutReportsAfter; b != nil {
+		tl.after = b.latencies
 	}
 	sort.Float64s(tl.reports)
 	return tl
@@ -339,7 +342,7 @@ func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
 	dists := []struct {
 		name string
 		xs   []float64
-	}{{"reports", tl.reports}, {"admission, no reports", tl.without}, {"admission, with reports", tl.with}}
+	}{{"reports", tl.reports}, {"admission, before", tl.before}, {"admission, with reports", tl.with}, {"admission, after", tl.after}}
 	highest := 0.0
 	for i, d := range dists {
 		xs := positive(d.xs)

@@ -47,8 +47,9 @@ const (
 	// progressNamespaceFmt names the namespaces of the reporting TrainJobs.
 	progressNamespaceFmt = "bench-progress-%d"
 	// The namespaces of the two admission bursts, without and with reports.
-	quietNamespace  = "bench-admission-quiet"
-	loadedNamespace = "bench-admission-loaded"
+	quietNamespace      = "bench-admission-quiet"
+	loadedNamespace     = "bench-admission-loaded"
+	quietAfterNamespace = "bench-admission-quiet-after"
 	// podRunTime is the reporting pods' run time (kwok's complete delay): far beyond
 	// any run, so they stay Running.
 	podRunTime = "24h"
@@ -93,7 +94,7 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	namespaces := progressNamespaces(cfg.Namespaces)
-	for _, ns := range append(slices.Clone(namespaces), quietNamespace, loadedNamespace) {
+	for _, ns := range append(slices.Clone(namespaces), quietNamespace, loadedNamespace, quietAfterNamespace) {
 		if err := r.createNamespace(ctx, ns); err != nil {
 			return nil, err
 		}
@@ -223,6 +224,19 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	points := series()
 	changes, last := statuses.snapshot()
 	r.say("reporting window over; %s", end.describe())
+
+	// Admission with no reports again, once the last coalesced reports are written: the
+	// machine's drift and noise show as the difference between the two.
+	if err := sleepCtx(ctx, defaultWriteLimits.period); err != nil {
+		return nil, err
+	}
+	if _, err := sampler.untilIdle(ctx); err != nil {
+		return nil, err
+	}
+	after, err := r.admissionBurst(ctx, watchCtx, sampler, quietAfterNamespace, "without reports, after")
+	if err != nil {
+		return nil, err
+	}
 	if err := <-profiled; err != nil {
 		return nil, fmt.Errorf("CPU profile: %w", err)
 	}
@@ -241,16 +255,17 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 		Server: reportServerFigures(start.metrics, end.metrics),
 		Writes: writeFigures(start.metrics, end.metrics, changes, last, window, defaultWriteLimits.period, end.metrics.At,
 			gapTolerance+writeRoundTrip(start.metrics, end.metrics)),
-		WithoutReports:   without,
-		WithReports:      with,
-		WriteCeiling:     round3(writeCeiling(perNamespace(cfg.N-created.Errors, len(namespaces)), defaultWriteLimits.period, defaultWriteLimits.qps, defaultWriteLimits.nsQPS)),
-		WriteLimitsQPS:   defaultWriteLimits.qps,
-		WriteLimitsNSQPS: defaultWriteLimits.nsQPS,
+		WithoutReports:      without,
+		WithReports:         with,
+		WithoutReportsAfter: after,
+		WriteCeiling:        round3(writeCeiling(perNamespace(cfg.N-created.Errors, len(namespaces)), defaultWriteLimits.period, defaultWriteLimits.qps, defaultWriteLimits.nsQPS)),
+		WriteLimitsQPS:      defaultWriteLimits.qps,
+		WriteLimitsNSQPS:    defaultWriteLimits.nsQPS,
 	}
 	p.Client.Connections = int(dials.Load())
 	p.PeakRSSBeforeBytes = rssBefore
-	if without.Admission.TrainJobsPerSecond > 0 {
-		p.AdmissionRatio = round3(with.Admission.TrainJobsPerSecond / without.Admission.TrainJobsPerSecond)
+	if base := p.baseline().Admission.TrainJobsPerSecond; base > 0 {
+		p.AdmissionRatio = round3(with.Admission.TrainJobsPerSecond / base)
 	}
 	res.Progress = p
 	res.Controller = controllerFigures(start, end, cfg.N)
@@ -259,7 +274,7 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	res.Components = end.componentCPU(start)
 	res.Machine = machineFigures(start, end, res.CPUs)
 	p.Cores = cores(res.Components, window)
-	r.timeline = &timeline{progress: newProgressTimeline(gen.start, logs, points, without, with, r.cfg.N, p)}
+	r.timeline = &timeline{progress: newProgressTimeline(gen.start, logs, points, p)}
 	res.Targets = evaluateTargets(res)
 	return res, nil
 }

@@ -214,7 +214,7 @@ func TestSeriesRates(t *testing.T) {
 // would give it.
 func progressResult() *Result {
 	return &Result{
-		Mode: ModeProgress, N: 200, NumNodes: 4,
+		Mode: ModeProgress, N: 200, NumNodes: 4, CPUs: 2,
 		Progress: &Progress{
 			Pods: 800, Namespaces: 10, ReportIntervalSeconds: 1, WindowSeconds: 30, TokenSeconds: 2,
 			Client: ReportClient{Sent: 24000, SentPerSecond: 800, Accepted: 24000, AcceptedPerSecond: 800, Refused: map[string]int{},
@@ -226,9 +226,11 @@ func progressResult() *Result {
 			WritePeriodSeconds: 10, WriteLimitsQPS: 50, WriteLimitsNSQPS: 10, WriteCeiling: 20,
 			Cores: map[string]float64{"trainyard": 0.25, "kube-apiserver": 0.4},
 			WithoutReports: &Burst{Namespace: quietNamespace, Admission: Admission{Admitted: 500, Seconds: 2.5, TrainJobsPerSecond: 200},
-				Components: map[string]float64{"kube-apiserver": 3, "trainyard": 0.5}},
+				Components: map[string]float64{"kube-apiserver": 3, "trainyard": 0.5}, Machine: Machine{WallSeconds: 2.5, BusyCPUSeconds: 3.8, Utilisation: 0.76}},
 			WithReports: &Burst{Namespace: loadedNamespace, StartSeconds: 7.5, Admission: Admission{Admitted: 500, Seconds: 2.7, TrainJobsPerSecond: 185},
 				Components: map[string]float64{"kube-apiserver": 4, "trainyard": 1.2}, Machine: Machine{WallSeconds: 2.7, BusyCPUSeconds: 4.9, Utilisation: 0.907}},
+			WithoutReportsAfter: &Burst{Namespace: quietAfterNamespace, Admission: Admission{Admitted: 500, Seconds: 2.5, TrainJobsPerSecond: 200},
+				Components: map[string]float64{"kube-apiserver": 3, "trainyard": 0.5}, Machine: Machine{WallSeconds: 2.5, BusyCPUSeconds: 4, Utilisation: 0.8}},
 			AdmissionRatio: 0.925,
 		},
 		Controller: Controller{CPUSeconds: 7.5, Requests: map[string]float64{"POST": 800, "PATCH": 1100, "GET": 800}, Errors: map[string]float64{}},
@@ -259,19 +261,21 @@ func TestProgressTargetsAndReport(t *testing.T) {
 	report := Report(r)
 	for _, s := range []string{
 		"| trainerStatus writes per TrainJob per period | ≤ 1 per 10 s (≤ 20.0 writes/s) | 0.67 beyond each TrainJob's first write (13.3 writes/s); 1.00 with it (20.0/s); shortest gap between two writes of one TrainJob 10.0 s | yes |",
-		"| admission throughput with reports vs without | drop < 10% | 185/s vs 200/s (−7.5%) | yes |",
+		"| admission throughput with reports vs without | drop < 10% | 185/s vs 200/s without: 200/s before, 200/s after (−7.5%) | yes |",
 		"**24000 accepted (800/s)**",
 		"**p99 20.0 ms**",
 		"800 TokenReviews (allowed 800), 23200 decisions from the cache: hit ratio 96.67%",
 		"**20.0 writes/s**",
-		"| **throughput** | **200 TrainJobs/s** | **185 TrainJobs/s** (−7.5%) |",
-		"| kube-apiserver CPU | 3.00 s | 4.00 s |",
+		"| | without reports, before | with reports | without reports, after |\n|---|---|---|---|\n",
+		"| **throughput** | **200 TrainJobs/s** | **185 TrainJobs/s** (−7.5%) | **200 TrainJobs/s** |",
+		"| kube-apiserver CPU | 3.00 s | 4.00 s | 3.00 s |",
+		"| other processes' CPU | 0.30 s | -0.30 s | 0.50 s |",
 		"**0.25 cores**",
 		"| kube-apiserver | 12.00 | 0.40 |",
 		"| other processes on the machine | 5.50 | 0.18 |",
-		"bounded by the machine's cores: 91% busy with reports (0% without)",
+		"bounded by the machine's cores: 91% busy with reports (78% without)",
 		"the controller +0.7 CPU s against the burst without",
-		"| machine busy | 0% of 0 cores over 0.0 s | 91% over 2.7 s |",
+		"| machine busy | 76% of 2 cores over 2.5 s | 91% of 2 cores over 2.7 s | 80% of 2 cores over 2.5 s |",
 	} {
 		if !strings.Contains(report, s) {
 			t.Errorf("report lacks %q:\n%s", s, report)
@@ -304,6 +308,24 @@ func TestWriteBoundNamesTheLimitsOnlyWhenTheyBind(t *testing.T) {
 		if !strings.Contains(got, s) {
 			t.Errorf("note %q lacks %q", got, s)
 		}
+	}
+}
+
+func TestBaselineAveragesTheBurstsWithoutReports(t *testing.T) {
+	p := progressResult().Progress
+	p.WithoutReportsAfter.Admission.TrainJobsPerSecond = 150
+	p.WithoutReportsAfter.Components["trainyard"] = 1.5
+	b := p.baseline()
+	if b.Admission.TrainJobsPerSecond != 175 || b.Components["trainyard"] != 1 || math.Abs(b.Machine.Utilisation-0.78) > 1e-9 {
+		t.Errorf("baseline = %+v, want 175/s, trainyard 1 CPU s, 78%% busy", b)
+	}
+	p.WithoutReportsAfter = nil
+	if b := p.baseline(); b.Admission.TrainJobsPerSecond != 200 {
+		t.Errorf("without a burst after: %v/s, want the burst before's 200", b.Admission.TrainJobsPerSecond)
+	}
+	p.WithoutReports = nil
+	if b := p.baseline(); b != nil {
+		t.Errorf("no burst without reports: baseline %+v, want nil", b)
 	}
 }
 
@@ -408,10 +430,11 @@ func TestWriteProgressPlotWritesSVGAndPNG(t *testing.T) {
 	r.Progress.WithReports.start = start.Add(7 * time.Second)
 	r.Progress.WithReports.latencies = []float64{0.3, 0.5, 0.9}
 	r.Progress.WithoutReports.latencies = []float64{0.2, 0.4, 0.8}
+	r.Progress.WithoutReportsAfter.latencies = []float64{0.25, 0.45, 0.85}
 	logs := [][]reportLog{{{At: 0.1, Latency: 0.002, Code: 200, First: true}, {At: 1.1, Latency: 0.001, Code: 200}, {At: 2.1, Latency: 0.001, Code: 200}}}
 	points := []seriesPoint{{At: start}, {At: start.Add(time.Second), Reports: 800, Writes: 200}, {At: start.Add(2 * time.Second), Reports: 1600, Writes: 200}}
-	tl := &timeline{progress: newProgressTimeline(start, logs, points, r.Progress.WithoutReports, r.Progress.WithReports, r.N, r.Progress)}
-	if len(tl.progress.accepted) != 2 || tl.progress.burstStart != 7 || tl.progress.burstEnd != 9.7 {
+	tl := &timeline{progress: newProgressTimeline(start, logs, points, r.Progress)}
+	if len(tl.progress.accepted) != 2 || tl.progress.burstStart != 7 || tl.progress.burstEnd != 9.7 || len(tl.progress.after) != 3 || tl.progress.wantWrites != 20 {
 		t.Errorf("timeline = %+v", tl.progress)
 	}
 	if err := writePlot(dir+"/plot.svg", r, tl); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -128,11 +129,40 @@ type Progress struct {
 	PeakRSSBeforeBytes int64 `json:"peakRSSBeforeWindowBytes"`
 	// Cores is each process's CPU seconds during the window over its length.
 	Cores map[string]float64 `json:"cores"`
-	// The same burst of suspended TrainJobs before the window (no reports) and during it.
-	WithoutReports *Burst `json:"admissionWithoutReports,omitempty"`
-	WithReports    *Burst `json:"admissionWithReports,omitempty"`
-	// AdmissionRatio is admission throughput with reports over without.
+	// The same burst of suspended TrainJobs before the window (no reports), during it,
+	// and after it (no reports).
+	WithoutReports      *Burst `json:"admissionWithoutReports,omitempty"`
+	WithReports         *Burst `json:"admissionWithReports,omitempty"`
+	WithoutReportsAfter *Burst `json:"admissionWithoutReportsAfter,omitempty"`
+	// AdmissionRatio is admission throughput with reports over the mean of the bursts
+	// without.
 	AdmissionRatio float64 `json:"admissionRatio"`
+}
+
+// baseline is the bursts without reports averaged: throughput, CPU and the machine's
+// load; the burst before alone when there is no burst after; nil with neither.
+func (p *Progress) baseline() *Burst {
+	bs := make([]*Burst, 0, 2)
+	for _, b := range []*Burst{p.WithoutReports, p.WithoutReportsAfter} {
+		if b != nil {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	out := &Burst{Components: map[string]float64{}}
+	k := float64(len(bs))
+	for _, b := range bs {
+		out.Admission.TrainJobsPerSecond += b.Admission.TrainJobsPerSecond / k
+		for name, v := range b.Components {
+			out.Components[name] += v / k
+		}
+		out.Machine.WallSeconds += b.Machine.WallSeconds / k
+		out.Machine.BusyCPUSeconds += b.Machine.BusyCPUSeconds / k
+		out.Machine.Utilisation += b.Machine.Utilisation / k
+	}
+	return out
 }
 
 // ReportClient is what the reporting pods saw. Latency is per report, seconds, from
@@ -320,9 +350,13 @@ func evaluateTargets(r *Result) []Target {
 			fmt.Sprintf("%.2f beyond each TrainJob's first write (%.1f writes/s); %.2f with it (%.1f/s); shortest gap between two writes of one TrainJob %.1f s",
 				w.LaterPerTrainJobPerPeriod, w.LaterPerSecond, w.PerTrainJobPerPeriod, w.PerSecond, w.MinGapSeconds),
 			w.LaterPerTrainJobPerPeriod <= 1 && w.ShortGaps == 0, writeBound(r))
-		if p.WithoutReports != nil && p.WithReports != nil {
-			add("admission throughput with reports vs without", fmt.Sprintf("drop < %.0f%%", targetProgressAdmissionDrop*100),
-				fmt.Sprintf("%.0f/s vs %.0f/s (%s)", p.WithReports.Admission.TrainJobsPerSecond, p.WithoutReports.Admission.TrainJobsPerSecond, change(p.AdmissionRatio)),
+		if base := p.baseline(); base != nil && p.WithReports != nil {
+			measured := fmt.Sprintf("%.0f/s vs %.0f/s (%s)", p.WithReports.Admission.TrainJobsPerSecond, base.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
+			if p.WithoutReportsAfter != nil {
+				measured = fmt.Sprintf("%.0f/s vs %.0f/s without: %.0f/s before, %.0f/s after (%s)", p.WithReports.Admission.TrainJobsPerSecond,
+					base.Admission.TrainJobsPerSecond, p.WithoutReports.Admission.TrainJobsPerSecond, p.WithoutReportsAfter.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
+			}
+			add("admission throughput with reports vs without", fmt.Sprintf("drop < %.0f%%", targetProgressAdmissionDrop*100), measured,
 				p.AdmissionRatio > 1-targetProgressAdmissionDrop,
 				joinNotes(fmt.Sprintf("%d suspended TrainJobs each; %.0f reports/s accepted during the window", r.Progress.WithReports.Admission.Admitted, p.Client.AcceptedPerSecond),
 					machineBound(p)))
@@ -335,7 +369,7 @@ func evaluateTargets(r *Result) []Target {
 	}
 	if p := r.Progress; p != nil {
 		errs += p.CreateErrors
-		for _, b := range []*Burst{p.WithoutReports, p.WithReports} {
+		for _, b := range []*Burst{p.WithoutReports, p.WithReports, p.WithoutReportsAfter} {
 			if b != nil {
 				errs += b.Admission.CreateErrors
 			}
@@ -373,7 +407,7 @@ func writeBound(r *Result) string {
 // pods' client (this process) and the controller used more CPU than in the burst
 // without, on the cores the API server admits with. Empty otherwise.
 func machineBound(p *Progress) string {
-	wo, wi := p.WithoutReports, p.WithReports
+	wo, wi := p.baseline(), p.WithReports
 	if wi.Machine.Utilisation < 0.9 {
 		return ""
 	}
@@ -659,25 +693,58 @@ func progressReport(w func(string, ...any), r *Result, p *Progress) {
 		"(the period runs from the start of a write, the watch sees it land: %.1f s allowed for the watch's jitter and the write's round trip, the progress stage's sync p99)\n",
 		wr.Observed, wr.Written, wr.TrainJobs, wr.NeverWritten, wr.MinGapSeconds, wr.ShortGaps, p.WritePeriodSeconds-wr.GapToleranceSeconds, wr.GapToleranceSeconds)
 	w("- age of trainerStatus.lastUpdatedTime at the window's end: p50 %.1f s, p99 %.1f s, max %.1f s\n", wr.AgeP50, wr.AgeP99, wr.AgeMax)
-	if p.WithoutReports == nil || p.WithReports == nil {
+	if p.WithReports == nil || p.baseline() == nil {
 		return
 	}
-	wo, wi := p.WithoutReports, p.WithReports
-	w("\n## Admission with and without reports (%d suspended TrainJobs each, created → JobSet exists)\n\n", wi.Admission.Admitted)
-	w("| | without reports | with reports |\n|---|---|---|\n")
-	w("| namespace | %s | %s (from %.1f s into the window) |\n", wo.Namespace, wi.Namespace, wi.StartSeconds)
-	w("| created in | %.2f s (%d errors) | %.2f s (%d errors) |\n", wo.Admission.CreateSeconds, wo.Admission.CreateErrors, wi.Admission.CreateSeconds, wi.Admission.CreateErrors)
-	w("| admitted | %d in %.2f s | %d in %.2f s |\n", wo.Admission.Admitted, wo.Admission.Seconds, wi.Admission.Admitted, wi.Admission.Seconds)
-	w("| **throughput** | **%.0f TrainJobs/s** | **%.0f TrainJobs/s** (%s) |\n", wo.Admission.TrainJobsPerSecond, wi.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
-	w("| latency p50 / p99 | %.3f / %.3f s | %.3f / %.3f s |\n", wo.Admission.LatencyP50, wo.Admission.LatencyP99, wi.Admission.LatencyP50, wi.Admission.LatencyP99)
-	for _, n := range byValue(wi.Components) {
-		if wo.Components[n] < 0.01 && wi.Components[n] < 0.01 {
+	type column struct {
+		title string
+		b     *Burst
+	}
+	cols := []column{{"without reports, before", p.WithoutReports}, {"with reports", p.WithReports}, {"without reports, after", p.WithoutReportsAfter}}
+	cols = slices.DeleteFunc(cols, func(c column) bool { return c.b == nil })
+	row := func(name string, cell func(b *Burst) string) {
+		w("| %s |", name)
+		for _, c := range cols {
+			w(" %s |", cell(c.b))
+		}
+		w("\n")
+	}
+	w("\n## Admission with and without reports (%d suspended TrainJobs each, created → JobSet exists)\n\n|", p.WithReports.Admission.Admitted)
+	for _, c := range cols {
+		w(" | %s", c.title)
+	}
+	w(" |\n|---|%s\n", strings.Repeat("---|", len(cols)))
+	row("namespace", func(b *Burst) string {
+		if b == p.WithReports {
+			return fmt.Sprintf("%s (from %.1f s into the window)", b.Namespace, b.StartSeconds)
+		}
+		return b.Namespace
+	})
+	row("created in", func(b *Burst) string {
+		return fmt.Sprintf("%.2f s (%d errors)", b.Admission.CreateSeconds, b.Admission.CreateErrors)
+	})
+	row("admitted", func(b *Burst) string { return fmt.Sprintf("%d in %.2f s", b.Admission.Admitted, b.Admission.Seconds) })
+	row("**throughput**", func(b *Burst) string {
+		if b == p.WithReports {
+			return fmt.Sprintf("**%.0f TrainJobs/s** (%s)", b.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
+		}
+		return fmt.Sprintf("**%.0f TrainJobs/s**", b.Admission.TrainJobsPerSecond)
+	})
+	row("latency p50 / p99", func(b *Burst) string {
+		return fmt.Sprintf("%.3f / %.3f s", b.Admission.LatencyP50, b.Admission.LatencyP99)
+	})
+	for _, n := range byValue(p.WithReports.Components) {
+		if slices.IndexFunc(cols, func(c column) bool { return c.b.Components[n] >= 0.01 }) < 0 {
 			continue
 		}
-		w("| %s CPU | %.2f s | %.2f s |\n", n, wo.Components[n], wi.Components[n])
+		row(n+" CPU", func(b *Burst) string { return fmt.Sprintf("%.2f s", b.Components[n]) })
 	}
-	w("| machine busy | %.0f%% of %d cores over %.1f s | %.0f%% over %.1f s |\n",
-		wo.Machine.Utilisation*100, r.CPUs, wo.Machine.WallSeconds, wi.Machine.Utilisation*100, wi.Machine.WallSeconds)
+	row("machine busy", func(b *Burst) string {
+		return fmt.Sprintf("%.0f%% of %d cores over %.1f s", b.Machine.Utilisation*100, r.CPUs, b.Machine.WallSeconds)
+	})
+	row("other processes' CPU", func(b *Burst) string {
+		return fmt.Sprintf("%.2f s", b.Machine.BusyCPUSeconds-sum(b.Components))
+	})
 }
 
 // counts formats integer counts by key, sorted by key; "none" when empty.
