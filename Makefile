@@ -133,6 +133,16 @@ BENCH_SCALE_N ?= 10000
 bench-scale: ## Admission of BENCH_SCALE_N TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%).
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --baseline=../bench/results/admission-n$(BENCH_N)/result.json
 
+BENCH_PROGRESS_N           ?= 1000
+BENCH_PROGRESS_DURATION    ?= 60s
+BENCH_PROGRESS_INTERVAL    ?= 1s
+BENCH_PROGRESS_ADMISSION_N ?= 500
+
+.PHONY: bench-progress
+bench-progress: ## Progress reports (issue 14): BENCH_PROGRESS_N TrainJobs × 4 Running pods, each pod reporting every BENCH_PROGRESS_INTERVAL for BENCH_PROGRESS_DURATION; report latency, trainerStatus writes per TrainJob per period (≤ 1), controller and API server CPU, admission of BENCH_PROGRESS_ADMISSION_N TrainJobs with vs without the reports (drop < 10%). Results: bench/results/progress-n<N>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=progress --n=$(BENCH_PROGRESS_N) --duration=$(BENCH_PROGRESS_DURATION) \
+	  --report-interval=$(BENCH_PROGRESS_INTERVAL) --admission-n=$(BENCH_PROGRESS_ADMISSION_N)
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

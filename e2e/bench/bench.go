@@ -6,13 +6,18 @@
 // (lifecycle). In admission mode it also measures the physical limit: the
 // time the API server alone needs for the same N TrainJob creates and N
 // creates of the JobSets the controller produced, at the same parallelism,
-// with no controller running.
+// with no controller running. A third mode (progress, issue 14) keeps N
+// TrainJobs' pods Running and has every pod report its training progress to
+// the controller's progress server, measuring the reports, the trainerStatus
+// writes they cost and admission throughput with and without them
+// (progress.go).
 //
 // Each run writes result.json, report.md and plot.svg to its output folder.
 // `make bench` runs it; see e2e/cmd/bench for the flags.
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -54,11 +59,15 @@ const (
 	// completing pods) and counts the controller's API writes per TrainJob
 	// until every TrainJob is Complete.
 	ModeLifecycle = "lifecycle"
+	// ModeProgress runs everything with N TrainJobs' pods Running for the whole run,
+	// every pod POSTing its progress to the controller's progress server (issue 14),
+	// and times a burst of TrainJobs with and without the reports (progress.go).
+	ModeProgress = "progress"
 )
 
 // Config is one benchmark run.
 type Config struct {
-	// Mode is ModeAdmission or ModeLifecycle.
+	// Mode is ModeAdmission, ModeLifecycle or ModeProgress.
 	Mode string
 	// N is the number of TrainJobs in the burst.
 	N int
@@ -89,13 +98,36 @@ type Config struct {
 	CPUProfile time.Duration
 	// Progress receives one line per step.
 	Progress io.Writer
+
+	// Progress mode only (zero values take the defaults below).
+	//
+	// ReportInterval is how often every pod reports (default 1s); ReportDuration how
+	// long the reporting window lasts (default 60s; longer when the burst of
+	// AdmissionN TrainJobs made during it has not been admitted by then).
+	ReportInterval, ReportDuration time.Duration
+	// AdmissionN is the size of the two admission bursts, without and with reports
+	// (default 500).
+	AdmissionN int
+	// Namespaces spreads the N reporting TrainJobs round-robin over this many
+	// namespaces (default 10): the controller's write limits are per namespace and
+	// per replica.
+	Namespaces int
 }
 
 func (c *Config) defaults() error {
 	switch c.Mode {
 	case ModeAdmission, ModeLifecycle:
+	case ModeProgress:
+		c.ReportInterval = cmp.Or(c.ReportInterval, time.Second)
+		c.ReportDuration = cmp.Or(c.ReportDuration, time.Minute)
+		c.AdmissionN = cmp.Or(c.AdmissionN, 500)
+		c.Namespaces = cmp.Or(c.Namespaces, 10)
+		if c.ReportInterval < 0 || c.ReportDuration < c.ReportInterval || c.AdmissionN < 0 || c.Namespaces < 0 {
+			return fmt.Errorf("report interval %v, duration %v, admission burst %d, namespaces %d: want a positive interval no longer than the duration, and no negative count",
+				c.ReportInterval, c.ReportDuration, c.AdmissionN, c.Namespaces)
+		}
 	default:
-		return fmt.Errorf("mode %q: want %q or %q", c.Mode, ModeAdmission, ModeLifecycle)
+		return fmt.Errorf("mode %q: want %q, %q or %q", c.Mode, ModeAdmission, ModeLifecycle, ModeProgress)
 	}
 	if c.N <= 0 || c.Parallelism <= 0 || c.NumNodes <= 0 {
 		return fmt.Errorf("n, parallelism and numNodes must be positive (got %d, %d, %d)", c.N, c.Parallelism, c.NumNodes)
@@ -164,7 +196,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := r.connect(); err != nil {
 		return nil, err
 	}
-	res, err := r.run(ctx)
+	run := r.run
+	if cfg.Mode == ModeProgress {
+		run = r.runProgress
+	}
+	res, err := run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,17 +250,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	args := slices.Clone(r.cfg.ControllerArgs)
-	webhookURL := ""
-	if r.cfg.Webhooks {
-		addrs, err := cluster.FreeAddrs(1)
-		if err != nil {
-			return nil, err
-		}
-		webhookURL = "https://" + addrs[0]
-		args = append(args, "--webhook-bind-address="+addrs[0], "--webhook-register-url="+webhookURL)
-	} else {
-		args = append(args, "--webhook-bind-address=0")
+	args, webhookURL, err := r.serverArgs()
+	if err != nil {
+		return nil, err
 	}
 	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, args...)
 	if err != nil {
@@ -391,6 +419,16 @@ func (r *runner) installRuntime(ctx context.Context) error {
 	if rt.Name != runtimeName {
 		return fmt.Errorf("%s: runtime %q, want %q", path, rt.Name, runtimeName)
 	}
+	if r.cfg.Mode == ModeProgress {
+		// The reporting pods stay Running for the whole run.
+		for i := range rt.Spec.Template.Spec.ReplicatedJobs {
+			pod := &rt.Spec.Template.Spec.ReplicatedJobs[i].Template.Spec.Template
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
+			}
+			pod.Annotations[cluster.AnnotationCompleteDelay] = podRunTime
+		}
+	}
 	_, err = r.trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(ctx, rt, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -411,10 +449,15 @@ func (r *runner) createNamespace(ctx context.Context, name string) error {
 // minimal spec a user writes for torch-distributed (runtimeRef, numNodes,
 // command), so the figures are about the controller, not a big template.
 func (r *runner) createTrainJob(namespace string) func(ctx context.Context, i int) error {
-	client := r.trainers.TrainerV1alpha1().TrainJobs(namespace)
+	return r.createTrainJobIn(func(int) string { return namespace }, false)
+}
+
+// createTrainJobIn is createTrainJob with TrainJob i in namespace(i), suspended or not.
+func (r *runner) createTrainJobIn(namespace func(i int) string, suspend bool) func(ctx context.Context, i int) error {
 	return func(ctx context.Context, i int) error {
+		ns := namespace(i)
 		tj := &trainer.TrainJob{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf(trainJobNameFmt, i), Namespace: namespace},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf(trainJobNameFmt, i), Namespace: ns},
 			Spec: trainer.TrainJobSpec{
 				RuntimeRef: trainer.RuntimeRef{Name: runtimeName},
 				Trainer: &trainer.Trainer{
@@ -423,7 +466,10 @@ func (r *runner) createTrainJob(namespace string) func(ctx context.Context, i in
 				},
 			},
 		}
-		_, err := client.Create(ctx, tj, metav1.CreateOptions{})
+		if suspend {
+			tj.Spec.Suspend = ptr.To(true)
+		}
+		_, err := r.trainers.TrainerV1alpha1().TrainJobs(ns).Create(ctx, tj, metav1.CreateOptions{})
 		return err
 	}
 }
@@ -698,7 +744,7 @@ func stageFigures(before, after *Snapshot) []Stage {
 			SyncP50: round4(s.Quantile(0.5)), SyncP99: round4(s.Quantile(0.99)),
 		})
 	}
-	order := []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status"}
+	order := []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status", "progress", "progress_ca"}
 	sort.SliceStable(out, func(i, j int) bool {
 		return slices.Index(order, out[i].Name) < slices.Index(order, out[j].Name)
 	})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -22,6 +23,8 @@ type timeline struct {
 	created, admitted, finished []float64
 	latencies                   []float64 // admission latency, seconds
 	finishLatencies             []float64 // create → Complete, seconds
+	// progress is what progress mode plots instead.
+	progress *progressTimeline
 }
 
 func newTimeline(created burstResult, admitted, finished *arrivals, mode string) *timeline {
@@ -90,6 +93,9 @@ func writePlot(path string, r *Result, tl *timeline) error {
 	if tl == nil {
 		return nil
 	}
+	if tl.progress != nil {
+		return writeProgressPlot(path, r, tl.progress)
+	}
 	over := plot.New()
 	over.Title.Text = fmt.Sprintf("%d TrainJobs (%s) over time", r.N, r.Mode)
 	over.X.Label.Text = "seconds since the first create"
@@ -146,7 +152,11 @@ func writePlot(path string, r *Result, tl *timeline) error {
 	lat.Add(plotter.NewGrid())
 	lat.Y.Min, lat.Y.Max = 0, 100
 
-	const width, height = 28 * vg.Centimeter, 10 * vg.Centimeter
+	return drawTiles(path, 28*vg.Centimeter, 10*vg.Centimeter, over, lat)
+}
+
+// drawTiles draws the plots side by side into an SVG file at path and a PNG beside it.
+func drawTiles(path string, width, height vg.Length, plots ...*plot.Plot) error {
 	for _, out := range []struct {
 		path   string
 		canvas interface {
@@ -158,10 +168,11 @@ func writePlot(path string, r *Result, tl *timeline) error {
 		{strings.TrimSuffix(path, ".svg") + ".png", vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))}},
 	} {
 		dc := draw.New(out.canvas)
-		tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Millimeter * 5, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-		canvases := plot.Align([][]*plot.Plot{{over, lat}}, tiles, dc)
-		over.Draw(canvases[0][0])
-		lat.Draw(canvases[0][1])
+		tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Centimeter, PadY: vg.Millimeter * 5, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+		canvases := plot.Align([][]*plot.Plot{plots}, tiles, dc)
+		for i, p := range plots {
+			p.Draw(canvases[0][i])
+		}
 		if err := writeTo(out.path, out.canvas); err != nil {
 			return err
 		}
@@ -179,4 +190,194 @@ func writeTo(path string, w io.WriterTo) error {
 		return err
 	}
 	return f.Close()
+}
+
+// progressTimeline is what progress mode plots: rates over the reporting window
+// (offsets in seconds from its start) and the latency distributions.
+type progressTimeline struct {
+	// accepted is reports answered 200 per second of the window, by the second sent.
+	accepted plotter.XYs
+	// received and writes are the server's reports and trainerStatus writes per
+	// second, between consecutive scrapes.
+	received, writes plotter.XYs
+	// burstStart and burstEnd bound the admission burst during the window.
+	burstStart, burstEnd float64
+	// wantWrites is one write per TrainJob per period; ceiling what the write limits allow.
+	wantWrites, ceiling float64
+	// Latencies, sorted, in seconds.
+	reports, before, with, after []float64
+}
+
+func newProgressTimeline(start time.Time, logs [][]reportLog, points []seriesPoint, p *Progress) *progressTimeline {
+	tl := &progressTimeline{wantWrites: float64(p.Writes.TrainJobs) / p.WritePeriodSeconds, ceiling: p.WriteCeiling}
+	perSecond := map[int]float64{}
+	last := 0
+	for _, pod := range logs {
+		for _, l := range pod {
+			if l.Code != 0 {
+				tl.reports = append(tl.reports, l.Latency)
+			}
+			if l.Code == 200 {
+				s := int(l.At)
+				perSecond[s]++
+				last = max(last, s)
+			}
+		}
+	}
+	// The last second is cut short by the window's end: left out.
+	for s := 0; s < last; s++ {
+		tl.accepted = append(tl.accepted, plotter.XY{X: float64(s) + 0.5, Y: perSecond[s]})
+	}
+	tl.received, tl.writes = seriesRates(start, points)
+	if b := p.WithReports; b != nil {
+		tl.burstStart = b.start.Sub(start).Seconds()
+		tl.burstEnd = tl.burstStart + b.Admission.Seconds
+		tl.with = b.latencies
+	}
+	if b := p.WithoutReports; b != nil {
+		tl.before = b.latencies
+	}
+	if b := p.WithoutReportsAfter; b != nil {
+		tl.after = b.latencies
+	}
+	sort.Float64s(tl.reports)
+	return tl
+}
+
+// seriesRates turns cumulative counter scrapes into per-second rates of reports and
+// writes between consecutive scrapes, placed at the midpoint, in seconds from start.
+func seriesRates(start time.Time, points []seriesPoint) (reports, writes plotter.XYs) {
+	for i := 1; i < len(points); i++ {
+		a, b := points[i-1], points[i]
+		dt := b.At.Sub(a.At).Seconds()
+		if dt <= 0 {
+			continue
+		}
+		x := a.At.Sub(start).Seconds() + dt/2
+		reports = append(reports, plotter.XY{X: x, Y: (b.Reports - a.Reports) / dt})
+		writes = append(writes, plotter.XY{X: x, Y: (b.Writes - a.Writes) / dt})
+	}
+	return reports, writes
+}
+
+// writeProgressPlot draws three panels: reports per second over the window (as the
+// pods saw them accepted and as the server received them), trainerStatus writes per
+// second with one per TrainJob per period and the write limits' ceiling, and the
+// latency distributions (log scale) of the reports and of the two admission bursts.
+func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
+	line := func(p *plot.Plot, name string, xys plotter.XYs, color int, dashed bool) error {
+		if len(xys) == 0 {
+			return nil
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(color)
+		l.Width = vg.Points(1.5)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	span := func(xys plotter.XYs) (lo, hi float64) {
+		if len(xys) == 0 {
+			return 0, 1
+		}
+		return xys[0].X, xys[len(xys)-1].X
+	}
+	flat := func(y float64, xys plotter.XYs) plotter.XYs {
+		lo, hi := span(xys)
+		return plotter.XYs{{X: lo, Y: y}, {X: hi, Y: y}}
+	}
+
+	reports := plot.New()
+	reports.Title.Text = fmt.Sprintf("progress reports of %d pods", r.Progress.Pods)
+	reports.X.Label.Text = "seconds since the first report"
+	reports.Y.Label.Text = "reports/s"
+	reports.Legend.Top = false
+	if err := line(reports, "accepted (pods)", tl.accepted, 0, false); err != nil {
+		return err
+	}
+	if err := line(reports, "received (server)", tl.received, 1, true); err != nil {
+		return err
+	}
+	reports.Y.Min = 0
+	reports.Add(plotter.NewGrid())
+
+	writes := plot.New()
+	writes.Title.Text = "trainerStatus writes"
+	writes.X.Label.Text = "seconds since the first report"
+	writes.Y.Label.Text = "writes/s"
+	writes.Legend.Top = true
+	if err := line(writes, "writes", tl.writes, 2, false); err != nil {
+		return err
+	}
+	if err := line(writes, fmt.Sprintf("1 per TrainJob per %.0f s", r.Progress.WritePeriodSeconds), flat(tl.wantWrites, tl.writes), 3, true); err != nil {
+		return err
+	}
+	if tl.ceiling < tl.wantWrites {
+		if err := line(writes, "write limits' ceiling", flat(tl.ceiling, tl.writes), 4, true); err != nil {
+			return err
+		}
+	}
+	top := max(tl.wantWrites, maxY(tl.writes)) * 1.1
+	if tl.burstEnd > tl.burstStart {
+		if err := line(writes, "admission burst", plotter.XYs{{X: tl.burstStart, Y: top}, {X: tl.burstEnd, Y: top}}, 5, false); err != nil {
+			return err
+		}
+	}
+	writes.Y.Min, writes.Y.Max = 0, top*1.5 // room for the legend above the curves
+	writes.Add(plotter.NewGrid())
+
+	lat := plot.New()
+	lat.Title.Text = "latency distribution"
+	lat.X.Label.Text = "seconds (log scale)"
+	lat.Y.Label.Text = "% at or below"
+	lat.X.Scale = plot.LogScale{}
+	lat.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	lat.Legend.Top = false
+	dists := []struct {
+		name string
+		xs   []float64
+	}{{"reports", tl.reports}, {"admission, before", tl.before}, {"admission, with reports", tl.with}, {"admission, after", tl.after}}
+	highest := 0.0
+	for i, d := range dists {
+		xs := positive(d.xs)
+		if len(xs) == 0 {
+			continue
+		}
+		if err := line(lat, d.name, cdf(xs), i, false); err != nil {
+			return err
+		}
+		highest = max(highest, xs[len(xs)-1])
+	}
+	if highest > 0 {
+		lat.X.Max = highest * 300 // the legend's room, right of the curves
+	}
+	lat.Add(plotter.NewGrid())
+	lat.Y.Min, lat.Y.Max = 0, 100
+
+	return drawTiles(path, 36*vg.Centimeter, 10*vg.Centimeter, reports, writes, lat)
+}
+
+func maxY(xys plotter.XYs) float64 {
+	m := 0.0
+	for _, p := range xys {
+		m = max(m, p.Y)
+	}
+	return m
+}
+
+// positive drops values ≤ 0, which a log scale cannot place.
+func positive(xs []float64) []float64 {
+	out := make([]float64, 0, len(xs))
+	for _, x := range xs {
+		if x > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -6,8 +6,10 @@
 //	go run ./cmd/bench --mode=admission --n=2000
 //	go run ./cmd/bench --mode=lifecycle --n=500
 //	go run ./cmd/bench --mode=admission --n=10000 --baseline=../bench/results/admission-n2000/result.json
+//	go run ./cmd/bench --mode=progress --n=1000 --duration=60s --admission-n=500
 //
-// `make bench` runs the admission and lifecycle modes with the defaults.
+// `make bench` runs the admission and lifecycle modes with the defaults;
+// `make bench-progress` the progress mode (issue 14).
 package main
 
 import (
@@ -30,10 +32,14 @@ func main() {
 	var out, baseline string
 	var qps float64
 	var burst int
-	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off) or "lifecycle" (to Complete, everything on)`)
-	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst")
+	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) or "progress" (pods Running and reporting their progress, issue 14)`)
+	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000)")
 	flag.IntVar(&cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
-	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob")
+	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob (default in progress mode 4: pods per TrainJob)")
+	flag.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "progress mode: how often every pod reports")
+	flag.DurationVar(&cfg.ReportDuration, "duration", time.Minute, "progress mode: how long the pods report")
+	flag.IntVar(&cfg.AdmissionN, "admission-n", 500, "progress mode: TrainJobs of each admission burst, without and with reports")
+	flag.IntVar(&cfg.Namespaces, "namespaces", 10, "progress mode: namespaces the reporting TrainJobs are spread over (the write limits are per namespace and per replica)")
 	flag.Float64Var(&qps, "controller-qps", 2000, "the controller's --kube-api-qps")
 	flag.IntVar(&burst, "controller-burst", 4000, "the controller's --kube-api-burst")
 	flag.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "how long to wait for every admission or completion")
@@ -47,6 +53,16 @@ func main() {
 	tolerance := flag.Float64("baseline-tolerance", 0.2, "how far below the baseline's throughput still meets the target (0.2: within 20%)")
 	flag.BoolVar(&cfg.Webhooks, "webhooks", false, "register the controller's admission webhooks, so the burst's creates are reviewed (issue 13)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.Mode == bench.ModeProgress {
+		if !set["n"] {
+			cfg.N = 1000
+		}
+		if !set["num-nodes"] {
+			numNodes = 4
+		}
+	}
 	cfg.NumNodes, cfg.QPS, cfg.Burst = int32(numNodes), float32(qps), int32(burst)
 
 	root, err := cluster.FindRepoRoot()
