@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress"
@@ -93,6 +94,7 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	if err := configv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	authInFile := false // the file itself sets metrics.auth.enabled (not its default)
 	if o.ConfigFile != "" {
 		data, err := os.ReadFile(o.ConfigFile)
 		if err != nil {
@@ -102,8 +104,16 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 		if err := runtime.DecodeInto(codecs.UniversalDecoder(configv1alpha1.SchemeGroupVersion), data, cfg); err != nil {
 			return nil, fmt.Errorf("decoding --config %s: %w", o.ConfigFile, err)
 		}
+		// The decoder applies the defaults: ask the raw file whether it sets the field.
+		var raw struct {
+			Metrics struct {
+				Auth struct {
+					Enabled *bool `json:"enabled"`
+				} `json:"auth"`
+			} `json:"metrics"`
+		}
+		authInFile = yaml.Unmarshal(data, &raw) == nil && raw.Metrics.Auth.Enabled != nil
 	}
-	authInFile := cfg.Metrics.Auth.Enabled != nil
 	scheme.Default(cfg)
 
 	set := func(name string) bool { return fs.Changed(name) }

@@ -207,6 +207,16 @@ func TestConfig(t *testing.T) {
 				return c
 			},
 		},
+		"--metrics-secure=false with a file that leaves metrics alone": {
+			// The decoder defaults auth on from the file; the file did not ask for it.
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\n"), "--metrics-secure=false"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Kind, c.APIVersion = "Configuration", "config.trainyard.dev/v1alpha1"
+				c.Metrics.SecureServing, c.Metrics.Auth.Enabled = ptr.To(false), ptr.To(false)
+				return c
+			},
+		},
 		"plain HTTP from the file defaults auth off": {
 			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  secureServing: false\n")},
 			want: func() *configv1alpha1.Configuration {
