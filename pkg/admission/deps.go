@@ -37,7 +37,7 @@ type Deps struct {
 	// resource.k8s.io/v1 is served) gives no DRA warning.
 	Claims *dra.Claims
 	// Plugins are the ML policies, as the ML policy stage runs them; nil means
-	// mlpolicy.DefaultPlugins().
+	// mlpolicy.DefaultPlugins (validation does not depend on Secret names).
 	Plugins []mlpolicy.Plugin
 	// Now is the clock of runtimePatches[].time defaulting; nil means time.Now.
 	Now func() time.Time
@@ -80,7 +80,7 @@ func (d *Deps) plugins() []mlpolicy.Plugin {
 	if d.Plugins != nil {
 		return d.Plugins
 	}
-	return mlpolicy.DefaultPlugins()
+	return mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})
 }
 
 func (d *Deps) now() time.Time {

@@ -164,6 +164,14 @@ func fullJobSet() *jobsetv1alpha2.JobSet {
 		ReplicatedJobStatus("node", 1, 2, 3, 4, 0).Obj()
 	js.Labels = map[string]string{"app": "llm"}
 	js.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "trainyard", Operation: metav1.ManagedFieldsOperationApply}}
+	js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes = []corev1.Volume{
+		{Name: "mpi-ssh-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: "llm-mpi-ssh-auth-abcdefghij", DefaultMode: ptr.To[int32](0o400),
+			Items: []corev1.KeyToPath{{Key: "ssh-privatekey", Path: "id_rsa"}}}}},
+		{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "hf-token"}}},
+		{Name: "mpi-hostfile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "llm-mpi-hostfile"}}}},
+	}
 	return js
 }
 
@@ -183,6 +191,10 @@ func TestTrimJobSet(t *testing.T) {
 	for i := range want.Spec.ReplicatedJobs {
 		want.Spec.ReplicatedJobs[i].Template = batchv1.JobTemplateSpec{}
 	}
+	// Only the volume of the TrainJob's create-only Secret stays, by name: a restart of
+	// this JobSet must rebuild the TrainJob (MountsSideObjectSecret).
+	want.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "mpi-ssh-auth",
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "llm-mpi-ssh-auth-abcdefghij"}}}}
 
 	out, err := TrimJobSet(in)
 	if err != nil {

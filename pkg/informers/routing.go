@@ -182,16 +182,43 @@ func (h *handlers) ownedChanged(obj any) {
 // StatusBatchPeriod, so a burst of updates costs one status sync; a JobSet that has
 // just finished (Completed or Failed) is routed at once, so the TrainJob's terminal
 // condition is not delayed and the pending batched sync finds nothing left to write.
+//
+// A JobSet restart (status.restarts up) of a TrainJob whose pods mount its create-only
+// Secrets (MountsSideObjectSecret) is also routed to the build stage: the new pods
+// mount them, and the controller cannot see a deleted one (it has no read access to
+// Secrets), so the rebuilt plan creates them again (AlreadyExists when they are there).
 func (h *handlers) ownedUpdated(oldObj, newObj any) {
 	key, ok := ownerKey(newObj)
 	if !ok {
 		return
+	}
+	if oldJS, newJS := asJobSet(oldObj), asJobSet(newObj); oldJS != nil && newJS != nil &&
+		newJS.Status.Restarts > oldJS.Status.Restarts && MountsSideObjectSecret(newJS) {
+		h.router.Enqueue(h.routes.Build, key)
 	}
 	if jobSetFinished(newObj) && !jobSetFinished(oldObj) {
 		h.router.Enqueue(h.routes.Status, key)
 		return
 	}
 	h.router.EnqueueAfter(h.routes.Status, key, StatusBatchPeriod)
+}
+
+// asJobSet returns obj as a JobSet, nil when it is none.
+func asJobSet(obj any) *jobsetv1alpha2.JobSet {
+	js, _ := obj.(*jobsetv1alpha2.JobSet)
+	return js
+}
+
+// MountsSideObjectSecret reports whether a pod template of js mounts a Secret named
+// after js, as the TrainJob's create-only side objects are (sideObjectSecretVolumes;
+// TrimJobSet keeps those volumes in the cache).
+func MountsSideObjectSecret(js *jobsetv1alpha2.JobSet) bool {
+	for i := range js.Spec.ReplicatedJobs {
+		if len(sideObjectSecretVolumes(js.Name, js.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec.Volumes)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // jobSetFinished reports whether obj is a JobSet with a true Completed or Failed

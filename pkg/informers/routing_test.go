@@ -479,6 +479,44 @@ func TestRouteJobSets(t *testing.T) {
 	}
 }
 
+// TestRouteJobSetRestarts: a JobSet restart (status.restarts up) whose pods mount the
+// TrainJob's create-only Secrets also goes to build, through the trimmed cache — the
+// rebuilt plan creates a deleted Secret again, which the controller cannot see — and a
+// JobSet mounting only the runtime's own Secrets, or an update that is no restart, to
+// status only.
+func TestRouteJobSetRestarts(t *testing.T) {
+	h := newHarness(t)
+	jss := h.jobsets.JobsetV1alpha2().JobSets("team-a")
+	llm := cache.ObjectName{Namespace: "team-a", Name: "llm"}
+	h.createJobSet(t, fullJobSet()) // mounts llm-mpi-ssh-auth-<suffix> and hf-token
+	h.expect(t, nil, route{status, llm})
+	tokenOnly := fullJobSet()
+	tokenOnly.Name = "plain"
+	tokenOnly.OwnerReferences[0].Name = "plain"
+	tokenOnly.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes = tokenOnly.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes[1:]
+	h.createJobSet(t, tokenOnly)
+	plain := cache.ObjectName{Namespace: "team-a", Name: "plain"}
+	h.expect(t, nil, route{status, plain})
+
+	bump := func(name string, restarts int32) {
+		t.Helper()
+		js, err := jss.Get(h.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js.Status.Restarts = restarts
+		if _, err := jss.UpdateStatus(h.ctx, js, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bump("llm", 1)
+	h.expect(t, []route{{status, llm}}, route{build, llm}, h.flushJobSets(t))
+	bump("llm", 1) // an update without a restart
+	h.expect(t, []route{{status, llm}}, h.flushJobSets(t))
+	bump("plain", 1)
+	h.expect(t, []route{{status, plain}}, h.flushJobSets(t))
+}
+
 // TestJobSetCacheIsTrimmed: the JobSet informer caches JobSets through TrimJobSet.
 func TestJobSetCacheIsTrimmed(t *testing.T) {
 	h := newHarness(t)

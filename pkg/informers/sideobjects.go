@@ -16,21 +16,24 @@ import (
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
-// SideObjectResources are the always-served resources the pipeline creates side objects
-// of: ConfigMaps (MPI hostfile, Flux scripts) and Secrets (MPI SSH key, Flux CURVE
-// certificate). Workload API Workloads are watched too once that API is served.
+// SideObjectResources are the always-served resources the pipeline applies side objects
+// of: ConfigMaps (MPI hostfile, Flux scripts). Workload API Workloads are watched too
+// once that API is served. Secrets (MPI SSH key, Flux CURVE certificate) are not: they
+// are create-only under names no one else can know (mlpolicy.SecretNames), so nothing
+// needs to be known about an existing one, and the controller holds no verb that
+// reads Secrets (RBAC cannot limit list and watch to metadata). Their repair follows
+// JobSet restarts instead (Informers.Route).
 var SideObjectResources = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "configmaps"},
-	{Version: "v1", Resource: "secrets"},
 }
 
 // SideObjects caches the metadata of the side objects the pipeline creates for
 // TrainJobs, through metadata-only informers (k8s.io/client-go/metadata), one per
 // resource, that list and watch only objects labelled plan.LabelTrainJobName. The cache
-// holds Trainyard's side objects, not every ConfigMap and Secret of the cluster, and
-// never a Secret's data: the API server sends PartialObjectMetadata, trimmed further to
-// identity, labels and owner references (TrimSideObject), so 10,000 TrainJobs cost a
-// few MB.
+// holds Trainyard's side objects, not every ConfigMap of the cluster: the API server
+// sends PartialObjectMetadata, trimmed further to identity, labels and owner references
+// (TrimSideObject), so 10,000 TrainJobs cost a few MB. Never Secrets (see
+// SideObjectResources).
 //
 // The status stage reads it (through SideObjectCache) to check that an existing side
 // object is its TrainJob's before it counts as done. The deletion of a cached object —
@@ -55,8 +58,12 @@ type SideObjects struct {
 }
 
 // Watch adds an informer for gvr's side objects (a no-op when gvr's resource is watched
-// already, in whatever version), starting it when Start was called.
+// already, in whatever version), starting it when Start was called. Secrets are
+// refused: list and watch would return their data (see SideObjectResources).
 func (s *SideObjects) Watch(gvr schema.GroupVersionResource) error {
+	if gvr.Group == "" && gvr.Resource == "secrets" {
+		return fmt.Errorf("informers: Secrets are create-only side objects and never watched")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.informers == nil {

@@ -47,7 +47,21 @@ func trainJobRef(name string, uid types.UID) *metav1.OwnerReference {
 		Name: name, UID: uid, Controller: new(true)}
 }
 
-// TestSideObjects: the cache holds the labelled ConfigMaps and Secrets only, trimmed to
+// TestSideObjectsNeverWatchSecrets: Secrets are not among the side-object resources,
+// and Watch refuses them.
+func TestSideObjectsNeverWatchSecrets(t *testing.T) {
+	for _, gvr := range SideObjectResources {
+		if gvr.GroupResource() == secrets.GroupResource() {
+			t.Errorf("SideObjectResources lists %v", gvr)
+		}
+	}
+	s := &SideObjects{Client: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
+	if err := s.Watch(secrets); err == nil {
+		t.Error("Watch(secrets) = nil error, want a refusal")
+	}
+}
+
+// TestSideObjects: the cache holds the labelled ConfigMaps only, trimmed to
 // identity, labels and owners; a deletion routes the TrainJobs the object names (label
 // and controller) to the build stage, and nothing else routes.
 func TestSideObjects(t *testing.T) {
@@ -60,8 +74,9 @@ func TestSideObjects(t *testing.T) {
 	for _, obj := range []*metav1.PartialObjectMetadata{
 		hostfile,
 		sideObject("ConfigMap", "unlabelled", "", trainJobRef("llm", "uid-1")),
-		sideObject("Secret", "llm-mpi-ssh-auth", "llm", trainJobRef("llm", "uid-0")), // an earlier TrainJob's
-		sideObject("Secret", "copied-label", "llm", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d", Controller: new(true)}),
+		sideObject("ConfigMap", "llm-earlier", "llm", trainJobRef("llm", "uid-0")), // an earlier TrainJob's
+		sideObject("ConfigMap", "copied-label", "llm", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d", Controller: new(true)}),
+		sideObject("Secret", "llm-mpi-ssh-auth-abcdefghij", "llm", trainJobRef("llm", "uid-1")),
 	} {
 		gvr := configMaps
 		if obj.Kind == "Secret" {
@@ -100,8 +115,18 @@ func TestSideObjects(t *testing.T) {
 	if got := s.Get(configMaps.GroupResource(), "a", "unlabelled"); got != nil {
 		t.Errorf("the unlabelled ConfigMap is cached: %v", got)
 	}
-	if obj, complete := (SideObjectCache{Objects: s}).Lookup(secrets.GroupResource(), "a", "llm-mpi-ssh-auth"); obj == nil || complete {
-		t.Errorf("Lookup of a cached Secret = %v, complete %v; want it, not complete (a label-filtered cache)", obj, complete)
+	if obj, complete := (SideObjectCache{Objects: s}).Lookup(configMaps.GroupResource(), "a", "llm-earlier"); obj == nil || complete {
+		t.Errorf("Lookup of a cached ConfigMap = %v, complete %v; want it, not complete (a label-filtered cache)", obj, complete)
+	}
+	// Secrets are never listed or watched, labelled or not (the controller has no read
+	// access to them).
+	if obj, _ := (SideObjectCache{Objects: s}).Lookup(secrets.GroupResource(), "a", "llm-mpi-ssh-auth-abcdefghij"); obj != nil {
+		t.Errorf("Lookup of a labelled Secret = %v, want nil: Secrets are not cached", obj)
+	}
+	for _, a := range client.Actions() {
+		if a.GetResource() == secrets && a.GetVerb() != "create" { // the test's own creates
+			t.Errorf("the side-object informers called %s on Secrets", a.GetVerb())
+		}
 	}
 	if obj, _ := (SideObjectCache{Objects: s}).Lookup(schema.GroupResource{Group: "scheduling.k8s.io", Resource: "workloads"}, "a", "llm"); obj != nil {
 		t.Errorf("Lookup of an unwatched resource = %v, want nil", obj)
@@ -116,8 +141,8 @@ func TestSideObjects(t *testing.T) {
 		want []route
 	}{
 		{configMaps, "llm-mpi-hostfile", []route{{build, cache.ObjectName{Namespace: "a", Name: "llm"}}}},
-		{secrets, "llm-mpi-ssh-auth", []route{{build, cache.ObjectName{Namespace: "a", Name: "llm"}}}},
-		{secrets, "copied-label", []route{{build, cache.ObjectName{Namespace: "a", Name: "llm"}}}},
+		{configMaps, "llm-earlier", []route{{build, cache.ObjectName{Namespace: "a", Name: "llm"}}}},
+		{configMaps, "copied-label", []route{{build, cache.ObjectName{Namespace: "a", Name: "llm"}}}},
 	} {
 		r.reset()
 		if err := client.Resource(c.gvr).Namespace("a").Delete(ctx, c.name, metav1.DeleteOptions{}); err != nil {

@@ -115,12 +115,17 @@ func torchtuneFacts(modelURI, config string, tokenizerArgs ...string) facts {
 	}
 }
 
+// secretSuffix ends the names of create-only Secrets rendered without a key for a
+// TrainJob without a uid (mlpolicy.SecretNames; upstream names them without it,
+// docs/compatibility.md "Secret names").
+const secretSuffix = "-wyjwpgqict"
+
 // mpiFacts are the facts of the shipped MPI runtimes (deepspeed-distributed,
 // mlx-distributed: §9, OpenMPI, numProcPerNode 1, sshAuthMountPath /home/mpiuser/.ssh,
 // runLauncherAsNode) with the minimal TrainJob (numNodes 2, no GPUs), per §3.4.
 func mpiFacts(image string) facts {
 	const sshMount = "/home/mpiuser/.ssh"
-	sshVolume := "secret minimal-mpi-ssh-auth mode=0400 items=ssh-privatekey>id_rsa:0640,ssh-publickey>id_rsa.pub:0644,ssh-publickey>authorized_keys:0644"
+	sshVolume := "secret minimal-mpi-ssh-auth" + secretSuffix + " mode=0400 items=ssh-privatekey>id_rsa:0640,ssh-publickey>id_rsa.pub:0644,ssh-publickey>authorized_keys:0644"
 	ompi := []string{"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_orte_keep_fqdn_hostnames", "OMPI_MCA_orte_set_default_slots", "OMPI_MCA_plm_rsh_args"}
 	return facts{
 		// §9: the runtime's order, the launcher waiting for the nodes.
@@ -155,9 +160,9 @@ func mpiFacts(image string) facts {
 			"launcher/node": {sshMount: "mpi-ssh-auth", "/etc/mpi": "mpi-hostfile"},
 		},
 		// §2.7; the create-only Secret first (Result.Objects).
-		objects: []string{"v1 Secret minimal-mpi-ssh-auth", "v1 ConfigMap minimal-mpi-hostfile"},
+		objects: []string{"v1 Secret minimal-mpi-ssh-auth" + secretSuffix, "v1 ConfigMap minimal-mpi-hostfile"},
 		content: map[string]objectFacts{
-			"Secret minimal-mpi-ssh-auth": {
+			"Secret minimal-mpi-ssh-auth" + secretSuffix: {
 				secretType: "kubernetes.io/ssh-auth", immutable: ptr.To(true),
 				keys:     []string{"ssh-privatekey", "ssh-publickey"},
 				contains: []string{"-----BEGIN EC PRIVATE KEY-----", "ecdsa-sha2-nistp521 AAAA"},
@@ -202,7 +207,7 @@ func fluxFacts(name string, nodes int32, image, command string, scriptFacts ...s
 			"flux-install":  "emptyDir",
 			entrypoint:      "configMap " + entrypoint + " mode=0755",
 			"shared-memory": "emptyDir medium=Memory",
-			"flux-curve":    "secret " + name + "-flux-curve mode=0400",
+			"flux-curve":    "secret " + name + "-flux-curve" + secretSuffix + " mode=0400",
 		}},
 		mounts: map[string]map[string]string{
 			"node/node": {
@@ -212,11 +217,11 @@ func fluxFacts(name string, nodes int32, image, command string, scriptFacts ...s
 			"node/flux-installer": {"/mnt/flux": "flux-install", "/etc/flux-config": entrypoint + " (ro)"},
 		},
 		// §2.7; the create-only Secret first (Result.Objects).
-		objects: []string{"v1 Secret " + name + "-flux-curve", "v1 ConfigMap " + entrypoint},
+		objects: []string{"v1 Secret " + name + "-flux-curve" + secretSuffix, "v1 ConfigMap " + entrypoint},
 		content: map[string]objectFacts{
 			// §2.7 Opaque. Its key is random, not the UID's hash (docs/compatibility.md,
 			// "Flux CURVE certificate"); the ZeroMQ certificate names the TrainJob.
-			"Secret " + name + "-flux-curve": {
+			"Secret " + name + "-flux-curve" + secretSuffix: {
 				secretType: "Opaque", keys: []string{"curve.cert"},
 				contains: []string{"name = \"" + name + "\"", "public-key = ", "secret-key = "},
 			},

@@ -29,7 +29,7 @@ var draResources = []string{"resourceclaimtemplates", "resourceclaims", "devicec
 // served after start-up (ServedAPIs.Run), it starts its informers and sends the
 // TrainJobs rejected for its absence (JobSetReady=False, NotSupported) back to stage 1,
 // so they proceed by themselves. It also starts, routes and syncs the side-object
-// informers of the APIs always served (ConfigMaps, Secrets), which sideObjects watches
+// informers of the APIs always served (ConfigMaps), which sideObjects watches
 // from its creation.
 type optionalAPIs struct {
 	served      *informers.ServedAPIs

@@ -44,6 +44,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
 	"github.com/trainyard/trainyard/pkg/stages/status"
@@ -182,6 +183,10 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	}
 	if env.build, err = buildOptions(cfg, "trainyard-system"); err != nil || env.build.ProgressURL == nil {
 		t.Fatalf("buildOptions of the default configuration = %+v, %v; want the progress server's URL", env.build, err)
+	}
+	// An installation's key, which the oracle renders with too.
+	if env.build.SecretNames, err = mlpolicy.NewSecretNames([]byte("convergence-secret-name-key-0032")); err != nil {
+		t.Fatal(err)
 	}
 	p, statusStage, plans, err := newPipeline(cfg, inf, pipelineDeps{
 		trainers:     &slowTrainers{Clientset: env.trainers, delay: env.delay(rng.Uint64()), writes: &env.writes},
@@ -466,7 +471,8 @@ func (s slowTrainJobs) Patch(ctx context.Context, name string, pt types.PatchTyp
 
 // fakeObjects is the side-object applier: an in-memory store that is the API server
 // and the side-object informers' cache at once. The garbage collector's deletions are
-// routed as the informers route them (informers.SideObjectKeys to the build stage).
+// routed as the informers route them (informers.SideObjectKeys to the build stage),
+// except Secrets', which nothing watches.
 type fakeObjects struct {
 	writes  *atomic.Int64
 	mu      sync.Mutex
@@ -515,8 +521,9 @@ func (f *fakeObjects) get(kind, namespace, name string) *unstructured.Unstructur
 }
 
 // deleteOne deletes one of the side objects the TrainJob of uid controls, chosen with
-// rng (none when it has none), and routes the deletion.
-func (f *fakeObjects) deleteOne(rng *rand.Rand, uid types.UID) {
+// rng (none when it has none), routes the deletion unless it was a Secret, and reports
+// whether it was one.
+func (f *fakeObjects) deleteOne(rng *rand.Rand, uid types.UID) (secret bool) {
 	f.mu.Lock()
 	var keys []string
 	for k, o := range f.objects {
@@ -526,11 +533,12 @@ func (f *fakeObjects) deleteOne(rng *rand.Rand, uid types.UID) {
 	}
 	if len(keys) == 0 {
 		f.mu.Unlock()
-		return
+		return false
 	}
 	slices.Sort(keys)
 	k := keys[rng.IntN(len(keys))]
-	routes := informers.SideObjectKeys(f.objects[k])
+	secret = f.objects[k].GetKind() == "Secret"
+	routes := watchedRoutes(f.objects[k])
 	delete(f.objects, k)
 	router := f.router
 	f.mu.Unlock()
@@ -539,6 +547,15 @@ func (f *fakeObjects) deleteOne(rng *rand.Rand, uid types.UID) {
 			router.Enqueue(resolveruntime.Name, key)
 		}
 	}
+	return secret
+}
+
+// watchedRoutes are the routes of obj's deletion: none for a Secret (not watched).
+func watchedRoutes(obj *unstructured.Unstructured) []cache.ObjectName {
+	if obj.GetKind() == "Secret" {
+		return nil
+	}
+	return informers.SideObjectKeys(obj)
 }
 
 // collect deletes the objects keep rejects, routes their deletions, and returns how
@@ -551,7 +568,7 @@ func (f *fakeObjects) collect(keep func(metav1.Object) bool) int {
 		if !keep(o) {
 			delete(f.objects, k)
 			n++
-			routes = append(routes, informers.SideObjectKeys(o)...)
+			routes = append(routes, watchedRoutes(o)...)
 		}
 	}
 	router := f.router
@@ -682,8 +699,12 @@ func (e *convergenceEnv) actor(ctx context.Context, rng *rand.Rand, name string,
 		case op < 65 && suspended:
 			update(kueuePatch)
 		case op < 68:
-			// Someone deletes one of its side objects: the controller re-creates it.
-			e.objects.deleteOne(rng, uid)
+			// Someone deletes one of its side objects: the controller re-creates it, a
+			// Secret when the JobSet restarts (its new pods need it; nothing watches
+			// Secrets).
+			if e.objects.deleteOne(rng, uid) {
+				e.restartJobSet(ctx, name, uid)
+			}
 		case op < 72:
 			update(func(tj *trainer.TrainJob) { metav1.SetMetaDataLabel(&tj.ObjectMeta, "touched", fmt.Sprint(fired)) })
 		case op < 97:
@@ -761,6 +782,22 @@ func (e *convergenceEnv) jobSetProgress(ctx context.Context, name string, uid ty
 			Status: metav1.ConditionTrue, Reason: "AllJobsCompleted", Message: "jobset completed successfully"})
 	}
 	if _, err := jss.UpdateStatus(ctx, js, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Errorf("update JobSet %s status: %v", name, err)
+	}
+}
+
+// restartJobSet counts a restart in the status of the JobSet of the TrainJob of uid, as
+// the JobSet controller does when its failure policy recreates the Jobs; a finished or
+// missing JobSet is left alone.
+func (e *convergenceEnv) restartJobSet(ctx context.Context, name string, uid types.UID) {
+	jss := e.jobsets.JobsetV1alpha2().JobSets(convergenceNamespace)
+	js, err := jss.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || !metav1.IsControlledBy(js, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{UID: uid}}) ||
+		meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) {
+		return
+	}
+	js.Status.Restarts++
+	if _, err := jss.UpdateStatus(ctx, js, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		e.t.Errorf("update JobSet %s status: %v", name, err)
 	}
 }

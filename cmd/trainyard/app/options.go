@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -243,6 +244,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}
 	problems = append(problems, validateStatusServer(cfg)...)
+	if errs := validation.IsDNS1123Subdomain(cfg.SideObjects.SecretNameKeySecret); len(errs) > 0 {
+		problems = append(problems, fmt.Sprintf("sideObjects.secretNameKeySecret %q must be a Secret name: %s", cfg.SideObjects.SecretNameKeySecret, strings.Join(errs, ", ")))
+	}
 	if m := cfg.Metrics; m.BindAddress != "0" && !ptrBool(m.SecureServing) && ptrBool(m.Auth.Enabled) {
 		problems = append(problems, "metrics.auth.enabled (--metrics-auth) needs metrics.secureServing (--metrics-secure): bearer tokens must not be sent over plain HTTP; set metrics.auth.enabled to false for a plain-HTTP endpoint")
 	}

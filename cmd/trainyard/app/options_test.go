@@ -72,6 +72,7 @@ func defaults() *configv1alpha1.Configuration {
 			NamespaceQPS:   ptr.To[float32](10),
 			NamespaceBurst: ptr.To[int32](20),
 		},
+		SideObjects: configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
 	}
 }
 

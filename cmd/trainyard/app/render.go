@@ -2,15 +2,18 @@ package app
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/trainyard/trainyard/pkg/render"
 	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 )
 
 // RenderCommand is the subcommand name of the offline renderer: `trainyard render`.
@@ -36,6 +39,12 @@ What the controller's configuration changes in the JobSet (feature gate TrainJob
 the progress server's URL, token and CA in trainer containers) follows --config, the
 controller's configuration file, and the defaults without it, as the controller does.
 
+The names of the MPI SSH and Flux CURVE Secrets end in a hash of the TrainJob's uid
+under the installation's key. To print the controller's names, pass the live TrainJob
+(kubectl get -o yaml: it carries the uid) and the key, as the controller's Secret holds
+it: --secret-name-key "$(kubectl get secret -n trainyard-system trainyard-secret-name-key
+-o jsonpath='{.data.key}')". Without --secret-name-key, names use an empty key.
+
 Flags:
 `
 
@@ -50,6 +59,7 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		apiVersions         []string
 		configFile          string
 		controllerNamespace string
+		secretNameKey       string
 	)
 	fs := pflag.NewFlagSet("trainyard render", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -60,6 +70,7 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		"scheduling.volcano.sh/v1beta1; DRA: resource.k8s.io/v1). Default: every API is served.")
 	fs.StringVar(&configFile, "config", "", "The controller's configuration file (config.trainyard.dev/v1alpha1 Configuration), as its --config. Default: the controller's defaults.")
 	fs.StringVar(&controllerNamespace, "controller-namespace", "trainyard-system", "Namespace the controller runs in, part of the progress server's URL injected into trainer containers.")
+	fs.StringVar(&secretNameKey, "secret-name-key", "", "The controller's Secret-name key, base64 as the data of its Secret (sideObjects.secretNameKeySecret). Default: an empty key, whose Secret names differ from the controller's.")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, renderUsage)
 		fs.PrintDefaults()
@@ -89,6 +100,12 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		fmt.Fprintln(stderr, "trainyard render:", err)
 		return ExitBadInput
+	}
+	if fs.Changed("secret-name-key") {
+		if buildOpts.SecretNames, err = parseSecretNameKey(secretNameKey); err != nil {
+			fmt.Fprintln(stderr, "trainyard render: --secret-name-key:", err)
+			return ExitBadCommand
+		}
 	}
 	opts := render.Options{Build: buildOpts}
 	if fs.Changed("api-versions") {
@@ -131,6 +148,16 @@ func renderBuildOptions(file, controllerNamespace string) (build.Options, error)
 		return build.Options{}, err
 	}
 	return buildOptions(cfg, controllerNamespace)
+}
+
+// parseSecretNameKey decodes a Secret-name key given as the base64 of its Secret's data
+// (what kubectl prints).
+func parseSecretNameKey(s string) (mlpolicy.SecretNames, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return mlpolicy.SecretNames{}, fmt.Errorf("not base64 (pass the data of the key's Secret as kubectl prints it): %w", err)
+	}
+	return mlpolicy.NewSecretNames(key)
 }
 
 // readSources reads each file, "-" once from stdin.

@@ -145,9 +145,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return fmt.Errorf("creating metadata client: %w", err)
 	}
-	// The side objects' metadata (ConfigMaps, Secrets; Workloads once served), only
-	// those labelled as Trainyard's: the status stage checks a side object is its
-	// TrainJob's before using it, and a deleted one is re-created.
+	// The side objects' metadata (ConfigMaps; Workloads once served), only those
+	// labelled as Trainyard's: the status stage checks a side object is its TrainJob's
+	// before using it, and a deleted one is re-created. Secrets are create-only, never
+	// watched (docs/design/side-objects.md).
 	sideObjects := &informers.SideObjects{Client: metadataClient, Logger: logger}
 	for _, gvr := range informers.SideObjectResources {
 		if err := sideObjects.Watch(gvr); err != nil {
@@ -157,6 +158,10 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	claims := &dra.Claims{Recorder: recorder}
 	buildOpts, err := buildOptions(cfg, podNamespace())
 	if err != nil {
+		return err
+	}
+	// Every replica loads it, so a new leader names Secrets as the last one did.
+	if buildOpts.SecretNames, err = loadSecretNames(ctx, kube, podNamespace(), cfg.SideObjects.SecretNameKeySecret, logger); err != nil {
 		return err
 	}
 	deps := pipelineDeps{

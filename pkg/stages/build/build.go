@@ -51,13 +51,18 @@ type Options struct {
 	// CA into trainer containers (mlpolicy.TrainerStatus, KEP-2779); nil (feature gate
 	// TrainJobStatus off, or statusServer.bindAddress "0") leaves them out.
 	ProgressURL func(namespace, name string) string
+	// SecretNames names the create-only Secrets of MPI and Flux (mlpolicy.SecretNames):
+	// the controller's from the key it keeps in its namespace; the zero value (an empty
+	// key, names anyone can compute) is for offline rendering and tests.
+	SecretNames mlpolicy.SecretNames
 }
 
 // Plugins returns the ML policies the ML policy stage runs with opts, in order:
-// mlpolicy.DefaultPlugins, then mlpolicy.TrainerStatus when opts.ProgressURL is set.
+// mlpolicy.DefaultPlugins with opts.SecretNames, then mlpolicy.TrainerStatus when
+// opts.ProgressURL is set.
 // The admission webhook validates with the same list (admission.Deps.Plugins).
 func Plugins(opts Options) []mlpolicy.Plugin {
-	plugins := mlpolicy.DefaultPlugins()
+	plugins := mlpolicy.DefaultPlugins(opts.SecretNames)
 	if opts.ProgressURL != nil {
 		plugins = append(plugins, mlpolicy.TrainerStatus(opts.ProgressURL))
 	}

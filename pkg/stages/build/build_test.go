@@ -16,7 +16,7 @@ func names(plugins []mlpolicy.Plugin) []string {
 }
 
 func TestPlugins(t *testing.T) {
-	defaults := names(mlpolicy.DefaultPlugins())
+	defaults := names(mlpolicy.DefaultPlugins(mlpolicy.SecretNames{}))
 	off := names(Plugins(Options{}))
 	if len(off) != len(defaults) {
 		t.Fatalf("Plugins without ProgressURL = %v, want the defaults %v", off, defaults)

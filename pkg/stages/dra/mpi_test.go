@@ -36,7 +36,7 @@ func mpiPlan(t *testing.T, policyProcs, trainerProcs *int32) (*trainer.TrainJob,
 		t.Fatal(err)
 	}
 	p := &plan.Plan{Runtime: rt, JobSet: js}
-	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins()); err != nil {
+	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})); err != nil {
 		t.Fatal(err)
 	}
 	return tj, p

@@ -41,7 +41,7 @@ func built(t *testing.T, policy *trainer.PodGroupPolicy, numNodes int32) (*train
 		t.Fatal(err)
 	}
 	p := &plan.Plan{Runtime: rt, JobSet: js}
-	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins()); err != nil {
+	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})); err != nil {
 		t.Fatal(err)
 	}
 	return tj, p

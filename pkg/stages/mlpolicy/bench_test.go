@@ -31,7 +31,7 @@ func BenchmarkPlugins(b *testing.B) {
 		{"XGBoost", plantest.UpstreamRuntimeFile(b, "runtimes/xgboost_distributed.yaml"), twoNodes},
 		{"PlainML", plainML, twoNodes},
 	}
-	plugins := DefaultPlugins()
+	plugins := DefaultPlugins(SecretNames{})
 	for _, c := range cases {
 		tj := plantest.TrainJob(c.rt.Name, c.trainer)
 		js, err := mergepatches.Merge(tj, c.rt)

@@ -23,8 +23,9 @@ const (
 	// fluxEntrypointSuffix names the scripts ConfigMap, and its volume:
 	// "<trainjob>-flux-entrypoint".
 	fluxEntrypointSuffix = "-flux-entrypoint"
-	// fluxCurveSuffix names the CURVE certificate Secret: "<trainjob>-flux-curve".
-	fluxCurveSuffix = "-flux-curve"
+	// fluxCurvePurpose names the CURVE certificate Secret:
+	// "<trainjob>-flux-curve-<suffix>" (SecretNames).
+	fluxCurvePurpose = "flux-curve"
 
 	fluxInstaller      = "flux-installer"
 	fluxInstallVolume  = "flux-install"
@@ -52,7 +53,7 @@ var fluxDefaults = map[string]string{
 	envFluxQueuePolicy: "fcfs",
 }
 
-type flux struct{}
+type flux struct{ names SecretNames }
 
 // Flux returns the mlPolicy.flux plugin (trainer-compat §3.6): every pod of the
 // replicatedJob "node" runs a Flux broker, and the lead broker (pod 0) runs the
@@ -62,8 +63,9 @@ type flux struct{}
 // ["/bin/bash", "/etc/flux-config/entrypoint.sh", "<command and spec.trainer.args>"];
 // an init container "flux-installer" (image FLUX_VIEW_IMAGE) copies Flux into a shared
 // volume. Side objects: the ConfigMap <trainjob>-flux-entrypoint (keys entrypoint.sh
-// and init.sh, generated per TrainJob) and the Secret <trainjob>-flux-curve (key
-// curve.cert, the ZeroMQ CURVE certificate the brokers share).
+// and init.sh, generated per TrainJob) and the Secret <trainjob>-flux-curve-<suffix>
+// (SecretNames; upstream's is <trainjob>-flux-curve; key curve.cert, the ZeroMQ CURVE
+// certificate the brokers share).
 //
 // Deliberate differences from upstream (docs/compatibility.md): the certificate's key
 // is random, generated once when the Secret is created (a plan.CreateOnlyObject, like
@@ -72,7 +74,7 @@ type flux struct{}
 // count instead of being required (upstream dereferences it, trainer-compat §11.11).
 // The scripts are Trainyard's own; they expect the flux-view image layout (Flux in
 // /opt/view, its dependencies in /opt/software).
-func Flux() Plugin { return flux{} }
+func Flux(names SecretNames) Plugin { return flux{names: names} }
 
 func (flux) Name() string { return "Flux" }
 
@@ -145,7 +147,7 @@ func (flux) ValidateTrainJob(*trainer.TrainJob, *plan.Plan) field.ErrorList { re
 
 // Apply implements Plugin. Errors: only for bugs (a runtime that did not pass
 // ValidateRuntime).
-func (flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+func (f flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	rj := plan.ReplicatedJob(js, trainer.ReplicatedJobNode)
 	var c *corev1.Container
@@ -201,7 +203,7 @@ func (flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	c.Command = []string{"/bin/bash", fluxConfigDir + "/" + fluxEntrypointKey, strings.TrimSpace(strings.Join(words, " "))}
 
 	entrypoint := tj.Name + fluxEntrypointSuffix
-	curve := tj.Name + fluxCurveSuffix
+	curve := f.names.Name(tj, fluxCurvePurpose)
 	for _, v := range []corev1.Volume{
 		{Name: fluxSpackVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: fluxInstallVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},

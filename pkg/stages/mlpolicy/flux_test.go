@@ -56,7 +56,7 @@ func fluxPlanObjects(t *testing.T, p *plan.Plan, name string) (scripts map[strin
 	checkOwnedObject(t, p.Objects[0], "v1", "ConfigMap", name+"-flux-entrypoint")
 	scripts, _, _ = unstructured.NestedStringMap(p.Objects[0].Object, "data")
 	o := p.CreateOnly[0]
-	checkOwnedObject(t, o.Object, "v1", "Secret", name+"-flux-curve")
+	checkOwnedObject(t, o.Object, "v1", "Secret", name+"-flux-curve"+testSecretSuffix)
 	if got := o.Object.Object["type"]; got != "Opaque" {
 		t.Errorf("Secret type = %v, want Opaque", got)
 	}
@@ -147,7 +147,7 @@ func TestFluxUpstreamExamples(t *testing.T) {
 					LocalObjectReference: corev1.LocalObjectReference{Name: n + "-flux-entrypoint"}, DefaultMode: ptr.To[int32](0o755)}}},
 				{Name: "shared-memory", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 				{Name: "flux-curve", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName: n + "-flux-curve", DefaultMode: ptr.To[int32](0o400)}}},
+					SecretName: n + "-flux-curve" + testSecretSuffix, DefaultMode: ptr.To[int32](0o400)}}},
 			}
 			if diff := cmp.Diff(wantVolumes, pod.Volumes); diff != "" {
 				t.Errorf("node volumes (-want +got):\n%s", diff)

@@ -42,7 +42,7 @@ func FuzzMLPolicy(f *testing.F) {
 		if !ok {
 			return
 		}
-		plugins := mlpolicy.DefaultPlugins()
+		plugins := mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})
 		if withProgress {
 			plugins = build.Plugins(build.Options{ProgressURL: progressURL})
 		}

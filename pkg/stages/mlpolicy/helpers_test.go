@@ -22,7 +22,7 @@ func build(t *testing.T, tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2
 		t.Fatalf("Merge: %v", err)
 	}
 	p := &plan.Plan{Runtime: rt, JobSet: js}
-	return p.JobSet, Apply(tj, p, DefaultPlugins())
+	return p.JobSet, Apply(tj, p, DefaultPlugins(SecretNames{}))
 }
 
 func mustBuild(t *testing.T, tj *trainer.TrainJob, rt plan.Runtime) *jobsetv1alpha2.JobSet {
@@ -90,3 +90,7 @@ func counts(t *testing.T, js *jobsetv1alpha2.JobSet) map[string]int32 {
 	}
 	return out
 }
+
+// testSecretSuffix ends the names of the create-only Secrets of the test TrainJobs
+// (plantest.TrainJobUID) under the zero SecretNames (secretnames_test.go pins it).
+const testSecretSuffix = "-pmtgosl7z3"

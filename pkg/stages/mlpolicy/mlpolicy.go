@@ -30,10 +30,10 @@
 // not change the desired state's hash, running pods keep their key, the controller
 // needs only the "create" verb on Secrets and no Secret informer, and plans hold no
 // private keys. Upstream checks for the Secret with a Get on every reconcile instead.
-// The price: a Secret of the same name that is not the TrainJob's (one left by a
-// deleted TrainJob of the same name that garbage collection has not removed yet) is
-// taken as created. The status stage narrows that window: it writes side objects only
-// once the old TrainJob's JobSet is gone.
+// What makes an existing Secret safe to take as created without reading it is its name
+// (SecretNames): derived from the TrainJob's UID under a key only the controller
+// holds, so no one else can create it first, and a deleted TrainJob's Secret has
+// another name than its successor's.
 // Flux (trainer-compat §3.6) plans its scripts ConfigMap and its CURVE certificate
 // Secret the same way.
 //
@@ -102,10 +102,11 @@ func ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan, plugins []Plugin) fiel
 	return errs
 }
 
-// DefaultPlugins returns Trainyard's ML policies in the order Apply runs them. MPI and
-// Flux come first: they can reject their input before any other plugin does work.
-func DefaultPlugins() []Plugin {
-	return []Plugin{MPI(), Flux(), Torch(), JAX(), XGBoost(), PlainML()}
+// DefaultPlugins returns Trainyard's ML policies in the order Apply runs them, MPI and
+// Flux naming their create-only Secrets with names. MPI and Flux come first: they can
+// reject their input before any other plugin does work.
+func DefaultPlugins(names SecretNames) []Plugin {
+	return []Plugin{MPI(names), Flux(names), Torch(), JAX(), XGBoost(), PlainML()}
 }
 
 // Apply runs the plugins enabled for p.Runtime's mlPolicy, in list order, on

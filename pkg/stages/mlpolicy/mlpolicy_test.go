@@ -94,7 +94,7 @@ func TestXGBoostWithoutTrainer(t *testing.T) {
 		t.Fatalf("Merge: %v", err)
 	}
 	delete(js.Spec.ReplicatedJobs[2].Template.Labels, trainer.LabelTrainJobAncestor)
-	if err := Apply(tj, &plan.Plan{Runtime: rt, JobSet: js}, DefaultPlugins()); err != nil {
+	if err := Apply(tj, &plan.Plan{Runtime: rt, JobSet: js}, DefaultPlugins(SecretNames{})); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	c := plan.Container(plan.PodSpec(plan.ReplicatedJob(js, "node")).Containers, "node")
@@ -253,7 +253,7 @@ func TestDefaultPluginsSelection(t *testing.T) {
 	}
 	for name, tc := range cases {
 		var got []string
-		for _, p := range DefaultPlugins() {
+		for _, p := range DefaultPlugins(SecretNames{}) {
 			if p.Enabled(tc.policy) {
 				got = append(got, p.Name())
 			}
@@ -357,7 +357,7 @@ func BenchmarkMergeAndApply(b *testing.B) {
 	}}
 	for name, tj := range map[string]*trainer.TrainJob{"no-patch": newTrainJob(), "kueue-patch": withPatch} {
 		b.Run(name, func(b *testing.B) {
-			plugins := DefaultPlugins()
+			plugins := DefaultPlugins(SecretNames{})
 			b.ReportAllocs()
 			for b.Loop() {
 				js, err := mergepatches.Merge(tj, rt)

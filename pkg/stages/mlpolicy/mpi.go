@@ -26,8 +26,9 @@ import (
 
 // Names and paths of the MPI side objects and their volumes (trainer-compat §2.7, §3.4).
 const (
-	// mpiSSHAuthSuffix names the SSH auth Secret: "<trainjob>-mpi-ssh-auth".
-	mpiSSHAuthSuffix = "-mpi-ssh-auth"
+	// mpiSSHAuthPurpose names the SSH auth Secret: "<trainjob>-mpi-ssh-auth-<suffix>"
+	// (SecretNames).
+	mpiSSHAuthPurpose = "mpi-ssh-auth"
 	// mpiHostfileSuffix names the hostfile ConfigMap: "<trainjob>-mpi-hostfile".
 	mpiHostfileSuffix = "-mpi-hostfile"
 
@@ -56,14 +57,15 @@ var (
 	modeHostfile      = ptr.To[int32](0o444)
 )
 
-type mpi struct{}
+type mpi struct{ names SecretNames }
 
 // MPI returns the mlPolicy.mpi plugin (trainer-compat §3.4): the "node" replicatedJob
 // sized from spec.trainer.numNodes (one fewer when the launcher is also a node), the
 // SSH auth Secret and the hostfile ConfigMap as side objects, their volumes and mounts
 // on the launcher and node pods, and the MPI implementation's env on the launcher.
 //
-// The Secret <trainjob>-mpi-ssh-auth (type kubernetes.io/ssh-auth, immutable) holds an
+// The Secret <trainjob>-mpi-ssh-auth-<suffix> (names: SecretNames; type
+// kubernetes.io/ssh-auth, immutable; upstream's is <trainjob>-mpi-ssh-auth) holds an
 // ECDSA P-521 key: "ssh-privatekey" as a PEM "EC PRIVATE KEY" block and
 // "ssh-publickey" in authorized_keys format. It is a plan.CreateOnlyObject: the key is
 // generated only when the status stage creates the Secret, once per TrainJob, so a
@@ -74,7 +76,7 @@ type mpi struct{}
 // replicatedJob "node", and of "launcher" when runLauncherAsNode, in template order,
 // naming the pod by its stable DNS name with its slots (numProcPerNode): OpenMPI
 // "<host> slots=<n>", Intel MPI and MPICH "<host>:<n>".
-func MPI() Plugin { return mpi{} }
+func MPI(names SecretNames) Plugin { return mpi{names: names} }
 
 func (mpi) Name() string { return "MPI" }
 
@@ -188,7 +190,7 @@ func nodeCount(tj *trainer.TrainJob, cfg mpiConfig) (int32, bool) {
 // Apply implements Plugin. Errors: *plan.UnsupportedError for an mpiImplementation
 // Trainyard does not know, before anything is changed; *plan.InvalidInputError when the
 // hostfile would not fit in its ConfigMap (hostfileContent).
-func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
+func (m mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	cfg, err := mpiSettings(tj, p)
 	if err != nil {
@@ -201,7 +203,7 @@ func (mpi) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 		}
 	}
 
-	secretName := tj.Name + mpiSSHAuthSuffix
+	secretName := m.names.Name(tj, mpiSSHAuthPurpose)
 	hostfileName := tj.Name + mpiHostfileSuffix
 	sshVolume := corev1.Volume{Name: mpiSSHAuthVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName:  secretName,

@@ -31,7 +31,7 @@ func buildPlan(t *testing.T, tj *trainer.TrainJob, rt plan.Runtime) (*plan.Plan,
 		t.Fatalf("Merge: %v", err)
 	}
 	p := &plan.Plan{Runtime: rt, JobSet: js}
-	return p, Apply(tj, p, DefaultPlugins())
+	return p, Apply(tj, p, DefaultPlugins(SecretNames{}))
 }
 
 func mustBuildPlan(t *testing.T, tj *trainer.TrainJob, rt plan.Runtime) *plan.Plan {
@@ -68,7 +68,7 @@ func case5Runtime(policy *trainer.MLPolicy) plan.Runtime {
 }
 
 var wantSSHVolume = corev1.Volume{Name: "mpi-ssh-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-	SecretName:  "test-job-mpi-ssh-auth",
+	SecretName:  "test-job-mpi-ssh-auth" + testSecretSuffix,
 	DefaultMode: ptr.To[int32](256),
 	Items: []corev1.KeyToPath{
 		{Key: "ssh-privatekey", Path: "id_rsa", Mode: ptr.To[int32](416)},
@@ -148,7 +148,7 @@ func sshSecretOf(t *testing.T, p *plan.Plan) *unstructured.Unstructured {
 		t.Fatalf("plan create-only objects = %d, want the SSH Secret only", len(p.CreateOnly))
 	}
 	o := p.CreateOnly[0]
-	checkOwnedObject(t, o.Object, "v1", "Secret", "test-job-mpi-ssh-auth")
+	checkOwnedObject(t, o.Object, "v1", "Secret", "test-job-mpi-ssh-auth"+testSecretSuffix)
 	if _, ok := o.Object.Object["data"]; ok {
 		t.Error("the planned Secret holds data; the key must be generated only at creation")
 	}

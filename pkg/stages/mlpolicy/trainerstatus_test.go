@@ -20,7 +20,9 @@ func testProgressURL(namespace, name string) string {
 
 // withTrainerStatus is DefaultPlugins followed by TrainerStatus, as build.Plugins lists
 // them with the progress server on.
-func withTrainerStatus() []Plugin { return append(DefaultPlugins(), TrainerStatus(testProgressURL)) }
+func withTrainerStatus() []Plugin {
+	return append(DefaultPlugins(SecretNames{}), TrainerStatus(testProgressURL))
+}
 
 // The env, mount and volume the plugin adds for TrainJob default/test-job.
 var (
@@ -243,7 +245,7 @@ func TestTrainerStatus(t *testing.T) {
 			}
 
 			// Without the plugin (gate off): nothing, and otherwise the same JobSet.
-			off := buildWith(t, tj, rt, DefaultPlugins())
+			off := buildWith(t, tj, rt, DefaultPlugins(SecretNames{}))
 			if !tc.runtimeHasNames {
 				checkInjected(t, off.JobSet, "")
 			}
@@ -278,7 +280,7 @@ func TestTrainerStatusValidatesNothing(t *testing.T) {
 	for _, r := range plantest.UpstreamRuntimes(t) {
 		t.Run(r.Doc, func(t *testing.T) {
 			rt := r.Runtime
-			if diff := cmp.Diff(ValidateRuntime(rt.Spec, DefaultPlugins()), ValidateRuntime(rt.Spec, withTrainerStatus())); diff != "" {
+			if diff := cmp.Diff(ValidateRuntime(rt.Spec, DefaultPlugins(SecretNames{})), ValidateRuntime(rt.Spec, withTrainerStatus())); diff != "" {
 				t.Errorf("ValidateRuntime differs with the plugin (-without +with):\n%s", diff)
 			}
 			tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](2),
@@ -288,10 +290,10 @@ func TestTrainerStatusValidatesNothing(t *testing.T) {
 				t.Skipf("Merge: %v", err)
 			}
 			p := &plan.Plan{Runtime: rt, JobSet: js}
-			if diff := cmp.Diff(ValidateTrainJob(tj, p, DefaultPlugins()), ValidateTrainJob(tj, p, withTrainerStatus())); diff != "" {
+			if diff := cmp.Diff(ValidateTrainJob(tj, p, DefaultPlugins(SecretNames{})), ValidateTrainJob(tj, p, withTrainerStatus())); diff != "" {
 				t.Errorf("ValidateTrainJob differs with the plugin (-without +with):\n%s", diff)
 			}
-			errWithout := Apply(tj, p.DeepCopy(), DefaultPlugins())
+			errWithout := Apply(tj, p.DeepCopy(), DefaultPlugins(SecretNames{}))
 			errWith := Apply(tj, p.DeepCopy(), withTrainerStatus())
 			if (errWithout == nil) != (errWith == nil) {
 				t.Errorf("Apply: %v without the plugin, %v with it", errWithout, errWith)

@@ -22,7 +22,7 @@ func upstreamPlan(b *testing.B) (*trainer.TrainJob, *plan.Plan) {
 		b.Fatal(err)
 	}
 	p := &plan.Plan{Runtime: rt, JobSet: js, Stage: status.Index - 1}
-	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins()); err != nil {
+	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})); err != nil {
 		b.Fatal(err)
 	}
 	return tj, p

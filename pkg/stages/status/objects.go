@@ -19,7 +19,7 @@ import (
 )
 
 // ObjectApplier writes a plan's side objects (PodGroups, Workloads, the MPI hostfile
-// ConfigMap and SSH Secret...) and tells who holds their names.
+// ConfigMap and SSH Secret...) and tells who holds the names of applied ones.
 type ObjectApplier interface {
 	// Apply server-side applies obj under FieldManager, forcing ownership. The status
 	// stage calls it only once Lookup showed that no object of obj's name exists or
@@ -30,7 +30,8 @@ type ObjectApplier interface {
 	// (plan.CreateOnlyObject: what exists is never changed).
 	Create(ctx context.Context, obj *unstructured.Unstructured) error
 	// Lookup returns the metadata of the object of obj's kind, namespace and name, nil
-	// when there is none. It reads the informer caches first (cached is true when one
+	// when there is none. The status stage never looks up a create-only object (a
+	// Secret). It reads the informer caches first (cached is true when one
 	// holds the object); with cacheOnly it stops there — nil then means only that no
 	// cache shows one —, otherwise it asks the API server unless a cache holds every
 	// object of the kind.
@@ -202,36 +203,27 @@ func (c *sideObjectConflict) message() string {
 }
 
 // syncObjects makes p's side objects exist as tj's before the JobSet is applied (pods
-// must find them when they appear). Every object is looked up before any is written,
-// so a name held by an object tj does not control (a conflict, returned) leaves nothing
-// half done and nothing of someone else's used or overwritten.
+// must find them when they appear). Applied objects are all looked up before anything
+// is written, so a name held by an object tj does not control (a conflict, returned)
+// leaves nothing of someone else's used or overwritten, and nothing created.
 //
-// Create-only objects (plan.CreateOnlyObject) are created when no cache shows them,
-// each generated right before its creation; one that exists is read (a metadata-only
-// lookup) and must be tj's. Applied objects are applied when absent, when update says
-// the JobSet is being written (they change with it), and when only the API server
-// showed them (created before side objects were labelled: the apply adds the label).
-// So a side object deleted under an unfinished TrainJob is re-created on the next pass
-// with a plan, whatever the JobSet gate says: restarting pods need it. The first
-// failure stops it.
+// Create-only objects (plan.CreateOnlyObject, the Secrets) are created on every pass,
+// each generated right before its creation, and never looked up: their names are
+// mlpolicy.SecretNames', which no one but the controller can know before it creates
+// them, so AlreadyExists means this TrainJob's own (an earlier pass, or one cut short by
+// a crash before the JobSet was applied) and counts as success, unread. The controller
+// has no read access to Secrets at all. Applied objects are applied when absent, when
+// update says the JobSet is being written (they change with it), and when only the API
+// server showed them (created before side objects were labelled: the apply adds the
+// label). So a side object deleted under an unfinished TrainJob is re-created on the
+// next pass with a plan, whatever the JobSet gate says: restarting pods need it. The
+// first failure stops it.
 func (s *Stage) syncObjects(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan, update bool) (*sideObjectConflict, error) {
 	if len(p.CreateOnly) == 0 && len(p.Objects) == 0 {
 		return nil, nil
 	}
 	if s.Objects == nil {
 		return nil, fmt.Errorf("the plan holds side objects but the status stage has no ObjectApplier")
-	}
-	var create []plan.CreateOnlyObject
-	for _, o := range p.CreateOnly {
-		existing, cached, err := s.Objects.Lookup(ctx, o.Object, true)
-		if err != nil {
-			return nil, err
-		}
-		if existing == nil {
-			create = append(create, o)
-		} else if c := conflictOf(tj, o.Object, existing, cached); c != nil {
-			return c, nil
-		}
 	}
 	var apply []*unstructured.Unstructured
 	for _, obj := range p.Objects {
@@ -248,31 +240,15 @@ func (s *Stage) syncObjects(ctx context.Context, tj *trainer.TrainJob, p *plan.P
 			apply = append(apply, obj)
 		}
 	}
-	for _, o := range create {
+	for _, o := range p.CreateOnly {
 		obj := o.Object.DeepCopy()
 		if o.Generate != nil {
 			if err := o.Generate(obj); err != nil {
 				return nil, err
 			}
 		}
-		err := s.Objects.Create(ctx, obj)
-		if err == nil {
-			continue
-		}
-		if !apierrors.IsAlreadyExists(err) {
+		if err := s.Objects.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
-		}
-		// The cache did not show it: created since, or without Trainyard's label
-		// (someone else's, or created before side objects were labelled).
-		existing, cached, err := s.Objects.Lookup(ctx, o.Object, false)
-		if err != nil {
-			return nil, err
-		}
-		if existing == nil {
-			return nil, fmt.Errorf("%s %s/%s: creating it found one, reading it found none (deleted meanwhile)", obj.GetKind(), obj.GetNamespace(), obj.GetName())
-		}
-		if c := conflictOf(tj, o.Object, existing, cached); c != nil {
-			return c, nil
 		}
 	}
 	for _, obj := range apply {

@@ -33,6 +33,8 @@ type recordingApplier struct {
 	uncached map[string]bool
 	// liveLookups counts lookups that reached the API server.
 	liveLookups int
+	// secretLookups counts lookups of Secrets, which the controller may not read.
+	secretLookups int
 }
 
 func objectKeyOf(obj *unstructured.Unstructured) string { return obj.GetKind() + " " + obj.GetName() }
@@ -58,6 +60,9 @@ func (r *recordingApplier) Create(_ context.Context, obj *unstructured.Unstructu
 
 func (r *recordingApplier) Lookup(_ context.Context, obj *unstructured.Unstructured, cacheOnly bool) (metav1.Object, bool, error) {
 	k := objectKeyOf(obj)
+	if obj.GetKind() == "Secret" {
+		r.secretLookups++
+	}
 	if !r.uncached[k] {
 		return r.objects[k], r.objects[k] != nil, nil
 	}

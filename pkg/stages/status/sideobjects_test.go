@@ -43,9 +43,9 @@ func (f *fixture) refreshCache(t *testing.T) {
 	}
 }
 
-// TestSideObjectConflict: a side object's name held by an object the TrainJob does not
-// control — nobody's, someone else's, an earlier TrainJob's of the same name — is never
-// used or overwritten: no side object is written, no JobSet applied, the TrainJob gets
+// TestSideObjectConflict: an applied side object's name held by an object the TrainJob
+// does not control — nobody's, someone else's — is never used or overwritten: no side
+// object is written (not even the create-only Secret), no JobSet applied, the TrainJob gets
 // JobSetReady=False naming the object, its controller and the fix, with a Warning
 // event, and the plan stays. A holder whose deletion the informers route to the
 // TrainJob is waited for; any other is looked at again after ConflictRecheck.
@@ -55,28 +55,9 @@ func TestSideObjectConflict(t *testing.T) {
 		key      string // "Kind name" of the holder
 		holder   metav1.Object
 		uncached bool
-		writes   []string
 		result   stages.Result
 		message  []string
 	}{
-		"a Secret created in advance by someone else": {
-			key: "Secret llm-secret", holder: existing("llm-secret", "", nil), uncached: true,
-			writes: []string{"create Secret llm-secret"}, // refused: AlreadyExists
-			result: stages.RequeueAfter(status.DefaultConflictRecheck),
-			message: []string{`Secret "llm-secret" already exists and has no controller, not this TrainJob`,
-				"delete or rename that Secret", "proceeds by itself once it is gone"},
-		},
-		"the Secret of an earlier TrainJob of the same name": {
-			key: "Secret llm-secret", holder: existing("llm-secret", tjName, trainJobController("old-uid")),
-			result:  stages.WaitForEvent(), // its deletion by the garbage collector routes here
-			message: []string{`Secret "llm-secret" belongs to an earlier TrainJob of the same name (uid old-uid)`, "garbage collector"},
-		},
-		"the Secret of an earlier TrainJob, created before side objects were labelled": {
-			key: "Secret llm-secret", holder: existing("llm-secret", "", trainJobController("old-uid")), uncached: true,
-			writes:  []string{"create Secret llm-secret"},
-			result:  stages.RequeueAfter(status.DefaultConflictRecheck),
-			message: []string{"earlier TrainJob of the same name (uid old-uid)"},
-		},
 		"a ConfigMap controlled by a Deployment": {
 			key: "ConfigMap llm-config", holder: existing("llm-config", "", deployment), uncached: true,
 			result:  stages.RequeueAfter(status.DefaultConflictRecheck),
@@ -103,7 +84,7 @@ func TestSideObjectConflict(t *testing.T) {
 			if diff := cmp.Diff(c.result, got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(c.writes, log); diff != "" {
+			if diff := cmp.Diff([]string(nil), log); diff != "" {
 				t.Errorf("side-object writes (-want +got):\n%s", diff)
 			}
 			if n := len(f.jobSetApplies()); n != 0 {
@@ -198,17 +179,61 @@ func TestSideObjectsRepaired(t *testing.T) {
 	if len(applier.created) != 1 || applier.created[0].Object["data"].(map[string]any)["key"] != "new" {
 		t.Errorf("created %v, want the Secret with newly generated content", applier.created)
 	}
-	if diff := cmp.Diff([]string(nil), syncRebuilt(t)); diff != "" {
+	// The Secret is created on every pass (AlreadyExists now), never looked up.
+	if diff := cmp.Diff([]string{"create Secret llm-secret"}, syncRebuilt(t)); diff != "" {
 		t.Errorf("writes with every side object in place (-want +got):\n%s", diff)
 	}
 
 	applier.objects["ConfigMap llm-config"] = existing("llm-config", "", trainJobController(tj.UID))
 	applier.uncached = map[string]bool{"ConfigMap llm-config": true}
-	if diff := cmp.Diff([]string{"apply ConfigMap llm-config"}, syncRebuilt(t)); diff != "" {
+	if diff := cmp.Diff([]string{"create Secret llm-secret", "apply ConfigMap llm-config"}, syncRebuilt(t)); diff != "" {
 		t.Errorf("writes with an unlabelled ConfigMap of the TrainJob (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string(nil), syncRebuilt(t)); diff != "" {
+	if diff := cmp.Diff([]string{"create Secret llm-secret"}, syncRebuilt(t)); diff != "" {
 		t.Errorf("writes once it is labelled (-want +got):\n%s", diff)
+	}
+	if len(applier.created) != 1 || applier.secretLookups != 0 {
+		t.Errorf("created %d Secrets and looked Secrets up %d times, want 1 and 0", len(applier.created), applier.secretLookups)
+	}
+}
+
+// TestCreateOnlyAlreadyExists: a create-only Secret that exists is the TrainJob's own —
+// its name is unknowable to anyone else (mlpolicy.SecretNames) — so AlreadyExists is
+// success, whoever the store says holds it: no lookup (the controller cannot read
+// Secrets), no conflict, no second Secret, and the JobSet is applied. This is the retry
+// after a crash between the Secret's creation and the JobSet's apply.
+func TestCreateOnlyAlreadyExists(t *testing.T) {
+	for name, holder := range map[string]metav1.Object{
+		"created by an earlier pass": existing("llm-secret", tjName, trainJobController(makeTrainJob().Obj().UID)),
+		"unlabelled":                 existing("llm-secret", "", nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tj := makeTrainJob().Obj()
+			f := newFixture(t, tj, nil)
+			var log []string
+			applier := &recordingApplier{log: &log, objects: map[string]metav1.Object{"Secret llm-secret": holder}}
+			f.stage.Objects = applier
+			f.plans.Put(key, tj.UID, tj.Generation, planWithSideObjects(t, "x"))
+			got, err := f.sync(t)
+			if err != nil {
+				t.Fatalf("Sync: %v", err)
+			}
+			if got != stages.WaitForEvent() {
+				t.Errorf("Sync = %v, want wait_for_event", got)
+			}
+			if diff := cmp.Diff([]string{"create Secret llm-secret", "apply ConfigMap llm-config"}, log); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+			if len(applier.created) != 0 || applier.secretLookups != 0 {
+				t.Errorf("created %d Secrets and looked Secrets up %d times, want 0 and 0", len(applier.created), applier.secretLookups)
+			}
+			if n := len(f.jobSetApplies()); n != 1 {
+				t.Errorf("JobSet applies = %d, want 1", n)
+			}
+			if c := findCondition(f.storedTrainJob(t).Status.Conditions, trainjob.ConditionJobSetReady); c != nil {
+				t.Errorf("JobSetReady = %+v, want none: no conflict", c)
+			}
+		})
 	}
 }
 
@@ -253,7 +278,7 @@ func TestSideObjectConflictOfARunningTrainJob(t *testing.T) {
 	if _, err := f.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"apply ConfigMap llm-config"}, log); diff != "" {
+	if diff := cmp.Diff([]string{"create Secret llm-secret", "apply ConfigMap llm-config"}, log); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 	if c := findCondition(f.storedTrainJob(t).Status.Conditions, trainjob.ConditionJobSetReady); c == nil ||

@@ -39,6 +39,7 @@ const (
 	DefaultWebhookBindAddress      = ":9443"
 	DefaultWebhookServiceName      = "trainyard-webhook"
 	DefaultWebhookSecretName       = "trainyard-webhook-certs"
+	DefaultSecretNameKeySecret     = "trainyard-secret-name-key"
 	DefaultWebhookCertDir          = "/tmp/k8s-webhook-server/serving-certs"
 	DefaultValidatingWebhookName   = "trainyard-validator"
 	DefaultMutatingWebhookName     = "trainyard-defaulter"
@@ -124,6 +125,8 @@ func SetDefaults_Configuration(c *Configuration) {
 	if rl.Burst == nil {
 		rl.Burst = ptr.To[int32](DefaultRetryBurst)
 	}
+
+	setString(&c.SideObjects.SecretNameKeySecret, DefaultSecretNameKeySecret)
 
 	wh := &c.Webhook
 	setString(&wh.BindAddress, DefaultWebhookBindAddress)

@@ -70,12 +70,30 @@ type Configuration struct {
 	// default in Trainyard).
 	// +optional
 	StatusServer StatusServerConfiguration `json:"statusServer"`
+	// sideObjects configures the objects Trainyard creates next to a TrainJob's JobSet.
+	// +optional
+	SideObjects SideObjectsConfiguration `json:"sideObjects"`
 	// featureGates turns Trainyard features on or off by name. Known gates:
 	// TrainJobStatus (default true; upstream's default is false), the progress server
 	// and the injection of its URL, token and CA into trainer containers. Other names
 	// are accepted and ignored.
 	// +optional
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+}
+
+// SideObjectsConfiguration configures the side objects of TrainJobs
+// (docs/design/side-objects.md).
+type SideObjectsConfiguration struct {
+	// secretNameKeySecret is the Secret, in the controller's namespace, whose data key
+	// "key" (32 random bytes) makes the names of create-only Secrets (MPI's SSH key,
+	// Flux's CURVE certificate) unguessable: "<trainjob>-mpi-ssh-auth-<suffix>", the
+	// suffix an HMAC of the TrainJob's uid under that key. The controller reads it by
+	// name at start and, when it is absent or has no key, generates the key and stores
+	// it (every replica ends with the same one). Changing or deleting the key renames the
+	// Secrets of TrainJobs built afterwards; running pods keep theirs. Defaults to
+	// "trainyard-secret-name-key".
+	// +optional
+	SecretNameKeySecret string `json:"secretNameKeySecret,omitempty"`
 }
 
 // StatusServerConfiguration configures the training-progress server (KEP-2779).
