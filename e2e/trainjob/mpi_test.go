@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
 // createMPIRuntime creates a TrainingRuntime shaped like upstream's
@@ -112,7 +113,11 @@ func TestMPITrainJobRunsToComplete(t *testing.T) {
 
 	// Suspended: the JobSet and its side objects exist, no pod does.
 	js := e.waitJobSet(t, "mpi")
-	secret, err := e.c.Client().CoreV1().Secrets(e.ns).Get(ctx, "mpi-mpi-ssh-auth", metav1.GetOptions{})
+	sshSecret := sshSecretOf(js) // mpi-mpi-ssh-auth-<suffix> (mlpolicy.SecretNames)
+	if !strings.HasPrefix(sshSecret, "mpi-mpi-ssh-auth-") {
+		t.Fatalf("the pods mount SSH Secret %q, want mpi-mpi-ssh-auth-<suffix>", sshSecret)
+	}
+	secret, err := e.c.Client().CoreV1().Secrets(e.ns).Get(ctx, sshSecret, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("SSH auth Secret: %v", err)
 	}
@@ -242,9 +247,9 @@ func TestMPITrainJobRunsToComplete(t *testing.T) {
 		}
 	}
 	for i := range workers {
-		checkMounts(&workers[i], map[string]string{"/home/mpiuser/.ssh": "mpi-mpi-ssh-auth"})
+		checkMounts(&workers[i], map[string]string{"/home/mpiuser/.ssh": sshSecret})
 	}
-	checkMounts(&launchers[0], map[string]string{"/home/mpiuser/.ssh": "mpi-mpi-ssh-auth", "/etc/mpi": "mpi-mpi-hostfile"})
+	checkMounts(&launchers[0], map[string]string{"/home/mpiuser/.ssh": sshSecret, "/etc/mpi": "mpi-mpi-hostfile"})
 	env := map[string]string{}
 	for _, v := range launchers[0].Spec.Containers[0].Env {
 		env[v.Name] = v.Value
@@ -283,8 +288,8 @@ func TestMPIRuntimeWithoutLauncher(t *testing.T) {
 	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "headless", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("JobSet: %v, want NotFound", err)
 	}
-	if _, err := e.c.Client().CoreV1().Secrets(e.ns).Get(ctx, "headless-mpi-ssh-auth", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("Secret: %v, want NotFound", err)
+	if list, err := e.c.Client().CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: plan.LabelTrainJobName + "=headless"}); err != nil || len(list.Items) != 0 {
+		t.Errorf("Secrets of the TrainJob: %v, %v; want none", list, err)
 	}
 	if _, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, "headless-mpi-hostfile", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap: %v, want NotFound", err)

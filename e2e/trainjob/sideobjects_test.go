@@ -8,10 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -21,18 +22,17 @@ import (
 
 // TestSideObjectsAreOursAndRepaired (issue 15): a side object counts as the TrainJob's
 // only when the TrainJob controls it, and one deleted under a running TrainJob comes
-// back.
+// back. The controller cannot read Secrets at all.
 //
-//   - Someone creates the MPI SSH Secret <name>-mpi-ssh-auth before the TrainJob, with a
-//     key they hold: the TrainJob gets JobSetReady=False, reason SideObjectConflict,
-//     naming the Secret, its lack of a controller and the fix; no JobSet is created
-//     (its pods would mount that key).
-//   - The squatter deletes it: the TrainJob proceeds by itself (within the conflict
-//     recheck period, the Secret being unlabelled and so unwatched) with a Secret of
-//     its own — a fresh key, the TrainJob as controller, the side-object label.
+//   - Someone creates a Secret under the SSH Secret's upstream name, <name>-mpi-ssh-auth,
+//     before the TrainJob, with a key they hold: it is simply not used. The TrainJob
+//     runs with its own Secret, <name>-mpi-ssh-auth-<suffix> (a name no one could know
+//     in advance), a fresh key, the TrainJob as controller, the side-object label.
 //   - Someone deletes the hostfile ConfigMap of the running TrainJob: it is re-created
-//     with the same hostfile; then the SSH Secret: re-created with a new key. The
-//     running JobSet is not written.
+//     with the same hostfile (its deletion is watched).
+//   - Someone deletes the SSH Secret: nothing watches Secrets; the JobSet's next restart
+//     (its new pods mount the Secret) has it re-created, with a new key. The running
+//     JobSet is never written.
 func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 	e := newEnv(t)
 	startController(t, e.c, noAdmission)
@@ -49,39 +49,28 @@ func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	tj := e.createTrainJob(t, trainJob("squat", trainer.TrainingRuntimeKind, "deepspeed").withNumNodes(2))
-	cond := e.waitCondition(t, "squat", trainjob.ConditionJobSetReady, metav1.ConditionFalse, time.Minute)
-	if cond.Reason != trainjob.ReasonSideObjectConflict {
-		t.Errorf("JobSetReady reason %q, want %s (message %q)", cond.Reason, trainjob.ReasonSideObjectConflict, cond.Message)
-	}
-	for _, want := range []string{`Secret "squat-mpi-ssh-auth"`, "has no controller", "delete or rename"} {
-		if !strings.Contains(cond.Message, want) {
-			t.Errorf("JobSetReady message %q does not say %q", cond.Message, want)
-		}
-	}
-	t.Logf("squatted: JobSetReady=False %s: %s", cond.Reason, cond.Message)
-	// Give a wrong controller time to go ahead anyway.
-	time.Sleep(3 * time.Second)
-	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "squat", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("JobSet of a TrainJob whose Secret is squatted: err = %v, want NotFound", err)
-	}
-	if _, err := configMaps.Get(ctx, "squat-mpi-hostfile", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("hostfile ConfigMap of a TrainJob whose Secret is squatted: err = %v, want NotFound (nothing is written before the conflict is gone)", err)
-	}
-
-	// The squatter gives the name up.
-	deleted := time.Now()
-	if err := secrets.Delete(ctx, squatter.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	js := e.waitJobSet(t, "squat")
-	t.Logf("JobSet created %s after the squatter's Secret was deleted", time.Since(deleted).Round(time.Second))
-	ownSecret := e.waitSideObject(t, "Secret", "squat-mpi-ssh-auth", tj.UID, squatter.UID, func(ctx context.Context) (metav1.Object, error) {
-		return secrets.Get(ctx, "squat-mpi-ssh-auth", metav1.GetOptions{})
+	mounted := sshSecretOf(js)
+	if mounted == squatter.Name || !strings.HasPrefix(mounted, "squat-mpi-ssh-auth-") {
+		t.Fatalf("the JobSet's pods mount Secret %q, want squat-mpi-ssh-auth-<suffix>, not the squatter's", mounted)
+	}
+	t.Logf("the pods mount %s; %s is left alone", mounted, squatter.Name)
+	ownSecret := e.waitSideObject(t, "Secret", mounted, tj.UID, "", func(ctx context.Context) (metav1.Object, error) {
+		return secrets.Get(ctx, mounted, metav1.GetOptions{})
 	}).(*corev1.Secret)
-	if string(ownSecret.Data["ssh-publickey"]) == "the squatter's key" || !strings.HasPrefix(string(ownSecret.Data["ssh-publickey"]), "ecdsa-sha2-nistp521 ") {
+	if !strings.HasPrefix(string(ownSecret.Data["ssh-publickey"]), "ecdsa-sha2-nistp521 ") {
 		t.Errorf("the TrainJob's Secret holds public key %q, want a fresh P-521 key", ownSecret.Data["ssh-publickey"])
 	}
-	e.waitCondition(t, "squat", trainjob.ConditionJobSetReady, metav1.ConditionTrue, time.Minute)
+	if s, err := secrets.Get(ctx, squatter.Name, metav1.GetOptions{}); err != nil || s.UID != squatter.UID || s.ResourceVersion != squatter.ResourceVersion {
+		t.Errorf("the squatter's Secret changed: %v, %v", s, err)
+	}
+	got, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Get(ctx, "squat", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, trainjob.ConditionJobSetReady); c != nil && c.Status == metav1.ConditionFalse {
+		t.Errorf("JobSetReady=False %s: %s; want no conflict", c.Reason, c.Message)
+	}
 	if ptr.Deref(js.Spec.Suspend, false) {
 		t.Fatal("the JobSet is suspended; the test needs it running")
 	}
@@ -91,7 +80,7 @@ func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deleted = time.Now()
+	deleted := time.Now()
 	if err := configMaps.Delete(ctx, hostfile.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,14 +92,25 @@ func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 		t.Errorf("re-created hostfile %q, want the deleted one's %q", again.Data["hostfile"], hostfile.Data["hostfile"])
 	}
 
-	// And the SSH Secret: re-created with a new key (the old one is not known to the
-	// controller, which never reads Secret data).
+	// And the SSH Secret: back at the JobSet's next restart, as the JobSet controller
+	// counts one in status.restarts when its failure policy recreates the Jobs, with a
+	// new key (the controller never read the old one).
 	if err := secrets.Delete(ctx, ownSecret.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	restarted, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "squat", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.Status.Restarts++
+	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).UpdateStatus(ctx, restarted, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted = time.Now()
 	renewed := e.waitSideObject(t, "Secret", ownSecret.Name, tj.UID, ownSecret.UID, func(ctx context.Context) (metav1.Object, error) {
 		return secrets.Get(ctx, ownSecret.Name, metav1.GetOptions{})
 	}).(*corev1.Secret)
+	t.Logf("SSH Secret re-created %s after the JobSet's restart", time.Since(deleted).Round(time.Millisecond))
 	if string(renewed.Data["ssh-publickey"]) == string(ownSecret.Data["ssh-publickey"]) {
 		t.Error("the re-created Secret holds the deleted one's key, want a new one")
 	}
@@ -124,7 +124,20 @@ func TestSideObjectsAreOursAndRepaired(t *testing.T) {
 	}
 }
 
-// waitSideObject waits until get returns an object other than the one with uid old,
+// sshSecretOf returns the name of the Secret js's pods mount as the MPI SSH key.
+func sshSecretOf(js *jobsetv1alpha2.JobSet) string {
+	for _, rj := range js.Spec.ReplicatedJobs {
+		for _, v := range rj.Template.Spec.Template.Spec.Volumes {
+			if v.Name == "mpi-ssh-auth" && v.Secret != nil {
+				return v.Secret.SecretName
+			}
+		}
+	}
+	return ""
+}
+
+// waitSideObject waits until get returns an object other than the one with uid old
+// ("" for none),
 // controlled by the TrainJob of uid owner and labelled as its side object, and
 // returns it.
 func (e *env) waitSideObject(t *testing.T, kind, name string, owner, old types.UID, get func(context.Context) (metav1.Object, error)) metav1.Object {

@@ -206,9 +206,9 @@ func TestDefaults(t *testing.T) {
 	want := []string{
 		"ClusterRole/trainyard", "ClusterRole/trainyard-metrics-reader", "ClusterRoleBinding/trainyard", "ConfigMap/trainyard-config",
 		"Deployment/trainyard", "MutatingWebhookConfiguration/trainyard-defaulter", "PodDisruptionBudget/trainyard",
-		"Role/trainyard-leader-election", "Role/trainyard-webhook-certs",
-		"RoleBinding/trainyard-leader-election", "RoleBinding/trainyard-webhook-certs",
-		"Secret/trainyard-webhook-certs", "Service/trainyard-metrics", "Service/trainyard-webhook", "ServiceAccount/trainyard",
+		"Role/trainyard-leader-election", "Role/trainyard-secret-name-key", "Role/trainyard-webhook-certs",
+		"RoleBinding/trainyard-leader-election", "RoleBinding/trainyard-secret-name-key", "RoleBinding/trainyard-webhook-certs",
+		"Secret/trainyard-secret-name-key", "Secret/trainyard-webhook-certs", "Service/trainyard-metrics", "Service/trainyard-webhook", "ServiceAccount/trainyard",
 		"ValidatingWebhookConfiguration/trainyard-validator",
 	}
 	if diff := cmp.Diff(want, r.ids()); diff != "" {

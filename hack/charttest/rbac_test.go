@@ -76,11 +76,10 @@ var controllerCalls = []grant{
 	{"", "secrets", "create", ""},
 	// side-object informers, metadata only and label-filtered, and the
 	// metadata-only list by name of an unlabelled one (pkg/informers/sideobjects.go,
-	// status.DynamicApplier.Lookup): never a get of a Secret
+	// status.DynamicApplier.Lookup): ConfigMaps only, never Secrets (create-only
+	// under unguessable names, docs/design/side-objects.md)
 	{"", "configmaps", "list", ""},
 	{"", "configmaps", "watch", ""},
-	{"", "secrets", "list", ""},
-	{"", "secrets", "watch", ""},
 	// DRA informers (pkg/informers/dra.go)
 	{"resource.k8s.io", "resourceclaimtemplates", "get", ""},
 	{"resource.k8s.io", "resourceclaimtemplates", "list", ""},
@@ -130,6 +129,14 @@ var (
 		{"", "secrets", "update", "trainyard-webhook-certs"},
 	}
 )
+
+// secretNameKeyCalls are cmd/trainyard/app's loadSecretNames calls, in the release
+// namespace, by name: the get of the Secret-name key and the update that fills in
+// the chart's empty Secret. No create: the chart pre-creates it.
+var secretNameKeyCalls = []grant{
+	{"", "secrets", "get", "trainyard-secret-name-key"},
+	{"", "secrets", "update", "trainyard-secret-name-key"},
+}
 
 // statusServerCalls are the progress server's calls (KEP-2779), cluster-wide,
 // with statusServer.enabled (and webhook.enabled): TokenReviews of trainers'
@@ -211,6 +218,24 @@ func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 	if diff := cmp.Diff(sorted(selfManagedSecretCalls), grants(t, certRole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("certificate Secret Role grants (-needed +granted):\n%s", diff)
 	}
+	keyRole := into[rbacv1.Role](t, r.get(t, "Role", fullname+"-secret-name-key"))
+	if keyRole.Namespace != namespace {
+		t.Errorf("Secret-name key Role in %q, want the release namespace %q", keyRole.Namespace, namespace)
+	}
+	if diff := cmp.Diff(sorted(secretNameKeyCalls), grants(t, keyRole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+		t.Errorf("Secret-name key Role grants (-needed +granted):\n%s", diff)
+	}
+	keyBinding := into[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", fullname+"-secret-name-key"))
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: keyRole.Name}); keyBinding.RoleRef != want ||
+		!cmp.Equal(keyBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: fullname, Namespace: namespace}}) {
+		t.Errorf("Secret-name key RoleBinding %+v → %+v", keyBinding.Subjects, keyBinding.RoleRef)
+	}
+	if key := r.get(t, "Secret", "trainyard-secret-name-key"); key.GetNamespace() != namespace || key.Object["data"] != nil {
+		t.Errorf("the Secret-name key Secret = %v, want it empty in %q (the controller fills it in)", key.Object, namespace)
+	}
+	if got := decodeConfig(t, configFile(t, r, fullname+"-config")).SideObjects.SecretNameKeySecret; got != "trainyard-secret-name-key" {
+		t.Errorf("the controller is configured for the Secret-name key Secret %q; RBAC grants trainyard-secret-name-key", got)
+	}
 	certBinding := into[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", fullname+"-webhook-certs"))
 	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certRole.Name}); certBinding.RoleRef != want ||
 		!cmp.Equal(certBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: fullname, Namespace: namespace}}) {
@@ -253,13 +278,13 @@ func TestRBACIsExactlyWhatTheControllerCalls(t *testing.T) {
 func TestRBACPerWebhookMode(t *testing.T) {
 	status := statusServerCalls(t)
 	for name, want := range map[string][]grant{
-		"defaults":                    slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
-		"cert-manager":                slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
-		"provided":                    slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
-		"no-webhook":                  slices.Concat(controllerCalls, metricsAuthCalls), // the progress server needs the webhook's Service and certificate
-		"no-status-server":            slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
-		"no-metrics-auth":             slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
-		"no-webhook, no-metrics-auth": controllerCalls,
+		"defaults":                    slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
+		"cert-manager":                slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, status, metricsAuthCalls),
+		"provided":                    slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, status, metricsAuthCalls),
+		"no-webhook":                  slices.Concat(controllerCalls, secretNameKeyCalls, metricsAuthCalls), // the progress server needs the webhook's Service and certificate
+		"no-status-server":            slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
+		"no-metrics-auth":             slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
+		"no-webhook, no-metrics-auth": slices.Concat(controllerCalls, secretNameKeyCalls),
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, combinations[name], withCertManager())
@@ -292,7 +317,7 @@ func TestRBACPerWebhookMode(t *testing.T) {
 		// The CA ConfigMap's name is the same for every release: trainer pods in
 		// any namespace mount it by that name.
 		want := []string{cfg.Certificates.SecretName, cfg.MutatingWebhookConfigurationName, "trainyard-controller", cfg.ValidatingWebhookConfigurationName,
-			wireConst(t, "CAConfigMapName")}
+			wireConst(t, "CAConfigMapName"), decodeConfig(t, configFile(t, r, "prod-trainyard-config")).SideObjects.SecretNameKeySecret}
 		slices.Sort(want)
 		if diff := cmp.Diff(want, names); diff != "" {
 			t.Errorf("resourceNames (-configured +granted):\n%s", diff)
@@ -310,10 +335,10 @@ func TestRBACPerWebhookMode(t *testing.T) {
 func TestRBACGrantsNothingDangerous(t *testing.T) {
 	status := statusServerCalls(t)
 	for name, needed := range map[string][]grant{
-		"everything":       slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls),
-		"defaults":         slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
-		"no-status-server": slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
-		"no-metrics-auth":  slices.Concat(controllerCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
+		"everything":       slices.Concat(controllerCalls, admissionCalls, status, metricsAuthCalls), // names follow its values
+		"defaults":         slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status, metricsAuthCalls),
+		"no-status-server": slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, metricsAuthCalls),
+		"no-metrics-auth":  slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, status),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var extra []rbacv1.PolicyRule
@@ -346,11 +371,13 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, also
 		}
 	}
 	// What a compromised controller must not be able to do, whatever the values.
-	// Not here: list and watch of Secrets and ConfigMaps, which the side-object
-	// informers need (metadata only in the controller's code; RBAC cannot say so,
-	// see templates/rbac.yaml).
+	// Not here: list and watch of ConfigMaps, which the side-object informers
+	// need (metadata only in the controller's code; RBAC cannot say so, see
+	// templates/rbac.yaml).
 	forbidden := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}},
@@ -401,6 +428,10 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, also
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-defaulter"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"trainyard-webhook-certs-other"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"rbac-mpi-mpi-ssh-auth"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}, ResourceNames: []string{"rbac-mpi-mpi-ssh-auth"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"rbac-mpi-mpi-ssh-auth-abcdefghij"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}, ResourceNames: []string{"trainyard-secret-name-key"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-secret-name-key"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}, ResourceNames: []string{"trainyard-webhook-certs"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}, ResourceNames: []string{"trainyard-webhook-certs"}},
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"update"}},

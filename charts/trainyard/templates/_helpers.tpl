@@ -124,6 +124,13 @@ the controller keeps current are the same by construction. For the release
 {{- end }}
 
 {{/*
+The Secret holding the key of create-only Secret names (sideObjects.secretNameKeySecret).
+*/}}
+{{- define "trainyard.secretNameKeySecretName" -}}
+{{- printf "%s-secret-name-key" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{/*
 The serving certificate's Secret. Provided mode names the user's Secret, so it
 has no default there.
 */}}
@@ -345,6 +352,8 @@ rateLimit:
   {{- toYaml .Values.config.rateLimit | nindent 2 }}
 consistency:
   {{- toYaml .Values.config.consistency | nindent 2 }}
+sideObjects:
+  secretNameKeySecret: {{ include "trainyard.secretNameKeySecretName" . | quote }}
 webhook:
 {{- if .Values.webhook.enabled }}
   bindAddress: {{ printf ":%d" (int .Values.webhook.port) | quote }}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -183,9 +184,13 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		}
 		return meta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete), conditionsOf(got)
 	})
-	if _, err := c.Client().CoreV1().Secrets(namespace).Get(ctx, "rbac-mpi-mpi-ssh-auth", metav1.GetOptions{}); err != nil {
-		t.Errorf("the MPI SSH Secret: %v", err)
+	// Its name ends in a suffix only the controller can compute (the test, as admin,
+	// finds it by its label).
+	mpiSecrets, err := c.Client().CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: "trainyard.dev/trainjob-name=rbac-mpi"})
+	if err != nil || len(mpiSecrets.Items) != 1 || !strings.HasPrefix(mpiSecrets.Items[0].Name, "rbac-mpi-mpi-ssh-auth-") {
+		t.Fatalf("the MPI SSH Secret: %v, %v; want one rbac-mpi-mpi-ssh-auth-<suffix>", mpiSecrets, err)
 	}
+	mpiSecret := mpiSecrets.Items[0].Name
 	if _, err := c.Client().CoreV1().ConfigMaps(namespace).Get(ctx, "rbac-mpi-mpi-hostfile", metav1.GetOptions{}); err != nil {
 		t.Errorf("the MPI hostfile ConfigMap: %v", err)
 	}
@@ -222,9 +227,15 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	for _, verb := range []string{"list", "watch", "delete", "create", "patch"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Name: "trainyard-status-server-ca", Namespace: "team-a"})
 	}
+	// The Secret-name key, by name in the release namespace.
+	for _, verb := range []string{"get", "update"} {
+		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets", Name: release + "-secret-name-key", Namespace: namespace})
+	}
+	// Create-only side objects (Secrets) anywhere.
+	needed = append(needed, authorizationv1.ResourceAttributes{Verb: "create", Resource: "secrets", Namespace: "team-a"})
 	// The side-object informers (metadata only, labelled objects only; RBAC cannot
-	// say either) in every namespace.
-	for _, r := range []authorizationv1.ResourceAttributes{{Resource: "configmaps"}, {Resource: "secrets"}, {Group: "scheduling.k8s.io", Resource: "workloads"}} {
+	// say either) in every namespace. Not Secrets.
+	for _, r := range []authorizationv1.ResourceAttributes{{Resource: "configmaps"}, {Group: "scheduling.k8s.io", Resource: "workloads"}} {
 		for _, verb := range []string{"list", "watch"} {
 			r.Verb = verb
 			needed = append(needed, r)
@@ -236,9 +247,20 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		}
 	}
 
-	// And no more than needed: what the ServiceAccount must not do.
+	// And no more than needed: what the ServiceAccount must not do. It cannot read
+	// Secrets anywhere: no get, list or watch, cluster-wide or in any namespace, but
+	// for its two Secrets by name in its own namespace.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets"},
+		{Verb: "list", Resource: "secrets"},
+		{Verb: "watch", Resource: "secrets"},
+		{Verb: "list", Resource: "secrets", Namespace: namespace},
+		{Verb: "watch", Resource: "secrets", Namespace: namespace},
+		{Verb: "get", Resource: "secrets", Namespace: "team-a"},
+		{Verb: "list", Resource: "secrets", Namespace: "kube-system"},
+		{Verb: "get", Resource: "secrets", Name: mpiSecret, Namespace: namespace},
+		{Verb: "list", Resource: "secrets", Name: release + "-secret-name-key", Namespace: namespace},
+		{Verb: "get", Resource: "secrets", Name: release + "-secret-name-key", Namespace: "default"},
 		{Verb: "update", Resource: "secrets", Namespace: namespace},
 		{Verb: "patch", Resource: "secrets", Namespace: namespace},
 		{Verb: "delete", Resource: "secrets", Namespace: namespace},
@@ -256,7 +278,6 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: namespace},
 		{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
 		// Certificates: other Secrets, other webhook configurations, other verbs.
-		{Verb: "get", Resource: "secrets", Name: "rbac-mpi-mpi-ssh-auth", Namespace: namespace},
 		{Verb: "get", Resource: "secrets", Name: release + "-webhook-certs", Namespace: "default"},
 		{Verb: "delete", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
 		{Verb: "patch", Resource: "secrets", Name: release + "-webhook-certs", Namespace: namespace},
