@@ -224,6 +224,9 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	needed = append(needed,
 		authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
 		authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Name: "some-trainer-pod", Namespace: "team-a"})
+	// The authenticated metrics endpoint (metrics.auth.enabled, on by default): a
+	// scraper's token (the TokenReview above) and its right to get /metrics.
+	needed = append(needed, authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"})
 	for _, verb := range []string{"list", "watch", "delete", "create", "patch"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Name: "trainyard-status-server-ca", Namespace: "team-a"})
 	}
