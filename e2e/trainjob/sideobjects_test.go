@@ -163,3 +163,56 @@ func (e *env) waitSideObject(t *testing.T, kind, name string, owner, old types.U
 	})
 	return found
 }
+
+// TestSquattedHostfileBlocksUntilRemoved (issue 15): a ConfigMap under the name of a
+// TrainJob's hostfile, created first by someone else, is neither mounted nor
+// overwritten. The TrainJob says why it waits (JobSetReady=False, SideObjectConflict,
+// naming the ConfigMap and the fix) and gets no JobSet; once the squatter's ConfigMap
+// is deleted, the TrainJob proceeds by itself with its own hostfile.
+func TestSquattedHostfileBlocksUntilRemoved(t *testing.T) {
+	e := newEnv(t)
+	startController(t, e.c, noAdmission)
+	e.createMPIRuntime(t, "deepspeed", 10*time.Minute, 10*time.Minute, nil)
+	ctx := context.Background()
+	configMaps := e.c.Client().CoreV1().ConfigMaps(e.ns)
+
+	squatter, err := configMaps.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "held-mpi-hostfile"},
+		Data:       map[string]string{"hostfile": "attacker.example slots=1\n"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj := e.createTrainJob(t, trainJob("held", trainer.TrainingRuntimeKind, "deepspeed").withNumNodes(2))
+	c := e.waitCondition(t, "held", trainjob.ConditionJobSetReady, metav1.ConditionFalse, time.Minute)
+	if c.Reason != trainjob.ReasonSideObjectConflict || !strings.Contains(c.Message, `ConfigMap "held-mpi-hostfile"`) || !strings.Contains(c.Message, "delete or rename") {
+		t.Fatalf("JobSetReady=False %s: %q; want %s naming ConfigMap \"held-mpi-hostfile\" and the fix", c.Reason, c.Message, trainjob.ReasonSideObjectConflict)
+	}
+	t.Logf("JobSetReady=False %s: %s", c.Reason, c.Message)
+	cluster.Consistently(t, 5*time.Second, "no JobSet and the squatter's ConfigMap untouched while it is in the way", func(ctx context.Context) (bool, string) {
+		if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "held", metav1.GetOptions{}); err == nil {
+			return false, "a JobSet exists: its pods would mount the squatter's hostfile"
+		}
+		cm, err := configMaps.Get(ctx, squatter.Name, metav1.GetOptions{})
+		if err != nil || cm.ResourceVersion != squatter.ResourceVersion {
+			return false, fmt.Sprintf("the squatter's ConfigMap changed: %v", err)
+		}
+		return true, ""
+	})
+
+	if err := configMaps.Delete(ctx, squatter.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	own := e.waitSideObject(t, "ConfigMap", squatter.Name, tj.UID, squatter.UID, func(ctx context.Context) (metav1.Object, error) {
+		return configMaps.Get(ctx, squatter.Name, metav1.GetOptions{})
+	}).(*corev1.ConfigMap)
+	e.waitJobSet(t, "held")
+	t.Logf("the TrainJob's own hostfile and its JobSet %s after the squatter's ConfigMap was deleted", time.Since(deleted).Round(time.Millisecond))
+	if strings.Contains(own.Data["hostfile"], "attacker.example") {
+		t.Errorf("the TrainJob's hostfile %q holds the squatter's host", own.Data["hostfile"])
+	}
+	if c := e.waitCondition(t, "held", trainjob.ConditionJobSetReady, metav1.ConditionTrue, time.Minute); c.Reason == trainjob.ReasonSideObjectConflict {
+		t.Errorf("JobSetReady=True still says %s", c.Reason)
+	}
+}
