@@ -214,3 +214,33 @@ func labelValue(line, label string) string {
 	rest := line[i+len(label)+2:]
 	return rest[:strings.IndexByte(rest, '"')]
 }
+
+// metric returns the value of series on the controller's /metrics: a metric name with
+// its labels as exposed (in name order, e.g. `trainyard_progress_writes_total{result="success"}`)
+// for one series, or a bare name for the sum over all its label values. It fails the
+// test when the controller exposes no such series, so a renamed metric cannot pass as 0.
+func (ctrl *controller) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	body, err := httpGet("http://" + ctrl.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping controller metrics: %v", err)
+	}
+	var sum float64
+	found := false
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, series)
+		if !ok || rest == "" || (rest[0] != ' ' && (rest[0] != '{' || strings.Contains(series, "{"))) {
+			continue
+		}
+		value, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			t.Fatalf("parsing metric line %q: %v", line, err)
+		}
+		sum += value
+		found = true
+	}
+	if !found {
+		t.Fatalf("the controller exposes no series %s", series)
+	}
+	return sum
+}

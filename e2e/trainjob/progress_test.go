@@ -22,17 +22,23 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 )
+
+// progressWrites is the series of a replica's successful trainerStatus writes.
+var progressWrites = metrics.ProgressWritesTotal + `{` + metrics.LabelResult + `="` + metrics.ProgressWriteSuccess + `"}`
 
 // TestTrainerProgress (issue 14): a trainer pod reports its progress to the URL the
 // controller injected, with a token minted for that pod through the TokenRequest API
 // exactly as the kubelet mints the projected one (kwok runs no containers), over TLS
 // trusting only the CA the pod mounts. The TrainJob gets status.trainerStatus with the
 // exact values; a token of another TrainJob's pod, a token for another audience and a
-// malformed or out-of-range body are refused and write nothing; a burst of reports costs
-// at most one write per period and the last one is written; the TrainJob still completes
-// with exactly upstream's conditions.
+// malformed or out-of-range body are refused and write nothing (none is accepted, by the
+// controller's own counters, and the next valid report, older than the refused ones, is
+// the one written, in exactly one more write); a burst of reports costs at most one
+// write per period and the last one is written; the TrainJob still completes with
+// exactly upstream's conditions.
 func TestTrainerProgress(t *testing.T) {
 	e := newEnv(t)
 	ctrl := startController(t, e.c)
@@ -58,16 +64,7 @@ func TestTrainerProgress(t *testing.T) {
 
 	// The CA the pod mounts verifies the server: the URL's host is resolved to the
 	// controller's 127.0.0.1 address, as a Service would route it.
-	var caPEM []byte
-	cluster.Eventually(t, time.Minute, "CA ConfigMap "+progress.CAConfigMapName, func(ctx context.Context) (bool, string) {
-		cm, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, progress.CAConfigMapName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		caPEM = []byte(cm.Data[progress.CAConfigMapKey])
-		return len(caPEM) > 0, "empty " + progress.CAConfigMapKey
-	})
-	client := progressClient(t, caPEM, ctrl.progressAddr)
+	client := progressClient(t, e.progressCA(t), ctrl.progressAddr)
 
 	token := e.podToken(t, pods[0], progress.Audience(e.ns, "reporter"))
 	// Report times as a trainer stamps them: now, at the second precision stored.
@@ -86,19 +83,24 @@ func TestTrainerProgress(t *testing.T) {
 	}
 	e.waitTrainerStatus(t, "reporter", want)
 
-	// Refused, and nothing written.
+	// Refused, and nothing written. The refused reports carry values of their own, newer
+	// (lastUpdatedTime +2 s) than the report that follows them (+1 s), so one accepted by
+	// mistake would be written in its place, or keep it from being written.
+	forged := `{"trainerStatus":{"progressPercentage":99,"metrics":[{"name":"loss","value":"9"}],"lastUpdatedTime":"` + stamp(2*time.Second) + `"}}`
 	refusals := []struct {
 		what, url, token, body string
 		code                   int
 	}{
-		{"a token of another TrainJob's pod", wantURL, e.podToken(t, neighbours[0], progress.Audience(e.ns, "reporter")), report, http.StatusForbidden},
-		{"a token for another TrainJob's endpoint", wantURL, e.podToken(t, pods[0], progress.Audience(e.ns, "neighbour")), report, http.StatusForbidden},
-		{"no token", wantURL, "", report, http.StatusForbidden},
+		{"a token of another TrainJob's pod", wantURL, e.podToken(t, neighbours[0], progress.Audience(e.ns, "reporter")), forged, http.StatusForbidden},
+		{"a token for another TrainJob's endpoint", wantURL, e.podToken(t, pods[0], progress.Audience(e.ns, "neighbour")), forged, http.StatusForbidden},
+		{"no token", wantURL, "", forged, http.StatusForbidden},
 		{"a malformed body", wantURL, token, `{"trainerStatus":`, http.StatusUnprocessableEntity},
-		{"a percentage over 100", wantURL, token, `{"trainerStatus":{"progressPercentage":120,"lastUpdatedTime":"` + stamp(time.Second) + `"}}`, http.StatusUnprocessableEntity},
-		{"the endpoint of another TrainJob", strings.Replace(wantURL, "/reporter/", "/neighbour/", 1), token, report, http.StatusForbidden},
-		{"an unknown TrainJob", strings.Replace(wantURL, "/reporter/", "/nobody/", 1), e.podToken(t, pods[0], progress.Audience(e.ns, "nobody")), report, http.StatusNotFound},
+		{"a percentage over 100", wantURL, token, `{"trainerStatus":{"progressPercentage":120,"lastUpdatedTime":"` + stamp(2*time.Second) + `"}}`, http.StatusUnprocessableEntity},
+		{"the endpoint of another TrainJob", strings.Replace(wantURL, "/reporter/", "/neighbour/", 1), token, forged, http.StatusForbidden},
+		{"an unknown TrainJob", strings.Replace(wantURL, "/reporter/", "/nobody/", 1), e.podToken(t, pods[0], progress.Audience(e.ns, "nobody")), forged, http.StatusNotFound},
 	}
+	waitProgressWrites(t, ctrl, 1) // one report, one write
+	received, rejected := ctrl.metric(t, metrics.ProgressReportsTotal), ctrl.metric(t, metrics.ProgressReportsRejectedTotal)
 	for _, r := range refusals {
 		code, body := postReport(t, client, r.url, r.token, r.body)
 		if code != r.code {
@@ -110,6 +112,19 @@ func TestTrainerProgress(t *testing.T) {
 			t.Errorf("%s: body %s; want a metav1.Status failure with code %d and a message", r.what, body, r.code)
 		}
 	}
+	// None reached the coalescer (accepted = received − rejected), and the next report is
+	// the only thing written: exactly its values, in exactly one more write.
+	if dr, dj := ctrl.metric(t, metrics.ProgressReportsTotal)-received, ctrl.metric(t, metrics.ProgressReportsRejectedTotal)-rejected; dr != float64(len(refusals)) || dj != dr {
+		t.Errorf("the controller counted %v reports and %v rejections for %d refused reports; want all received and all rejected", dr, dj, len(refusals))
+	}
+	next := `{"trainerStatus":{"progressPercentage":43,"estimatedRemainingSeconds":110,"lastUpdatedTime":"` + stamp(time.Second) + `"}}`
+	if code, body := postReport(t, client, wantURL, token, next); code != http.StatusOK {
+		t.Fatalf("the report after the refusals: %d %s", code, body)
+	}
+	want = trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](43), EstimatedRemainingSeconds: ptr.To[int32](110),
+		LastUpdatedTime: ptr.To(metav1.NewTime(start.Add(time.Second)))}
+	e.waitTrainerStatus(t, "reporter", want)
+	waitProgressWrites(t, ctrl, 2)
 
 	// A burst of reports: the last one lands, at most one write per period (10 s).
 	changes := e.countTrainerStatusChanges(t, "reporter")
@@ -137,6 +152,79 @@ func TestTrainerProgress(t *testing.T) {
 	if got := tj.Status.TrainerStatus; got == nil || !ptr.Equal(got.ProgressPercentage, ptr.To[int32](70)) {
 		t.Errorf("trainerStatus after completion = %+v; want the last report kept", got)
 	}
+}
+
+// TestProgressServedByEveryReplica (issue 14, "served by every replica"): two replicas
+// with leader election, and a report posted to the one that is not the leader. As
+// docs/design/progress.md says ("every replica serves and writes"), the follower accepts
+// it and writes status.trainerStatus itself, with the exact values; the leader neither
+// receives nor writes it. Reports keep being accepted while the leader is killed and the
+// Lease changes hands, and the last of them is written.
+func TestProgressServedByEveryReplica(t *testing.T) {
+	e := newEnv(t)
+	lease := []string{"--leader-elect", "--leader-elect-namespace=" + e.ns}
+	leader := startController(t, e.c, lease...)
+	cluster.Eventually(t, 30*time.Second, "the first replica leads", func(context.Context) (bool, string) {
+		return readyzSays(leader, "leading"), "not leading yet"
+	})
+	follower := startController(t, e.c, lease...)
+	if !readyzSays(follower, "following") {
+		t.Fatal("the second replica does not report following")
+	}
+	e.createRuntime(t, "reporting", map[string]string{cluster.AnnotationCompleteDelay: "30m"})
+	e.createTrainJob(t, trainJob("reporter", trainer.TrainingRuntimeKind, "reporting"))
+	pod := e.waitPods(t, "reporter", 1)[0]
+	// The URL the pod was given; its Service routes to any replica, here the follower.
+	url := envOf(podContainer(t, pod, trainer.ContainerNode), progress.EnvServerURL)
+	if url == "" {
+		t.Fatalf("pod %s: no %s", pod.Name, progress.EnvServerURL)
+	}
+	client := progressClient(t, e.progressCA(t), follower.progressAddr)
+	token := e.podToken(t, pod, progress.Audience(e.ns, "reporter"))
+	start := time.Now().UTC().Truncate(time.Second)
+	stamp := func(d time.Duration) string { return start.Add(d).Format(time.RFC3339) }
+
+	report := `{"trainerStatus":{"progressPercentage":42,"estimatedRemainingSeconds":120,` +
+		`"metrics":[{"name":"loss","value":"0.25"}],"lastUpdatedTime":"` + stamp(0) + `"}}`
+	if code, body := postReport(t, client, url, token, report); code != http.StatusOK || !jsonEqual(body, report) {
+		t.Fatalf("report to the follower: %d %s; want 200 and the request echoed", code, body)
+	}
+	e.waitTrainerStatus(t, "reporter", trainer.TrainerStatus{
+		ProgressPercentage: ptr.To[int32](42), EstimatedRemainingSeconds: ptr.To[int32](120),
+		Metrics: []trainer.Metric{{Name: "loss", Value: "0.25"}}, LastUpdatedTime: ptr.To(metav1.NewTime(start)),
+	})
+	if !readyzSays(follower, "following") {
+		t.Fatal("the follower took the Lease before the failover; the write above proves nothing about followers")
+	}
+	waitProgressWrites(t, follower, 1)
+	if n := leader.metric(t, metrics.ProgressReportsTotal); n != 0 {
+		t.Errorf("the leader received %v progress reports; want 0 (all went to the follower)", n)
+	}
+	if n := leader.metric(t, metrics.ProgressWritesTotal); n != 0 {
+		t.Errorf("the leader made %v trainerStatus writes; want 0 (the follower writes the reports it receives)", n)
+	}
+
+	// Kill the leader and go on reporting, one report every 500 ms, each a second newer
+	// than the last, until the follower leads (and for at least 5 s): none may be refused.
+	leader.kill(t)
+	killed := time.Now()
+	var sent int
+	for i := 1; time.Since(killed) < 5*time.Second || !readyzSays(follower, "leading"); i++ {
+		if time.Since(killed) > 90*time.Second {
+			t.Fatal("the follower did not take the Lease over within 90s of the leader's death")
+		}
+		body := fmt.Sprintf(`{"trainerStatus":{"progressPercentage":50,"metrics":[{"name":"step","value":"%d"}],"lastUpdatedTime":%q}}`,
+			i, stamp(time.Duration(i)*time.Second))
+		if code, resp := postReport(t, client, url, token, body); code != http.StatusOK {
+			t.Fatalf("report %d, %v after the leader was killed: %d %s", i, time.Since(killed).Round(time.Millisecond), code, resp)
+		}
+		sent = i
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%d reports accepted by the follower from the leader's death until it led, %v later", sent, time.Since(killed).Round(time.Second))
+	e.waitTrainerStatus(t, "reporter", trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](50),
+		Metrics:         []trainer.Metric{{Name: "step", Value: fmt.Sprint(sent)}},
+		LastUpdatedTime: ptr.To(metav1.NewTime(start.Add(time.Duration(sent) * time.Second)))})
 }
 
 // expectProgressVolume checks the pod's projected volume: the token for audience and
@@ -235,6 +323,36 @@ func (e *env) waitTrainerStatus(t *testing.T, name string, want trainer.TrainerS
 		got, _ := json.Marshal(tj.Status.TrainerStatus)
 		return tj.Status.TrainerStatus != nil && equality.Semantic.DeepEqual(*tj.Status.TrainerStatus, want), string(got)
 	})
+}
+
+// waitProgressWrites waits until ctrl has counted n successful trainerStatus writes,
+// and fails at once if it counted more. The counter moves just after the API server
+// stores a write, so a reader of the TrainJob may see the write first.
+func waitProgressWrites(t *testing.T, ctrl *controller, n float64) {
+	t.Helper()
+	cluster.Eventually(t, 10*time.Second, fmt.Sprintf("%v trainerStatus writes counted", n), func(context.Context) (bool, string) {
+		got := ctrl.metric(t, progressWrites)
+		if got > n {
+			t.Fatalf("%s = %v; want %v", progressWrites, got, n)
+		}
+		return got == n, fmt.Sprint(got)
+	})
+}
+
+// progressCA waits for the CA ConfigMap the leader publishes in the test's namespace
+// and returns the PEM CA bundle trainer pods mount.
+func (e *env) progressCA(t *testing.T) []byte {
+	t.Helper()
+	var caPEM []byte
+	cluster.Eventually(t, time.Minute, "CA ConfigMap "+progress.CAConfigMapName, func(ctx context.Context) (bool, string) {
+		cm, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, progress.CAConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		caPEM = []byte(cm.Data[progress.CAConfigMapKey])
+		return len(caPEM) > 0, "empty " + progress.CAConfigMapKey
+	})
+	return caPEM
 }
 
 // countTrainerStatusChanges watches the TrainJob and returns a function reporting how
