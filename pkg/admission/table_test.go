@@ -18,6 +18,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/admission/admissiontest"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
+	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -32,6 +33,9 @@ func TestRuleTable(t *testing.T) {
 	}
 	if admissiontest.LabelWebhookValidation != LabelWebhookValidation {
 		t.Fatalf("admissiontest.LabelWebhookValidation = %q, want %q", admissiontest.LabelWebhookValidation, LabelWebhookValidation)
+	}
+	if admissiontest.VolcanoQueueAnnotation != volcano.AnnotationQueueName {
+		t.Fatalf("admissiontest.VolcanoQueueAnnotation = %q, want %q", admissiontest.VolcanoQueueAnnotation, volcano.AnnotationQueueName)
 	}
 	paths := map[string]string{
 		trainer.TrainJobKind:               PathValidateTrainJob,

@@ -84,6 +84,11 @@ func Strings(vs []Violation) []string {
 // same name).
 const LabelWebhookValidation = "trainer.kubeflow.org/webhook-validation"
 
+// VolcanoQueueAnnotation names a Volcano runtime's queue (package volcano's
+// AnnotationQueueName; not imported, to keep the e2e module's dependencies those of the
+// API types).
+const VolcanoQueueAnnotation = "scheduling.volcano.sh/queue-name"
+
 // DeviceClassName is the DeviceClass the table's ResourceClaims ask devices of: the
 // local control plane's fake GPUs (e2e/cluster.DeviceClassName).
 const DeviceClassName = "gpu.trainyard.dev"

@@ -7,7 +7,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
 )
 
 // Cases returns the table, its namespaced objects in namespace and its cluster-scoped
@@ -276,10 +275,10 @@ func TrainJobCases(namespace string) []Case {
 
 	// Volcano: the queue annotation is not empty; the pods' PriorityClass exists.
 	high := b.priorityClass("high")
-	emptyQueue := b.runtime("volcano-empty-queue", volcanoRuntime(map[string]string{volcano.AnnotationQueueName: ""}, ""))
-	queue := b.runtime("volcano-queue", volcanoRuntime(map[string]string{volcano.AnnotationQueueName: "a"}, ""))
+	emptyQueue := b.runtime("volcano-empty-queue", volcanoRuntime(map[string]string{VolcanoQueueAnnotation: ""}, ""))
+	queue := b.runtime("volcano-queue", volcanoRuntime(map[string]string{VolcanoQueueAnnotation: "a"}, ""))
 	missingClass := b.runtime("volcano-missing-class", volcanoRuntime(nil, b.clusterName("missing")))
-	presentClass := b.runtime("volcano-class", volcanoRuntime(map[string]string{volcano.AnnotationQueueName: "a"}, high.Name))
+	presentClass := b.runtime("volcano-class", volcanoRuntime(map[string]string{VolcanoQueueAnnotation: "a"}, high.Name))
 	systemClass := b.runtime("volcano-system-class", volcanoRuntime(nil, "system-node-critical"))
 	cases = append(cases,
 		withRuntime(Case{
@@ -293,7 +292,7 @@ func TrainJobCases(namespace string) []Case {
 			Object: func() *trainer.TrainJob {
 				obj := of(queue, "volcano-patch-empty-queue", nil)
 				obj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "example.io/q", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
-					Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{volcano.AnnotationQueueName: ""}}}}}}
+					Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{VolcanoQueueAnnotation: ""}}}}}}
 				return obj
 			}(),
 			Errors:  []Violation{invalid("spec.runtimePatches[manager=example.io/q].trainingRuntimeSpec.template.metadata.annotations[scheduling.volcano.sh/queue-name]")},
