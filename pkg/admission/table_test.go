@@ -109,3 +109,22 @@ func tableDeps(t *testing.T, existing []admissiontest.Object) *Deps {
 	})
 	return deps
 }
+
+// The table's own consistency check finds an object sent twice, an object two cases
+// need with different contents, and an object sent that another case needs to exist.
+func TestRuleTableCheck(t *testing.T) {
+	cases := admissiontest.TrainJobCases("default")
+	first, second := cases[0], cases[0]
+	second.Name = "TrainJob: the first case again"
+	other := cases[0].Existing[0].DeepCopyObject().(admissiontest.Object)
+	other.SetLabels(map[string]string{"changed": "yes"})
+	third := admissiontest.Case{Name: "TrainJob: its runtime changed", Existing: []admissiontest.Object{other}, Object: cases[1].Object}
+	fourth := admissiontest.Case{Name: "TrainingRuntime: sends what the first case needs", Object: cases[0].Existing[0]}
+
+	problems := admissiontest.Check([]admissiontest.Case{first, second, third, fourth},
+		func(a, b admissiontest.Object) bool { return equality.Semantic.DeepEqual(a, b) })
+
+	if len(problems) != 3 {
+		t.Errorf("problems = %q, want 3: the TrainJob sent twice, the runtime's other contents, the runtime sent", problems)
+	}
+}
