@@ -404,6 +404,9 @@ func RuntimeCases(namespace string) []Case {
 		{name: "dataset-initializer step with replicas 3", object: "initializer-replicas", spec: edited(Skeleton(torchPolicy), func(spec *trainer.TrainingRuntimeSpec) {
 			ReplicatedJob(spec, "dataset-initializer").Replicas = 3
 		}), errs: []Violation{invalid(rjs + "[name=dataset-initializer].replicas")}, message: "always must be 1"},
+		{name: "model-initializer step with replicas 2", object: "model-initializer-replicas", spec: edited(Skeleton(torchPolicy), func(spec *trainer.TrainingRuntimeSpec) {
+			ReplicatedJob(spec, "model-initializer").Replicas = 2
+		}), errs: []Violation{invalid(rjs + "[name=model-initializer].replicas")}, message: "always must be 1"},
 		{name: "dataset-initializer step without its container", object: "initializer-container", spec: edited(Skeleton(torchPolicy), func(spec *trainer.TrainingRuntimeSpec) {
 			ReplicatedJob(spec, "dataset-initializer").Template.Spec.Template.Spec.Containers[0].Name = "fetch"
 		}), errs: []Violation{invalid(rjs + "[name=dataset-initializer].template.spec.template.spec.containers")},
