@@ -11,6 +11,11 @@ const (
 	Kwok                  = "kwok"
 )
 
+// Kubectl names the kubectl binary of [Sources]: a client, not a component,
+// for tests that act as a user does (`kubectl apply`, the admission warnings
+// it prints). Locate it with [Binaries.Path].
+const Kubectl = "kubectl"
+
 // components lists the processes of a cluster in start order.
 var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok}
 
@@ -76,6 +81,13 @@ var Sources = []Source{
 			KubeControllerManager: "k8s.io/kubernetes/cmd/kube-controller-manager",
 			KubeScheduler:         "k8s.io/kubernetes/cmd/kube-scheduler",
 		},
+	},
+	{
+		// A client, in a build module of its own so that its dependencies do
+		// not change the recipe of the control plane's cache folders; Go's
+		// build cache shares the packages it has in common with them.
+		Name: "kubectl", Module: "k8s.io/kubernetes", Version: "v1.36.3",
+		Binaries: map[string]string{Kubectl: "k8s.io/kubernetes/cmd/kubectl"},
 	},
 	{
 		Name: "jobset", Module: "sigs.k8s.io/jobset", Version: "v0.12.0", BuildModule: "kubernetes",

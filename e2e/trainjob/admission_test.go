@@ -20,8 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
-	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -97,11 +95,11 @@ func tolerationPatch(manager, key string) trainer.RuntimePatch {
 }
 
 // TestAdmission: the API server calls the controller's webhooks over 127.0.0.1, as a
-// real installation's calls its Service. Bad TrainJobs and runtimes are refused with
-// the field named, server-side dry runs too; runtimePatches[].time is stamped and kept
+// real installation's calls its Service. runtimePatches[].time is stamped and kept
 // exactly as upstream's defaulter does; a patch change to a running TrainJob is refused;
 // a TrainJob whose runtime is missing is admitted with a warning and runs once the
-// runtime exists.
+// runtime exists. (Every rule's bad object, refused with the field named, is a case of
+// TestAdmissionRules.)
 func TestAdmission(t *testing.T) {
 	e := newEnv(t)
 	startController(t, e.c)
@@ -109,52 +107,6 @@ func TestAdmission(t *testing.T) {
 	client, warned := e.admissionClient(t)
 	tjs := client.TrainerV1alpha1().TrainJobs(e.ns)
 	ctx := context.Background()
-
-	t.Run("bad TrainJobs are refused, naming the field", func(t *testing.T) {
-		withManager := trainJob("bad-manager", trainer.TrainingRuntimeKind, "torch")
-		withManager.Spec.RuntimePatches = []trainer.RuntimePatch{tolerationPatch("kueue", "x")}
-		withEnv := trainJob("bad-env", trainer.TrainingRuntimeKind, "torch")
-		withEnv.Spec.Trainer = &trainer.Trainer{Env: []corev1.EnvVar{{Name: "PET_NNODES", Value: "9"}}}
-		withContainer := trainJob("bad-container", trainer.TrainingRuntimeKind, "torch")
-		p := tolerationPatch(kueueManager, "x")
-		p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []trainer.ContainerPatch{{Name: "sidecar"}}
-		withContainer.Spec.RuntimePatches = []trainer.RuntimePatch{p}
-		withDataset := trainJob("bad-dataset", trainer.TrainingRuntimeKind, "torch")
-		withDataset.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://tatsu-lab/alpaca")}}
-		nodeEnv := trainJob("bad-node-env", trainer.TrainingRuntimeKind, "torch")
-		envPatch := tolerationPatch(kueueManager, "x")
-		envPatch.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = []trainer.ContainerPatch{{
-			Name: "node", Env: []corev1.EnvVar{{Name: "X", Value: "y"}}}}
-		nodeEnv.Spec.RuntimePatches = []trainer.RuntimePatch{envPatch}
-		for _, tc := range []struct {
-			tj   testTrainJob
-			want []string
-		}{
-			{withManager, []string{"spec.runtimePatches[0].manager"}},
-			{withEnv, []string{"spec.trainer.env", "PET_NNODES"}},
-			{withContainer, []string{"containers", "sidecar"}},
-			{withDataset, []string{"spec.initializer.dataset", "dataset-initializer"}},
-			{nodeEnv, []string{"env"}},
-		} {
-			tc.tj.Namespace = e.ns
-			_, err := tjs.Create(ctx, tc.tj.TrainJob, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			expectRefused(t, tc.tj.Name+" (dry run)", err, tc.want...)
-			_, err = tjs.Create(ctx, tc.tj.TrainJob, metav1.CreateOptions{})
-			expectRefused(t, tc.tj.Name, err, tc.want...)
-		}
-	})
-
-	t.Run("a runtime that can never work is refused", func(t *testing.T) {
-		rt := &trainer.TrainingRuntime{
-			ObjectMeta: metav1.ObjectMeta{Name: "two-trainers", Namespace: e.ns},
-			Spec: trainer.TrainingRuntimeSpec{
-				MLPolicy: &trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}},
-				Template: trainer.JobSetTemplateSpec{Spec: torchJobSetSpec(2)},
-			},
-		}
-		_, err := client.TrainerV1alpha1().TrainingRuntimes(e.ns).Create(ctx, rt, metav1.CreateOptions{})
-		expectRefused(t, "runtime with replicas 2 on the trainer step", err, "replicas")
-	})
 
 	t.Run("runtimePatches time is stamped and kept as upstream does", func(t *testing.T) {
 		tj := trainJob("stamped", trainer.TrainingRuntimeKind, "torch").suspended()
@@ -293,13 +245,6 @@ func webhookCABundle(t *testing.T, e *env) []byte {
 }
 
 var _ rest.WarningHandler = (*warnings)(nil)
-
-// torchJobSetSpec is the tests' runtime template with replicas trainer Jobs.
-func torchJobSetSpec(replicas int32) jobsetv1alpha2.JobSetSpec {
-	return jobsetv1alpha2.JobSetSpec{ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{
-		Name: "node", Replicas: replicas, Template: batchJobTemplate(nil),
-	}}}
-}
 
 // httpGet returns the body of a plain GET.
 func httpGet(url string) (string, error) {

@@ -15,10 +15,10 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
+	"github.com/trainyard/trainyard/pkg/admission/admissiontest"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers"
-	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -94,47 +94,11 @@ func ctr(name string, spec *trainer.TrainingRuntimeSpec, labels map[string]strin
 	return obj
 }
 
-// skeleton returns the spec of plantest's skeleton runtime with policy, to modify.
-func skeleton(policy *trainer.MLPolicy) *trainer.TrainingRuntimeSpec {
-	return plantest.SkeletonRuntime(policy).Spec.DeepCopy()
-}
-
-// withLauncher adds a "launcher" replicatedJob (a copy of "node" without ancestor) to
-// spec and returns it.
-func withLauncher(spec *trainer.TrainingRuntimeSpec) *trainer.TrainingRuntimeSpec {
-	for _, rj := range spec.Template.Spec.ReplicatedJobs {
-		if rj.Name == trainer.ReplicatedJobNode {
-			launcher := *rj.DeepCopy()
-			launcher.Name = trainer.ReplicatedJobLauncher
-			launcher.Template.Labels = nil
-			spec.Template.Spec.ReplicatedJobs = append(spec.Template.Spec.ReplicatedJobs, launcher)
-			return spec
-		}
-	}
-	return spec
-}
-
-// without drops the replicatedJob name from spec and returns it.
-func without(spec *trainer.TrainingRuntimeSpec, name string) *trainer.TrainingRuntimeSpec {
-	var kept []jobsetv1alpha2.ReplicatedJob
-	for _, rj := range spec.Template.Spec.ReplicatedJobs {
-		if rj.Name != name {
-			kept = append(kept, rj)
-		}
-	}
-	spec.Template.Spec.ReplicatedJobs = kept
-	return spec
-}
-
-// rjob returns the replicatedJob name of spec.
-func rjob(spec *trainer.TrainingRuntimeSpec, name string) *jobsetv1alpha2.ReplicatedJob {
-	for i := range spec.Template.Spec.ReplicatedJobs {
-		if spec.Template.Spec.ReplicatedJobs[i].Name == name {
-			return &spec.Template.Spec.ReplicatedJobs[i]
-		}
-	}
-	return nil
-}
+// The runtime builders of the rule table.
+var (
+	skeleton = admissiontest.Skeleton
+	rjob     = admissiontest.ReplicatedJob
+)
 
 // trainJob returns TrainJob default/test-job (uid test-job-uid) of the
 // ClusterTrainingRuntime runtimeName, with t as spec.trainer.
