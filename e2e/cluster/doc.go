@@ -9,6 +9,7 @@
 //	kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes v1.36.3)
 //	JobSet controller v0.12.0 (with its mutating and validating webhooks)
 //	kwok v0.8.0, which fakes nodes and drives pod phases through Stage objects
+//	kubectl v1.36.3, not run by the cluster: tests use it as users do ([Kubectl])
 //
 // [Up] starts them as child processes on free 127.0.0.1 ports, each in its own
 // process group with its output in <StateDir>/logs/<component>.log; enables the
