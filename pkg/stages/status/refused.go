@@ -24,13 +24,13 @@ const (
 	// briefly does not.
 	DefaultRefusalThreshold = 5
 	// DefaultRefusalDelay is twice the queue's longest backoff (5 min): a refused
-	// TrainJob costs one write attempt per 10 minutes, and a change to the TrainJob
-	// brings it back at once.
+	// TrainJob costs one write attempt per 10 minutes, and a change to its spec brings
+	// it back at once.
 	DefaultRefusalDelay = 10 * time.Minute
 )
 
 // writeError is the failure of one write of the status stage: the JobSet's apply or a
-// side object's apply or creation. Only such failures can be refusals (see refusal);
+// side object's apply or creation. Only such failures can be refusals (countRefusal);
 // a failed read or an internal error is retried as usual.
 type writeError struct {
 	kind, name string // the object written
