@@ -41,9 +41,10 @@ func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
 
 // refusedReason returns the API server's reason for err when it is one retrying does
-// not fix: 403 Forbidden (RBAC, an admission policy or webhook denying the object, a
-// terminating namespace, an exhausted object-count quota), 422 Invalid, 400
-// BadRequest, 413 RequestEntityTooLarge and 405 MethodNotAllowed. Conflicts, timeouts,
+// not fix: 403 Forbidden (RBAC, an admission webhook denying the object, a terminating
+// namespace, an exhausted object-count quota), 422 Invalid (the object's validation, a
+// ValidatingAdmissionPolicy's denial by default), 400 BadRequest, 413
+// RequestEntityTooLarge and 405 MethodNotAllowed. Conflicts, timeouts,
 // throttling (429) and server errors (5xx) are not refusals: they are retried with the
 // queue's backoff. A status without a reason is judged by its code, as apierrors does.
 func refusedReason(err error) (metav1.StatusReason, bool) {
