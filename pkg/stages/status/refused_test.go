@@ -26,7 +26,8 @@ import (
 
 var jobSets = schema.GroupResource{Group: "jobset.x-k8s.io", Resource: "jobsets"}
 
-// policyDenial is the 403 a ValidatingAdmissionPolicy answers for a JobSet it denies.
+// policyDenial is what a ValidatingAdmissionPolicy says of a JobSet it denies (with 403
+// when its validation sets reason Forbidden, 422 by default).
 const policyDenial = "ValidatingAdmissionPolicy 'no-jobsets' with binding 'no-jobsets' denied request: JobSets are not allowed in team-a"
 
 // denyJobSetApplies makes every JobSet apply fail with err, until the returned
@@ -72,7 +73,7 @@ func TestRefusedJobSetApply(t *testing.T) {
 		reason    string
 		words     string // the server's words the message quotes
 	}{
-		"403 from an admission policy, default threshold and delay": {
+		"403 from an admission policy with reason Forbidden, default threshold and delay": {
 			err:    apierrors.NewForbidden(jobSets, tjName, errors.New(policyDenial)),
 			reason: "WriteForbidden",
 			words:  `jobsets.jobset.x-k8s.io "llm" is forbidden: ` + policyDenial,
