@@ -80,7 +80,7 @@ config:
     gang: {workers: 6}
     draClaims: {workers: 7}
     status: {workers: 16}
-  rateLimit: {baseDelay: 10ms, maxDelay: 2m, qps: 20, burst: 200}
+  rateLimit: {baseDelay: 10ms, maxDelay: 2m, qps: 20, burst: 200, refusalThreshold: 3, refusalDelay: 20m}
   featureGates: {SomeFeature: true}
 statusServer: {port: 11443, writePeriod: 30s, qps: 100, burst: 200, namespaceQPS: 5, namespaceBurst: 8}
 logging: {verbosity: 4, format: text}

@@ -72,6 +72,7 @@ func TestConfigFile(t *testing.T) {
 				*cfg.Stages.Gang.Workers, *cfg.Stages.DRAClaims.Workers, *cfg.Stages.Status.Workers},
 			"baseDelay": cfg.RateLimit.BaseDelay.Duration, "maxDelay": cfg.RateLimit.MaxDelay.Duration,
 			"retryQPS": *cfg.RateLimit.QPS, "retryBurst": *cfg.RateLimit.Burst,
+			"refusalThreshold": *cfg.RateLimit.RefusalThreshold, "refusalDelay": cfg.RateLimit.RefusalDelay.Duration,
 			"featureGates": cfg.FeatureGates,
 			"webhook":      cfg.Webhook,
 			"statusServer": cfg.StatusServer,
@@ -83,6 +84,7 @@ func TestConfigFile(t *testing.T) {
 			"workers":   []int32{2, 3, 5, 6, 7, 16},
 			"baseDelay": 10 * time.Millisecond, "maxDelay": 2 * time.Minute,
 			"retryQPS": float32(20), "retryBurst": int32(200),
+			"refusalThreshold": int32(3), "refusalDelay": 20 * time.Minute,
 			"featureGates": map[string]bool{"SomeFeature": true, "TrainJobStatus": true},
 			"statusServer": configv1alpha1.StatusServerConfiguration{
 				BindAddress: ":11443", WritePeriod: &metav1.Duration{Duration: 30 * time.Second},

@@ -426,6 +426,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
 				"TrainyardLostUpdate", "TrainyardJobSetLagging", "TrainyardAdmissionErrors",
 				"TrainyardProgressReportFlood", "TrainyardProgressWritesFailing",
+				"TrainyardPipelineInFlightSaturated", "TrainyardWritesRefused",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })
@@ -436,8 +437,8 @@ func TestPrometheusRule(t *testing.T) {
 		})
 	}
 	t.Run("alerts can be turned off one by one", func(t *testing.T) {
-		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}, progressReportFlood: {enabled: false}, progressWritesFailing: {enabled: false}}}")
-		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors", "TrainyardProgress"} {
+		spec := renderedRules(t, "metrics: {prometheusRule: {enabled: true, stagePanics: {enabled: false, severity: x}, jobSetCreationSLO: {enabled: false}, admissionErrors: {enabled: false}, progressReportFlood: {enabled: false}, progressWritesFailing: {enabled: false}, inFlightSaturated: {enabled: false}, writesRefused: {enabled: false}}}")
+		for _, gone := range []string{"TrainyardStagePanics", "TrainyardJobSetCreationSLO", "trainyard:jobset_creation_slo_errors", "TrainyardAdmissionErrors", "TrainyardProgress", "TrainyardPipelineInFlightSaturated", "TrainyardWritesRefused"} {
 			if bytes.Contains(spec, []byte(gone)) {
 				t.Errorf("%s still rendered", gone)
 			}

@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,8 @@ type Metrics struct {
 
 	keysInFlight    prometheus.Gauge
 	maxKeysInFlight prometheus.Gauge
+
+	writesRefused *prometheus.CounterVec
 
 	jobSetLagging prometheus.Gauge
 	sweepRequeues prometheus.Counter
@@ -102,6 +105,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Bound on the keys past the first stage; 0 means unbounded.",
 		}),
 
+		writesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: WritesRefusedTotal,
+			Help: "Writes of a TrainJob's JobSet or side objects the API server refused with an error retrying does not fix, by reason (Forbidden, Invalid, BadRequest, RequestEntityTooLarge, MethodNotAllowed).",
+		}, []string{LabelReason}),
+
 		jobSetLagging: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: TrainJobsJobSetLagging,
 			Help: "TrainJobs whose JobSet has lagged their spec for longer than the consistency sweep's lag threshold.",
@@ -131,6 +139,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, kind := range runtimeKinds {
 		m.jobSetCreationLatency.WithLabelValues(kind)
 	}
+	for _, reason := range refusals {
+		m.writesRefused.WithLabelValues(reason)
+	}
 	m.certExpiry, m.certRotations = newCertificateMetrics()
 	m.admission = newAdmissionMetrics()
 	m.progress = newProgressMetrics()
@@ -141,7 +152,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.queue.unfinishedWork, m.queue.longestRunning, m.queue.retries,
 			m.stageDuration, m.stageSyncs, m.stageRetries, m.stageErrors,
 			m.stagePanics, m.stageInflight, m.stageWorkers,
-			m.keysInFlight, m.maxKeysInFlight,
+			m.keysInFlight, m.maxKeysInFlight, m.writesRefused,
 			m.jobSetLagging, m.sweepRequeues, m.sweeps,
 			m.jobSetCreationLatency, m.trainJobs, m.buildInfo,
 			m.certExpiry, m.certRotations,
@@ -157,6 +168,16 @@ func New(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) SetKeysInFlight(n, max int) {
 	m.keysInFlight.Set(float64(n))
 	m.maxKeysInFlight.Set(float64(max))
+}
+
+// WriteRefused counts one write the API server refused with reason, one of the
+// Refused* values (a metav1.StatusReason); any other value counts as
+// ReasonInternal, so the series stay bounded.
+func (m *Metrics) WriteRefused(reason string) {
+	if !slices.Contains(refusals, reason) {
+		reason = ReasonInternal
+	}
+	m.writesRefused.WithLabelValues(reason).Inc()
 }
 
 // ObserveSweep records one consistency sweep: lagging TrainJobs past the lag threshold

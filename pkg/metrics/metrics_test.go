@@ -57,6 +57,7 @@ func TestLint(t *testing.T) {
 	m.ObserveProgressCoalesced()
 	m.ObserveProgressDropped(metrics.ReasonStale)
 	m.ObserveProgressWrite(nil)
+	m.WriteRefused(metrics.RefusedForbidden)
 
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -78,7 +79,7 @@ func TestLint(t *testing.T) {
 		metrics.AdmissionRequestsTotal, metrics.AdmissionDurationSeconds, metrics.AdmissionWarningsTotal,
 		metrics.ProgressReportsTotal, metrics.ProgressReportsRejectedTotal, metrics.ProgressReportDurationSeconds,
 		metrics.ProgressTokenReviewsTotal, metrics.ProgressReportsCoalescedTotal, metrics.ProgressReportsDroppedTotal,
-		metrics.ProgressWritesTotal,
+		metrics.ProgressWritesTotal, metrics.WritesRefusedTotal,
 	}
 	for _, name := range names {
 		if !strings.HasPrefix(name, "trainyard_") && !strings.HasPrefix(name, "workqueue_") {
@@ -244,6 +245,24 @@ func TestObserveJobSetCreation(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("%s (-want,+got):\n%s", metrics.JobSetCreationLatencySeconds, diff)
+	}
+}
+
+// TestWritesRefused: every refusal reason has a series from the start; a refusal is
+// counted under its reason, an unknown reason under internal.
+func TestWritesRefused(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.WriteRefused(metrics.RefusedForbidden)
+	m.WriteRefused(metrics.RefusedForbidden)
+	m.WriteRefused(metrics.RefusedInvalid)
+	m.WriteRefused("SomethingElse")
+	want := map[string]float64{
+		metrics.RefusedForbidden: 2, metrics.RefusedInvalid: 1, metrics.RefusedBadRequest: 0,
+		metrics.RefusedRequestEntityTooLarge: 0, metrics.RefusedMethodNotAllowed: 0, metrics.ReasonInternal: 1,
+	}
+	if diff := cmp.Diff(want, counterValues(t, reg, metrics.WritesRefusedTotal, metrics.LabelReason)); diff != "" {
+		t.Errorf("%s (-want,+got):\n%s", metrics.WritesRefusedTotal, diff)
 	}
 }
 

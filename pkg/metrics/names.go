@@ -82,6 +82,15 @@ const (
 	// PipelineKeysInFlight; 0 means unbounded.
 	PipelineMaxKeysInFlight = "trainyard_pipeline_max_keys_in_flight"
 
+	// WritesRefusedTotal is a counter (writes): writes of a TrainJob's JobSet
+	// or side objects by the status stage that the API server refused with an
+	// error retrying does not fix, each attempt counted. A TrainJob refused
+	// several times in a row gets JobSetReady=False, reason Write<reason>, and
+	// is then tried again every refusal delay (10 min by default), so a
+	// steadily increasing series means TrainJobs held by such a refusal.
+	// Labels: reason (Refused* values: the API server's metav1.StatusReason).
+	WritesRefusedTotal = "trainyard_writes_refused_total"
+
 	// TrainJobsJobSetLagging is a gauge (TrainJobs): TrainJobs whose JobSet has
 	// lagged their spec for longer than the consistency sweep's lag threshold:
 	// built from an older TrainJob generation while it may still change (the
@@ -240,6 +249,17 @@ const (
 	ReasonInternal  = "internal"
 )
 
+// Values of the "reason" label of trainyard_writes_refused_total: the API
+// server's metav1.StatusReason of a refusal retrying does not fix. Any other
+// value is recorded as ReasonInternal (no such write is counted today).
+const (
+	RefusedForbidden             = "Forbidden"
+	RefusedInvalid               = "Invalid"
+	RefusedBadRequest            = "BadRequest"
+	RefusedRequestEntityTooLarge = "RequestEntityTooLarge"
+	RefusedMethodNotAllowed      = "MethodNotAllowed"
+)
+
 // Further values of the "reason" label of the progress metrics
 // (trainyard_progress_reports_rejected_total also uses ReasonNotFound,
 // ReasonInvalid, ReasonForbidden and ReasonInternal; see its doc).
@@ -335,6 +355,7 @@ var (
 	certificates = []string{CertificateServing, CertificateCA}
 	results      = []string{ResultContinue, ResultRequeueAfter, ResultWaitForEvent, ResultRetry, ResultTerminal, ResultRestart}
 	reasons      = []string{ReasonConflict, ReasonNotFound, ReasonInvalid, ReasonForbidden, ReasonThrottled, ReasonTimeout, ReasonInternal}
+	refusals     = []string{RefusedForbidden, RefusedInvalid, RefusedBadRequest, RefusedRequestEntityTooLarge, RefusedMethodNotAllowed}
 	runtimeKinds = []string{RuntimeKindTrainingRuntime, RuntimeKindClusterTrainingRuntime, RuntimeKindOther}
 	phases       = []string{PhasePending, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
 

@@ -57,6 +57,18 @@ const (
 	// DeviceClass than all ResourceSlices publish; the TrainJob proceeds when a slice
 	// is added or grows.
 	ReasonInsufficientDevices = "InsufficientDevices"
+	// ReasonPrefixWrite starts the reason of JobSetReady=False when the API server has
+	// refused to write the TrainJob's JobSet or one of its side objects several times in
+	// a row with an error retrying does not fix (Forbidden, Invalid, BadRequest,
+	// RequestEntityTooLarge, MethodNotAllowed): the reason is the prefix followed by the
+	// metav1.StatusReason, e.g. "WriteInvalid" for a ValidatingAdmissionPolicy denying
+	// JobSets in the namespace (a policy's default reason) or a JobSet the server does
+	// not accept, "WriteForbidden" for RBAC or a webhook's denial. The message
+	// names the object and quotes the server. The TrainJob is tried again after a long
+	// delay and at once when its spec changes; the condition turns True (reason
+	// ReasonJobSetBuilt) once the write succeeds. Upstream retries such writes forever
+	// with events only.
+	ReasonPrefixWrite = "Write"
 
 	ReasonGangUnschedulable  = "GangUnschedulable"
 	ReasonGangScheduled      = "GangScheduled"

@@ -226,6 +226,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if rl := cfg.RateLimit; rl.BaseDelay.Duration <= 0 || rl.MaxDelay.Duration < rl.BaseDelay.Duration {
 		problems = append(problems, "rateLimit.baseDelay must be positive and not above rateLimit.maxDelay")
 	}
+	if rl := cfg.RateLimit; *rl.RefusalThreshold < 1 || rl.RefusalDelay.Duration <= 0 {
+		problems = append(problems, "rateLimit.refusalThreshold must be at least 1 and rateLimit.refusalDelay positive")
+	}
 	if c := cfg.Webhook.Certificates; c.ServingValidity.Duration <= 0 || c.CAValidity.Duration < c.ServingValidity.Duration {
 		problems = append(problems, "webhook.certificates.servingValidity must be positive and not above webhook.certificates.caValidity")
 	}

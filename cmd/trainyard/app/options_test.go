@@ -49,6 +49,9 @@ func defaults() *configv1alpha1.Configuration {
 			MaxDelay:  &metav1.Duration{Duration: 5 * time.Minute},
 			QPS:       ptr.To[float32](10),
 			Burst:     ptr.To[int32](100),
+
+			RefusalThreshold: ptr.To[int32](5),
+			RefusalDelay:     &metav1.Duration{Duration: 10 * time.Minute},
 		},
 		Webhook: configv1alpha1.WebhookConfiguration{
 			BindAddress:                        ":9443",
@@ -366,6 +369,14 @@ func TestConfigErrors(t *testing.T) {
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},
 			wantIn: []string{"rateLimit.baseDelay", "rateLimit.maxDelay"},
+		},
+		"refusal threshold 0": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nrateLimit:\n  refusalThreshold: 0\n")},
+			wantIn: []string{"rateLimit.refusalThreshold"},
+		},
+		"negative refusal delay": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nrateLimit:\n  refusalDelay: -1m\n")},
+			wantIn: []string{"rateLimit.refusalDelay"},
 		},
 	}
 	for name, tc := range cases {

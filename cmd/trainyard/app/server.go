@@ -398,7 +398,9 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
 		ApplyJobSet: deps.applyJobSet,
 		Plans:       plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
-		Gang: deps.gangWaiting,
+		Gang:             deps.gangWaiting,
+		RefusalThreshold: int(*cfg.RateLimit.RefusalThreshold),
+		RefusalDelay:     cfg.RateLimit.RefusalDelay.Duration,
 	}
 	all := []stages.Stage{
 		&resolveruntime.Stage{

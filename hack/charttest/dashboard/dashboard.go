@@ -262,10 +262,12 @@ func Build() *Dashboard {
 		target(`max(`+leaderOnly(`trainyard_trainjobs_jobset_lagging{`+sel+`}`)+`)`, "lagging"),
 		target(`sum(increase(trainyard_consistency_sweep_requeues_total{`+sel+`}[$__range]))`, "re-queued by the sweep"),
 		target(`sum(increase(trainyard_consistency_sweeps_total{`+sel+`}[$__range]))`, "sweeps")))
-	l.add(12, 8, timeseries("Oldest running sync", "Age of the oldest key being processed in each stage. A line that climbs steadily is a blocked worker (alert TrainyardStageWorkerStuck).", "s",
+	l.add(8, 8, timeseries("Oldest running sync", "Age of the oldest key being processed in each stage. A line that climbs steadily is a blocked worker (alert TrainyardStageWorkerStuck).", "s",
 		target(`max by (name) (workqueue_longest_running_processor_seconds{`+queueSel+`})`, "{{name}}")))
-	l.add(12, 8, timeseries("Unfinished work growth", "Growth per second of the summed age of keys being processed. Around 0 is healthy; a value near the number of workers means every worker is stuck.", "none",
+	l.add(8, 8, timeseries("Unfinished work growth", "Growth per second of the summed age of keys being processed. Around 0 is healthy; a value near the number of workers means every worker is stuck.", "none",
 		target(`sum by (name) (deriv(workqueue_unfinished_work_seconds{`+queueSel+`}[$__rate_interval]))`, "{{name}}")))
+	l.add(8, 8, timeseries("Writes refused", "JobSet and side-object writes the API server refused for a reason retrying does not fix, by reason, over the last 15 minutes. A TrainJob refused 5 times in a row carries JobSetReady=False, reason Write<reason>, and is tried again every 10 minutes, so a steady line is TrainJobs held by a refusal (alert TrainyardWritesRefused).", "none",
+		target(`sum by (reason) (increase(trainyard_writes_refused_total{`+sel+`}[15m])) > 0`, "{{reason}}")))
 
 	perStage := row("Stage: $stage")
 	perStage.Repeat = "stage"

@@ -248,12 +248,12 @@ func (s *Stage) syncObjects(ctx context.Context, tj *trainer.TrainJob, p *plan.P
 			}
 		}
 		if err := s.Objects.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, err
+			return nil, &writeError{kind: obj.GetKind(), name: obj.GetName(), err: err}
 		}
 	}
 	for _, obj := range apply {
 		if err := s.Objects.Apply(ctx, obj); err != nil {
-			return nil, err
+			return nil, &writeError{kind: obj.GetKind(), name: obj.GetName(), err: err}
 		}
 	}
 	return nil, nil

@@ -27,6 +27,7 @@ type recordingApplier struct {
 	log       *[]string
 	created   []*unstructured.Unstructured
 	createErr error
+	applyErr  error // what Apply returns, after logging the attempt; nil applies
 	// objects are the existing objects by "Kind name"; uncached ones only the API
 	// server shows (no informer cache holds them).
 	objects  map[string]metav1.Object
@@ -41,6 +42,9 @@ func objectKeyOf(obj *unstructured.Unstructured) string { return obj.GetKind() +
 
 func (r *recordingApplier) Apply(_ context.Context, obj *unstructured.Unstructured) error {
 	*r.log = append(*r.log, "apply "+objectKeyOf(obj))
+	if r.applyErr != nil {
+		return r.applyErr
+	}
 	r.put(obj)
 	return nil
 }

@@ -80,9 +80,20 @@ type Stage struct {
 	// looks again; a foreign object an informer routes (an earlier TrainJob's of the
 	// same name) is waited for as an event. 0 means DefaultConflictRecheck.
 	ConflictRecheck time.Duration
+	// RefusalThreshold is how many times in a row the API server may refuse a
+	// TrainJob's writes (the JobSet or a side object) with an error retrying does not
+	// fix (refusedReason: 403, 422, 400, 413, 405) before the TrainJob gets
+	// JobSetReady=False, reason Write<StatusReason>, and waits RefusalDelay between
+	// attempts instead of the queue's backoff. 0 means DefaultRefusalThreshold.
+	RefusalThreshold int
+	// RefusalDelay is the wait between two attempts of a refused TrainJob; a change to
+	// the TrainJob's spec (a new generation) brings it back at once. 0 means
+	// DefaultRefusalDelay.
+	RefusalDelay time.Duration
 
-	mu      sync.Mutex
-	applied map[cache.ObjectName]appliedJobSet
+	mu       sync.Mutex
+	applied  map[cache.ObjectName]appliedJobSet
+	refusals map[cache.ObjectName]refusalCount
 }
 
 // appliedJobSet remembers what this process last applied for a TrainJob, so a sync that
@@ -113,6 +124,7 @@ func (s *Stage) Name() string { return Name }
 // call it when the TrainJob is deleted.
 func (s *Stage) Forget(key cache.ObjectName) {
 	s.forgetApplied(key)
+	s.refusalsEnded(key)
 	s.Status.Forget(key)
 }
 
@@ -127,6 +139,16 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 // an unfinished TrainJob has neither JobSet nor plan (the JobSet was deleted, or this
 // process has not built it), RequeueAfter until an active deadline, WaitForEvent
 // otherwise, and Retry with the API error on failure.
+//
+// A write the API server refuses with an error retrying does not fix (a policy denying
+// JobSets in the namespace, an invalid object: see refusedReason) is retried with the
+// queue's backoff RefusalThreshold times; from then on, the TrainJob gets
+// JobSetReady=False, reason Write<StatusReason> (e.g. WriteForbidden), its message
+// naming the object and quoting the server, and the stage returns RequeueAfter
+// RefusalDelay: the key leaves the pipeline, and its in-flight slot, until then or
+// until the TrainJob's spec changes (architecture invariant 8). The count is per
+// TrainJob generation; a pass whose writes go through ends it and turns the condition
+// True.
 //
 // A side object's name held by an object the TrainJob does not control (someone
 // else's, nobody's, an earlier TrainJob's of the same name) is never used or
@@ -164,14 +186,21 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	applied, objectsOurs := false, false
 	var planned []metav1.Condition
 	var conflict *sideObjectConflict
+	var refused *refusal
 	if !finished {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
 		case havePlan && p.Stage == Index-1:
 			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
-				return stages.Retry(), err
+				if refused = s.countRefusal(key, tj, err); refused == nil {
+					return stages.Retry(), err
+				}
+				klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
+					"refusals", refused.times, "after", refused.delay)
+				break
 			}
+			s.refusalsEnded(key)
 			if applied {
 				planned = p.Conditions
 			}
@@ -195,7 +224,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		computeStatus(st, tj, js, applied, expired, now)
 		planConditions(st, planned, now)
-		sideObjectCondition(st, tj, conflict, objectsOurs && js != nil, now)
+		writeCondition(st, tj, refused, conflict, objectsOurs && js != nil, now)
 		if s.Gang != nil && !finished {
 			gangCondition(st, tj, s.Gang(tj), now)
 		}
@@ -210,35 +239,23 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if !finished && !expired && !deadline.IsZero() {
 		after = max(deadline.Sub(now), time.Second)
 	}
-	if conflict != nil && !conflict.watched {
-		recheck := s.ConflictRecheck
+	var recheck time.Duration
+	switch {
+	case refused != nil:
+		recheck = refused.delay
+	case conflict != nil && !conflict.watched:
+		recheck = s.ConflictRecheck
 		if recheck <= 0 {
 			recheck = DefaultConflictRecheck
 		}
-		if after == 0 || recheck < after {
-			after = recheck
-		}
+	}
+	if recheck > 0 && (after == 0 || recheck < after) {
+		after = recheck
 	}
 	if after > 0 {
 		return stages.RequeueAfter(after), nil
 	}
 	return stages.WaitForEvent(), nil
-}
-
-// sideObjectCondition records conflict as JobSetReady=False, reason
-// SideObjectConflict, and, once healed says the side objects are the TrainJob's and its
-// JobSet exists, turns such a condition True (a JobSet applied in the same pass heals
-// it in computeStatus already; a running JobSet is not applied again).
-func sideObjectCondition(st *trainer.TrainJobStatus, tj *trainer.TrainJob, conflict *sideObjectConflict, healed bool, now time.Time) {
-	if conflict != nil {
-		setCondition(st, trainjob.ConditionJobSetReady, metav1.ConditionFalse, trainjob.ReasonSideObjectConflict, conflict.message(), tj.Generation, now)
-		return
-	}
-	if c := meta.FindStatusCondition(st.Conditions, trainjob.ConditionJobSetReady); healed && c != nil &&
-		c.Status == metav1.ConditionFalse && c.Reason == trainjob.ReasonSideObjectConflict {
-		setCondition(st, trainjob.ConditionJobSetReady, metav1.ConditionTrue, trainjob.ReasonJobSetBuilt,
-			"JobSet built from the TrainJob and its runtime; its side objects are the TrainJob's", tj.Generation, now)
-	}
 }
 
 // applyIfChanged makes the plan's side objects exist as tj's (syncObjects; whatever
@@ -274,7 +291,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 		return false, nil, err
 	}
 	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
-		return false, nil, fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
+		return false, nil, &writeError{kind: "JobSet", name: tj.Name, err: fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)}
 	}
 	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false), at: s.now()})
 	logger := klog.FromContext(ctx)

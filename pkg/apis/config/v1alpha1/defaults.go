@@ -36,6 +36,8 @@ const (
 	DefaultRetryMaxDelay           = 5 * time.Minute
 	DefaultRetryQPS                = 10
 	DefaultRetryBurst              = 100
+	DefaultRefusalThreshold        = 5
+	DefaultRefusalDelay            = 10 * time.Minute
 	DefaultWebhookBindAddress      = ":9443"
 	DefaultWebhookServiceName      = "trainyard-webhook"
 	DefaultWebhookSecretName       = "trainyard-webhook-certs"
@@ -124,6 +126,12 @@ func SetDefaults_Configuration(c *Configuration) {
 	}
 	if rl.Burst == nil {
 		rl.Burst = ptr.To[int32](DefaultRetryBurst)
+	}
+	if rl.RefusalThreshold == nil {
+		rl.RefusalThreshold = ptr.To[int32](DefaultRefusalThreshold)
+	}
+	if rl.RefusalDelay == nil {
+		rl.RefusalDelay = &metav1.Duration{Duration: DefaultRefusalDelay}
 	}
 
 	setString(&c.SideObjects.SecretNameKeySecret, DefaultSecretNameKeySecret)

@@ -305,4 +305,18 @@ type RateLimitConfiguration struct {
 	// burst is the token bucket size of that overall rate. Defaults to 100.
 	// +optional
 	Burst *int32 `json:"burst,omitempty"`
+	// refusalThreshold is how many times in a row the API server may refuse to write a
+	// TrainJob's JobSet or side object with an error retrying does not fix (403
+	// Forbidden, 422 Invalid, 400 BadRequest, 413 RequestEntityTooLarge, 405
+	// MethodNotAllowed; e.g. a policy denying JobSets in the namespace) before the
+	// TrainJob gets JobSetReady=False, reason Write<reason>, naming the object and
+	// quoting the server, and is tried again every refusalDelay instead of with the
+	// backoff above. At least 1. Defaults to 5.
+	// +optional
+	RefusalThreshold *int32 `json:"refusalThreshold,omitempty"`
+	// refusalDelay is the wait between two write attempts of a TrainJob past
+	// refusalThreshold; a change to the TrainJob's spec brings it back at once. Positive.
+	// Defaults to 10m.
+	// +optional
+	RefusalDelay *metav1.Duration `json:"refusalDelay,omitempty"`
 }

@@ -176,6 +176,16 @@ func (in *RateLimitConfiguration) DeepCopyInto(out *RateLimitConfiguration) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.RefusalThreshold != nil {
+		in, out := &in.RefusalThreshold, &out.RefusalThreshold
+		*out = new(int32)
+		**out = **in
+	}
+	if in.RefusalDelay != nil {
+		in, out := &in.RefusalDelay, &out.RefusalDelay
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	return
 }
 
