@@ -61,6 +61,9 @@ metrics: {auth: {enabled: false}}
 webhook: {enabled: false}
 metrics: {auth: {enabled: false}}
 `,
+	"watch-namespaces": `
+watchNamespaces: [team-a, team-b]
+`,
 	"plain-http-metrics": `
 metrics: {secureServing: false, auth: {enabled: false}}
 `,

@@ -55,6 +55,11 @@ func TestSchemaRejectsMistakes(t *testing.T) {
 		`podDisruptionBudget: {minAvailable: "half"}`:  "minAvailable",
 		`config: {featureGates: {someFeature: true}}`:  "someFeature",
 		`config: {featureGates: {SomeFeature: "yes"}}`: "SomeFeature",
+		// watchNamespaces: namespace names, each once
+		`watchNamespaces: team-a`:           "watchNamespaces",
+		`watchNamespaces: [Team_A]`:         "watchNamespaces",
+		`watchNamespaces: [team-a, team-a]`: "watchNamespaces",
+		`watchNamespaces: [""]`:             "watchNamespaces",
 		// admission
 		`webhook: {enable: false}`:                        "enable",
 		`webhook: {enabled: "false"}`:                     "enabled",

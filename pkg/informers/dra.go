@@ -16,6 +16,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -30,7 +31,7 @@ import (
 // appears. Template and claim specs are immutable, so updates route nowhere, and a
 // deletion affects only pods not created yet, which the Job controller reports.
 type DRAInformers struct {
-	factory kubeinformers.SharedInformerFactory
+	factories []kubeinformers.SharedInformerFactory
 
 	ResourceClaimTemplates cache.SharedIndexInformer
 	ResourceClaims         cache.SharedIndexInformer
@@ -44,24 +45,32 @@ type DRAInformers struct {
 }
 
 // NewDRA creates the DRA informers, with managedFields stripped from the cache. resync
-// is the periodic resync interval (0 disables it). The caller must know that the API
-// server serves resource.k8s.io/v1 (Kubernetes 1.34+): against one that does not, the
-// informers never sync.
-func NewDRA(kube kubernetes.Interface, resync time.Duration) *DRAInformers {
-	f := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
-		kubeinformers.WithTransform(StripManagedFields))
-	r := f.Resource().V1()
-	return &DRAInformers{
-		factory:                     f,
-		ResourceClaimTemplates:      r.ResourceClaimTemplates().Informer(),
-		ResourceClaims:              r.ResourceClaims().Informer(),
-		DeviceClasses:               r.DeviceClasses().Informer(),
-		ResourceSlices:              r.ResourceSlices().Informer(),
-		ResourceClaimTemplateLister: r.ResourceClaimTemplates().Lister(),
-		ResourceClaimLister:         r.ResourceClaims().Lister(),
-		DeviceClassLister:           r.DeviceClasses().Lister(),
-		ResourceSliceLister:         r.ResourceSlices().Lister(),
+// is the periodic resync interval (0 disables it). ResourceClaimTemplates and
+// ResourceClaims are watched in the watched namespaces (empty: every namespace),
+// DeviceClasses and ResourceSlices, cluster-scoped, whole. The caller must know that the
+// API server serves resource.k8s.io/v1 (Kubernetes 1.34+): against one that does not,
+// the informers never sync.
+func NewDRA(kube kubernetes.Interface, resync time.Duration, watched namespaces.Set) *DRAInformers {
+	d := &DRAInformers{}
+	var templates, claims []cache.SharedIndexInformer
+	for _, ns := range watched.Each() {
+		f := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithTransform(StripManagedFields), kubeinformers.WithNamespace(ns))
+		templates = append(templates, f.Resource().V1().ResourceClaimTemplates().Informer())
+		claims = append(claims, f.Resource().V1().ResourceClaims().Informer())
+		d.factories = append(d.factories, f)
 	}
+	cf := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+		kubeinformers.WithTransform(StripManagedFields))
+	d.factories = append(d.factories, cf)
+	r := cf.Resource().V1()
+	d.ResourceClaimTemplates = namespaces.Merge(watched.Each(), templates)
+	d.ResourceClaims = namespaces.Merge(watched.Each(), claims)
+	d.DeviceClasses, d.DeviceClassLister = r.DeviceClasses().Informer(), r.DeviceClasses().Lister()
+	d.ResourceSlices, d.ResourceSliceLister = r.ResourceSlices().Informer(), r.ResourceSlices().Lister()
+	d.ResourceClaimTemplateLister = resourcelisters.NewResourceClaimTemplateLister(d.ResourceClaimTemplates.GetIndexer())
+	d.ResourceClaimLister = resourcelisters.NewResourceClaimLister(d.ResourceClaims.GetIndexer())
+	return d
 }
 
 // Route registers the DRA event handlers: a ResourceClaimTemplate or ResourceClaim
@@ -102,7 +111,11 @@ func (d *DRAInformers) Route(logger klog.Logger, r Router, build string, trainJo
 }
 
 // Start starts the informers; they stop when ctx is done.
-func (d *DRAInformers) Start(ctx context.Context) { d.factory.Start(ctx.Done()) }
+func (d *DRAInformers) Start(ctx context.Context) {
+	for _, f := range d.factories {
+		f.Start(ctx.Done())
+	}
+}
 
 // WaitForCacheSync blocks until every DRA informer has synced, and reports false if
 // ctx ended first.
@@ -118,7 +131,11 @@ func (d *DRAInformers) HasSynced() bool {
 }
 
 // Shutdown waits for the informers' goroutines to end after ctx was cancelled.
-func (d *DRAInformers) Shutdown() { d.factory.Shutdown() }
+func (d *DRAInformers) Shutdown() {
+	for _, f := range d.factories {
+		f.Shutdown()
+	}
+}
 
 type draHandlers struct {
 	router    Router

@@ -41,7 +41,7 @@ func TestDRARoute(t *testing.T) {
 		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "existing"}},
 		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"}},
 	)
-	d := NewDRA(kube, 0)
+	d := NewDRA(kube, 0, nil)
 	r := &fakeRouter{}
 	if err := d.Route(logger, r, build, trainerlisters.NewTrainJobLister(trainJobs)); err != nil {
 		t.Fatal(err)

@@ -17,13 +17,17 @@ import (
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	trainerinformers "github.com/trainyard/trainyard/pkg/clientset/informers/externalversions"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 )
 
 // Informers holds the shared informer factories and the listers the stages use.
 // Create it with New, register handlers with Route, then Start and WaitForCacheSync.
+//
+// The namespaced informers (TrainJobs, TrainingRuntimes, JobSets) watch the namespaces
+// New was given, one factory per namespace merged by namespaces.Merge; the listers read
+// across them. ClusterTrainingRuntimes are cluster-scoped and watched whole.
 type Informers struct {
-	trainerFactory trainerinformers.SharedInformerFactory
-	jobSetFactory  jobsetinformers.SharedInformerFactory
+	factories []factory
 
 	TrainJobs               cache.SharedIndexInformer
 	TrainingRuntimes        cache.SharedIndexInformer
@@ -36,27 +40,43 @@ type Informers struct {
 	JobSetLister                 jobsetlisters.JobSetLister
 }
 
+// factory is what Informers needs of a generated SharedInformerFactory.
+type factory interface {
+	Start(stopCh <-chan struct{})
+	Shutdown()
+}
+
 // New creates the informers with the transforms and indexers installed. resync is the
 // periodic resync interval (0 disables it: the pipeline is level-triggered on events and
-// a resync would only cost CPU). It returns an error only if an indexer cannot be added.
-func New(trainer trainerclient.Interface, jobsets jobsetclient.Interface, resync time.Duration) (*Informers, error) {
-	tf := trainerinformers.NewSharedInformerFactoryWithOptions(trainer, resync,
-		trainerinformers.WithTransform(StripManagedFields))
-	jf := jobsetinformers.NewSharedInformerFactoryWithOptions(jobsets, resync,
-		jobsetinformers.WithTransform(TrimJobSet))
-
-	in := &Informers{
-		trainerFactory:          tf,
-		jobSetFactory:           jf,
-		TrainJobs:               tf.Trainer().V1alpha1().TrainJobs().Informer(),
-		TrainingRuntimes:        tf.Trainer().V1alpha1().TrainingRuntimes().Informer(),
-		ClusterTrainingRuntimes: tf.Trainer().V1alpha1().ClusterTrainingRuntimes().Informer(),
-		JobSets:                 jf.Jobset().V1alpha2().JobSets().Informer(),
+// a resync would only cost CPU). watched are the namespaces of TrainJobs, runtimes and
+// JobSets to list and watch (empty: every namespace). It returns an error only if an
+// indexer cannot be added.
+func New(trainer trainerclient.Interface, jobsets jobsetclient.Interface, resync time.Duration, watched namespaces.Set) (*Informers, error) {
+	in := &Informers{}
+	var trainJobs, runtimes, jobSets []cache.SharedIndexInformer
+	for _, ns := range watched.Each() {
+		tf := trainerinformers.NewSharedInformerFactoryWithOptions(trainer, resync,
+			trainerinformers.WithTransform(StripManagedFields), trainerinformers.WithNamespace(ns))
+		jf := jobsetinformers.NewSharedInformerFactoryWithOptions(jobsets, resync,
+			jobsetinformers.WithTransform(TrimJobSet), jobsetinformers.WithNamespace(ns))
+		trainJobs = append(trainJobs, tf.Trainer().V1alpha1().TrainJobs().Informer())
+		runtimes = append(runtimes, tf.Trainer().V1alpha1().TrainingRuntimes().Informer())
+		jobSets = append(jobSets, jf.Jobset().V1alpha2().JobSets().Informer())
+		in.factories = append(in.factories, tf, jf)
 	}
-	in.TrainJobLister = tf.Trainer().V1alpha1().TrainJobs().Lister()
-	in.TrainingRuntimeLister = tf.Trainer().V1alpha1().TrainingRuntimes().Lister()
-	in.ClusterTrainingRuntimeLister = tf.Trainer().V1alpha1().ClusterTrainingRuntimes().Lister()
-	in.JobSetLister = jf.Jobset().V1alpha2().JobSets().Lister()
+	// Cluster-scoped: a factory's namespace does not apply to them.
+	cf := trainerinformers.NewSharedInformerFactoryWithOptions(trainer, resync,
+		trainerinformers.WithTransform(StripManagedFields))
+	in.factories = append(in.factories, cf)
+	in.ClusterTrainingRuntimes = cf.Trainer().V1alpha1().ClusterTrainingRuntimes().Informer()
+	in.ClusterTrainingRuntimeLister = cf.Trainer().V1alpha1().ClusterTrainingRuntimes().Lister()
+
+	in.TrainJobs = namespaces.Merge(watched.Each(), trainJobs)
+	in.TrainingRuntimes = namespaces.Merge(watched.Each(), runtimes)
+	in.JobSets = namespaces.Merge(watched.Each(), jobSets)
+	in.TrainJobLister = trainerlisters.NewTrainJobLister(in.TrainJobs.GetIndexer())
+	in.TrainingRuntimeLister = trainerlisters.NewTrainingRuntimeLister(in.TrainingRuntimes.GetIndexer())
+	in.JobSetLister = jobsetlisters.NewJobSetLister(in.JobSets.GetIndexer())
 
 	if err := in.TrainJobs.AddIndexers(cache.Indexers{IndexRuntimeRef: indexByRuntimeRef}); err != nil {
 		return nil, fmt.Errorf("adding TrainJob indexer %s: %w", IndexRuntimeRef, err)
@@ -69,8 +89,9 @@ func New(trainer trainerclient.Interface, jobsets jobsetclient.Interface, resync
 
 // Start starts every informer; they stop when ctx is done.
 func (in *Informers) Start(ctx context.Context) {
-	in.trainerFactory.Start(ctx.Done())
-	in.jobSetFactory.Start(ctx.Done())
+	for _, f := range in.factories {
+		f.Start(ctx.Done())
+	}
 }
 
 // WaitForCacheSync blocks until every informer has synced, and reports false if ctx
@@ -83,8 +104,9 @@ func (in *Informers) WaitForCacheSync(ctx context.Context) bool {
 
 // Shutdown waits for the informers' goroutines to end after ctx was cancelled.
 func (in *Informers) Shutdown() {
-	in.trainerFactory.Shutdown()
-	in.jobSetFactory.Shutdown()
+	for _, f := range in.factories {
+		f.Shutdown()
+	}
 }
 
 // HasSynced reports whether every informer has synced (for /readyz).

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 )
 
 // PodGroups caches the status of the PodGroups TrainJobs control — Workload API,
@@ -34,6 +36,8 @@ type PodGroups struct {
 	Router Router
 	Routes Routes
 	Logger klog.Logger
+	// Namespaces are the namespaces watched, one informer each (empty: every namespace).
+	Namespaces namespaces.Set
 
 	mu        sync.Mutex
 	ctx       context.Context // set by Start
@@ -54,8 +58,10 @@ func (p *PodGroups) Watch(gvr schema.GroupVersionResource) error {
 	if _, ok := p.informers[gvr]; ok {
 		return nil
 	}
-	inf := dynamicinformer.NewFilteredDynamicInformer(p.Client, gvr, metav1.NamespaceAll, 0,
-		cache.Indexers{IndexOwnerTrainJob: indexByOwnerTrainJob}, nil).Informer()
+	inf := p.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
+		return dynamicinformer.NewFilteredDynamicInformer(p.Client, gvr, namespace, 0,
+			cache.Indexers{IndexOwnerTrainJob: indexByOwnerTrainJob}, nil).Informer()
+	})
 	if err := inf.SetTransform(TrimPodGroup); err != nil {
 		return fmt.Errorf("informers: PodGroup transform for %s: %w", gvr, err)
 	}

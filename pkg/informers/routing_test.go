@@ -159,7 +159,7 @@ func newHarness(t *testing.T) *harness {
 	watches.install(&h.trainer.Fake, h.trainer.Tracker())
 	watches.install(&h.jobsets.Fake, h.jobsets.Tracker())
 
-	in, err := New(h.trainer, h.jobsets, 0)
+	in, err := New(h.trainer, h.jobsets, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func TestJobSetCacheIsTrimmed(t *testing.T) {
 }
 
 func TestRouteNeedsBothStages(t *testing.T) {
-	in, err := New(trainerfake.NewSimpleClientset(), jobsetfake.NewSimpleClientset(), 0)
+	in, err := New(trainerfake.NewSimpleClientset(), jobsetfake.NewSimpleClientset(), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -47,6 +48,8 @@ var SideObjectResources = []schema.GroupVersionResource{
 type SideObjects struct {
 	Client metadata.Interface
 	Logger klog.Logger
+	// Namespaces are the namespaces watched, one informer each (empty: every namespace).
+	Namespaces namespaces.Set
 
 	mu        sync.Mutex
 	ctx       context.Context // set by Start
@@ -74,8 +77,10 @@ func (s *SideObjects) Watch(gvr schema.GroupVersionResource) error {
 	if _, ok := s.informers[gr]; ok {
 		return nil
 	}
-	inf := metadatainformer.NewFilteredMetadataInformer(s.Client, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = plan.LabelTrainJobName }).Informer()
+	inf := s.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
+		return metadatainformer.NewFilteredMetadataInformer(s.Client, gvr, namespace, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = plan.LabelTrainJobName }).Informer()
+	})
 	if err := inf.SetTransform(TrimSideObject); err != nil {
 		return fmt.Errorf("informers: side-object transform for %s: %w", gvr, err)
 	}

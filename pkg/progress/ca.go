@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 )
 
 // CA ConfigMap ownership.
@@ -78,6 +80,10 @@ type CAPublisherOptions struct {
 	// TrainJobs tells which namespaces hold TrainJobs (NamespaceIndex over the TrainJob
 	// informer).
 	TrainJobs TrainJobNamespaces
+	// Namespaces are the namespaces whose CA ConfigMaps are watched, one informer each
+	// (empty: every namespace): the controller's watched namespaces, the only ones
+	// holding TrainJobs it sees.
+	Namespaces namespaces.Set
 	// Workers is the number of namespaces synced at once. Defaults to DefaultCAWorkers.
 	Workers int
 	// NotReadyRetry is how long a namespace waits while Bundle is empty. Defaults to
@@ -138,10 +144,12 @@ func NewCAPublisher(opts CAPublisherOptions) (*CAPublisher, error) {
 	p := &CAPublisher{opts: opts}
 	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(opts.RateLimiter,
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: CAQueueName, MetricsProvider: opts.MetricsProvider})
-	p.informer = coreinformers.NewFilteredConfigMapInformer(opts.Client, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", CAConfigMapName).String()
-		})
+	p.informer = opts.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredConfigMapInformer(opts.Client, namespace, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", CAConfigMapName).String()
+			})
+	})
 	if err := p.informer.SetTransform(stripManagedFields); err != nil {
 		return nil, fmt.Errorf("progress: setting the CA ConfigMap transform: %w", err)
 	}

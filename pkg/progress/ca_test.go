@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 )
 
 const (
@@ -372,5 +374,49 @@ func TestNamespaceIndex(t *testing.T) {
 func TestNewCAPublisherNeedsItsDependencies(t *testing.T) {
 	if _, err := NewCAPublisher(CAPublisherOptions{Client: fake.NewClientset(), TrainJobs: newFakeNamespaces()}); err == nil {
 		t.Error("NewCAPublisher without Bundle: want an error")
+	}
+}
+
+// With Namespaces, the CA ConfigMaps are listed and watched in those namespaces only,
+// by name, and published there as usual.
+func TestCAPublisherWatchesOnlyItsNamespaces(t *testing.T) {
+	client := fake.NewClientset()
+	watched := namespaces.Set{"team-a", "team-b"}
+	p, err := NewCAPublisher(CAPublisherOptions{
+		Client: client, Bundle: (&bundle{pem: []byte(caA)}).get, TrainJobs: newFakeNamespaces("team-a"), Namespaces: watched,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	f := &caFixture{t: t, client: client, publisher: p}
+	f.waitFor("team-a", "published", published(caA))
+
+	listed := map[string]bool{}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			continue
+		}
+		if !slices.Contains(watched, a.GetNamespace()) {
+			t.Errorf("%s %s in namespace %q, want only %v", a.GetVerb(), a.GetResource().Resource, a.GetNamespace(), watched)
+		}
+		if r, ok := a.(k8stesting.ListActionImpl); ok {
+			if got := r.GetListRestrictions().Fields.String(); got != "metadata.name="+CAConfigMapName {
+				t.Errorf("list in %s selects %q, want the CA ConfigMap's name", a.GetNamespace(), got)
+			}
+			listed[a.GetNamespace()] = true
+		}
+	}
+	if !listed["team-a"] || !listed["team-b"] {
+		t.Errorf("CA ConfigMaps listed in %v, want each of %v", listed, watched)
 	}
 }

@@ -192,6 +192,10 @@ server on every namespace and cannot be changed).
 {{- define "trainyard.webhookNamespaceSelector" -}}
 {{- $sel := deepCopy .Values.webhook.namespaceSelector }}
 {{- $exprs := concat (get $sel "matchExpressions" | default list) (list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (list "kube-system"))) }}
+{{- if .Values.watchNamespaces }}
+{{- /* Admission reviews only what the controller watches. */}}
+{{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" .Values.watchNamespaces) }}
+{{- end }}
 {{- $_ := set $sel "matchExpressions" $exprs }}
 {{- toYaml $sel }}
 {{- end }}
@@ -354,6 +358,10 @@ consistency:
   {{- toYaml .Values.config.consistency | nindent 2 }}
 sideObjects:
   secretNameKeySecret: {{ include "trainyard.secretNameKeySecretName" . | quote }}
+{{- with .Values.watchNamespaces }}
+watchNamespaces:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 webhook:
 {{- if .Values.webhook.enabled }}
   bindAddress: {{ printf ":%d" (int .Values.webhook.port) | quote }}

@@ -11,6 +11,7 @@ import (
 
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
 	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
@@ -40,6 +41,9 @@ type optionalAPIs struct {
 	trainJobs   trainerlisters.TrainJobLister
 	router      informers.Router
 	logger      klog.Logger
+	// watched are the namespaces of the DRA claims and templates watched (empty: every
+	// namespace).
+	watched namespaces.Set
 
 	mu      sync.Mutex
 	ctx     context.Context // set by start
@@ -51,7 +55,7 @@ type optionalAPIs struct {
 // served now; the others get a hook that runs when they appear.
 func (a *optionalAPIs) register(context.Context) error {
 	if a.served.Add(resourcev1.SchemeGroupVersion.String(), draResources, a.draServed) {
-		a.useDRA(informers.NewDRA(a.kube, 0))
+		a.useDRA(informers.NewDRA(a.kube, 0, a.watched))
 	} else {
 		a.logger.Info("resource.k8s.io/v1 is not served: TrainJobs with resource claims wait with a condition until it is")
 	}
@@ -91,7 +95,7 @@ func (a *optionalAPIs) useDRA(in *informers.DRAInformers) {
 // wait for them (the stage must not read empty caches), route, and resume the TrainJobs
 // that waited for the API.
 func (a *optionalAPIs) draServed(ctx context.Context) {
-	in := informers.NewDRA(a.kube, 0)
+	in := informers.NewDRA(a.kube, 0, a.watched)
 	a.mu.Lock()
 	runCtx := a.ctx
 	a.mu.Unlock()

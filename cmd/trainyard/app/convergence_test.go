@@ -171,7 +171,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	env := newConvergenceEnv(t)
-	inf, err := informers.New(env.trainers, env.jobsets, 0)
+	inf, err := informers.New(env.trainers, env.jobsets, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

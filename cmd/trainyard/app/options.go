@@ -45,6 +45,7 @@ type Options struct {
 	WebhookBindAddress      string
 	WebhookRegisterURL      string
 	StatusServerBindAddress string
+	WatchNamespaces         []string
 	LogFormat               string
 	Verbosity               int
 	Profiling               bool
@@ -81,6 +82,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookBindAddress, "webhook-bind-address", o.WebhookBindAddress, `Address of the HTTPS admission server (validating and defaulting webhooks), served by every replica; "0" disables it.`)
 	fs.StringVar(&o.StatusServerBindAddress, "status-server-bind-address", o.StatusServerBindAddress, `Address of the HTTPS training-progress server (trainer pods report status.trainerStatus; feature gate TrainJobStatus), served by every replica; its port is the port of the URL injected into trainer containers; "0" disables it.`)
 	fs.StringVar(&o.WebhookRegisterURL, "webhook-register-url", o.WebhookRegisterURL, "For a controller outside the cluster: create the webhook configurations with this base URL (e.g. https://127.0.0.1:9443) and a self-managed CA. Empty leaves them to the Helm chart.")
+	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "Namespaces to watch TrainJobs (and every namespaced object the controller reads) in, comma-separated; empty means every namespace.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's /debug/pprof profiles on the metrics endpoint. Off by default: profiles expose internals and cost CPU while taken.")
@@ -158,6 +160,9 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	if set("webhook-register-url") {
 		cfg.Webhook.RegisterURL = o.WebhookRegisterURL
 	}
+	if set("watch-namespaces") {
+		cfg.WatchNamespaces = o.WatchNamespaces
+	}
 	for stage, value := range o.StageWorkers {
 		target := stageConfig(cfg, stage)
 		if target == nil {
@@ -212,6 +217,23 @@ func validateStatusServer(cfg *configv1alpha1.Configuration) []string {
 	return problems
 }
 
+// validateWatchNamespaces checks that each watched namespace is a namespace name
+// (a DNS-1123 label, as the API server requires of Namespaces) and appears once.
+func validateWatchNamespaces(watched []string) []string {
+	var problems []string
+	seen := map[string]bool{}
+	for i, ns := range watched {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("watchNamespaces[%d] (--watch-namespaces) %q must be a namespace name: %s", i, ns, strings.Join(errs, ", ")))
+		}
+		if seen[ns] {
+			problems = append(problems, fmt.Sprintf("watchNamespaces[%d] (--watch-namespaces) %q is listed twice", i, ns))
+		}
+		seen[ns] = true
+	}
+	return problems
+}
+
 // validate rejects settings the controller cannot run with, naming the field.
 func validate(cfg *configv1alpha1.Configuration) error {
 	var problems []string
@@ -250,6 +272,7 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if errs := validation.IsDNS1123Subdomain(cfg.SideObjects.SecretNameKeySecret); len(errs) > 0 {
 		problems = append(problems, fmt.Sprintf("sideObjects.secretNameKeySecret %q must be a Secret name: %s", cfg.SideObjects.SecretNameKeySecret, strings.Join(errs, ", ")))
 	}
+	problems = append(problems, validateWatchNamespaces(cfg.WatchNamespaces)...)
 	if m := cfg.Metrics; m.BindAddress != "0" && !ptrBool(m.SecureServing) && ptrBool(m.Auth.Enabled) {
 		problems = append(problems, "metrics.auth.enabled (--metrics-auth) needs metrics.secureServing (--metrics-secure): bearer tokens must not be sent over plain HTTP; set metrics.auth.enabled to false for a plain-HTTP endpoint")
 	}

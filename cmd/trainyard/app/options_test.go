@@ -203,6 +203,24 @@ func TestConfig(t *testing.T) {
 			args: []string{"--config=" + file, "--log-format=text"},
 			want: fromFile,
 		},
+		"watched namespaces from the file": {
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a, team-b]\n")},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Kind, c.APIVersion = "Configuration", "config.trainyard.dev/v1alpha1"
+				c.WatchNamespaces = []string{"team-a", "team-b"}
+				return c
+			},
+		},
+		"--watch-namespaces overrides the file": {
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a]\n"), "--watch-namespaces=team-c,team-d"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Kind, c.APIVersion = "Configuration", "config.trainyard.dev/v1alpha1"
+				c.WatchNamespaces = []string{"team-c", "team-d"}
+				return c
+			},
+		},
 		"--metrics-secure=false alone asks for plain HTTP without auth": {
 			args: []string{"--metrics-secure=false"},
 			want: func() *configv1alpha1.Configuration {
@@ -365,6 +383,18 @@ func TestConfigErrors(t *testing.T) {
 		"metrics auth over plain HTTP from the file": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nmetrics:\n  auth:\n    enabled: true\n"), "--metrics-secure=false"},
 			wantIn: []string{"metrics.auth.enabled", "metrics.secureServing"},
+		},
+		"a watched namespace that is not a namespace name": {
+			args:   []string{"--watch-namespaces=team-a,Team_B"},
+			wantIn: []string{"watchNamespaces[1]", "--watch-namespaces", `"Team_B"`, "namespace name"},
+		},
+		"a watched namespace listed twice": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a, team-b, team-a]\n")},
+			wantIn: []string{"watchNamespaces[2]", `"team-a"`, "listed twice"},
+		},
+		"an empty watched namespace": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [\"\"]\n")},
+			wantIn: []string{"watchNamespaces[0]", "namespace name"},
 		},
 		"base delay above max delay": {
 			args:   []string{"--config=" + badRateLimit},

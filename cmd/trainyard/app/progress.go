@@ -88,6 +88,7 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 	}
 	if s.publisher, err = progress.NewCAPublisher(progress.CAPublisherOptions{
 		Client: kube, Bundle: cert.CABundle, TrainJobs: progress.NamespaceIndex{Indexer: inf.TrainJobs.GetIndexer()},
+		Namespaces:      cfg.WatchNamespaces,
 		MetricsProvider: m.WorkqueueMetricsProvider(),
 	}); err != nil {
 		return nil, err

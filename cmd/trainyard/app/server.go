@@ -42,6 +42,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
@@ -121,7 +122,13 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		return fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
 	}
 
-	inf, err := informers.New(trainers, jobsets, 0)
+	// With watchNamespaces, every namespaced informer watches those namespaces only, one
+	// watch each: the chart then grants namespaced verbs through Roles there.
+	watched := namespaces.Set(cfg.WatchNamespaces)
+	if !watched.All() {
+		logger.Info("Watching only some namespaces", "namespaces", cfg.WatchNamespaces)
+	}
+	inf, err := informers.New(trainers, jobsets, 0, watched)
 	if err != nil {
 		return err
 	}
@@ -140,7 +147,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	// served later than the controller starts; served is asked in the stages and tells
 	// (through the hooks set below) when one appears.
 	served := &informers.ServedAPIs{Discovery: kube.Discovery()}
-	podGroups := &informers.PodGroups{Client: dyn, Logger: logger}
+	podGroups := &informers.PodGroups{Client: dyn, Logger: logger, Namespaces: watched}
 	metadataClient, err := metadata.NewForConfig(restConfig)
 	if err != nil {
 		return fmt.Errorf("creating metadata client: %w", err)
@@ -149,7 +156,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	// labelled as Trainyard's: the status stage checks a side object is its TrainJob's
 	// before using it, and a deleted one is re-created. Secrets are create-only, never
 	// watched (docs/design/side-objects.md).
-	sideObjects := &informers.SideObjects{Client: metadataClient, Logger: logger}
+	sideObjects := &informers.SideObjects{Client: metadataClient, Logger: logger, Namespaces: watched}
 	for _, gvr := range informers.SideObjectResources {
 		if err := sideObjects.Watch(gvr); err != nil {
 			return err
@@ -206,7 +213,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		return err
 	}
 	apis := &optionalAPIs{served: served, podGroups: podGroups, sideObjects: sideObjects, claims: claims, kube: kube,
-		trainJobs: inf.TrainJobLister, router: pipeline, logger: logger}
+		trainJobs: inf.TrainJobLister, router: pipeline, logger: logger, watched: watched}
 	if err := apis.register(ctx); err != nil {
 		return err
 	}

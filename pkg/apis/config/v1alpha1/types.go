@@ -73,6 +73,18 @@ type Configuration struct {
 	// sideObjects configures the objects Trainyard creates next to a TrainJob's JobSet.
 	// +optional
 	SideObjects SideObjectsConfiguration `json:"sideObjects"`
+	// watchNamespaces confines the controller to these namespaces: it lists and watches
+	// TrainJobs, TrainingRuntimes, JobSets and every other namespaced object it reads
+	// (side objects, PodGroups, DRA claims and templates, the progress server's CA
+	// ConfigMaps) in each of them only, one watch per namespace, and never sees —
+	// so never writes for — a TrainJob elsewhere. Cluster-scoped objects
+	// (ClusterTrainingRuntimes, DeviceClasses, ResourceSlices, PriorityClasses) are still
+	// watched whole. Empty (the default) means every namespace. Entries are namespace
+	// names (DNS-1123 labels), without duplicates. The Helm chart's watchNamespaces
+	// sets it and grants namespaced permissions through a Role in each of these
+	// namespaces instead of a ClusterRole; upstream Trainer has no such setting.
+	// +optional
+	WatchNamespaces []string `json:"watchNamespaces,omitempty"`
 	// featureGates turns Trainyard features on or off by name. Known gates:
 	// TrainJobStatus (default true; upstream's default is false), the progress server
 	// and the injection of its URL, token and CA into trainer containers. Other names

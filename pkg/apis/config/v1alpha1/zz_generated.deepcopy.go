@@ -40,6 +40,11 @@ func (in *Configuration) DeepCopyInto(out *Configuration) {
 	in.Consistency.DeepCopyInto(&out.Consistency)
 	in.StatusServer.DeepCopyInto(&out.StatusServer)
 	out.SideObjects = in.SideObjects
+	if in.WatchNamespaces != nil {
+		in, out := &in.WatchNamespaces, &out.WatchNamespaces
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.FeatureGates != nil {
 		in, out := &in.FeatureGates, &out.FeatureGates
 		*out = make(map[string]bool, len(*in))
