@@ -787,13 +787,27 @@ func (e *convergenceEnv) jobSetProgress(ctx context.Context, name string, uid ty
 }
 
 // restartJobSet counts a restart in the status of the JobSet of the TrainJob of uid, as
-// the JobSet controller does when its failure policy recreates the Jobs; a finished or
-// missing JobSet is left alone.
+// the JobSet controller does when its failure policy recreates the Jobs; a finished
+// JobSet is left alone. A JobSet not there yet is waited for (a Secret deleted between
+// the status stage's creation of it and its JobSet apply: the JobSet's pods could not
+// mount it, and their failure would restart the JobSet), as long as the TrainJob of uid
+// exists, for at most a few seconds.
 func (e *convergenceEnv) restartJobSet(ctx context.Context, name string, uid types.UID) {
 	jss := e.jobsets.JobsetV1alpha2().JobSets(convergenceNamespace)
-	js, err := jss.Get(ctx, name, metav1.GetOptions{})
-	if err != nil || !metav1.IsControlledBy(js, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{UID: uid}}) ||
-		meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) {
+	owner := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{UID: uid}}
+	var js *jobsetv1alpha2.JobSet
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		js, err = jss.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && metav1.IsControlledBy(js, owner) {
+			break
+		}
+		tj, tjErr := e.trainers.TrainerV1alpha1().TrainJobs(convergenceNamespace).Get(ctx, name, metav1.GetOptions{})
+		if (err != nil && !apierrors.IsNotFound(err)) || tjErr != nil || tj.UID != uid || trainjob.IsFinished(tj) || time.Now().After(deadline) {
+			return
+		}
+	}
+	if meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) {
 		return
 	}
 	js.Status.Restarts++
