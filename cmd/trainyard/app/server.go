@@ -208,8 +208,9 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	}
 	// Events are routed only once this process leads: a follower's queues stay empty,
 	// and the handlers added on leadership replay every cached object, so the leader
-	// starts with every TrainJob queued.
-	route := func() error {
+	// starts with every TrainJob queued. ctx is the leadership's: what route starts stops
+	// with the pipeline when the Lease is lost.
+	route := func(ctx context.Context) error {
 		if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
 			func(key cache.ObjectName) {
 				plans.Delete(key)
@@ -312,7 +313,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	leaderMetric := metrics.RegisterLeaderElectionMetrics(reg, cfg.LeaderElection.ResourceName)
 	runPipeline := func(ctx context.Context) {
 		leading.Store(true)
-		if err := route(); err != nil {
+		if err := route(ctx); err != nil {
 			// Only a wiring bug gets here; a leader that cannot route must not hold the Lease.
 			logger.Error(err, "Routing informer events to the pipeline")
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
