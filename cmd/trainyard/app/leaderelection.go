@@ -142,8 +142,11 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 	<-drained
 	releaseCtx, cancel := context.WithTimeout(context.Background(), renewDeadline)
 	defer cancel()
-	if err := releaseLease(releaseCtx, e.lock, e.clock.Now()); err != nil {
+	switch released, err := releaseLease(releaseCtx, e.lock, e.clock.Now()); {
+	case err != nil:
 		e.logger.Error(err, "Releasing the Lease; followers take over once it expires", "lease", e.lock.Describe())
+	case released:
+		e.logger.Info("Released the Lease for a follower to take over at once", "lease", e.lock.Describe())
 	}
 }
 
@@ -217,22 +220,22 @@ func (l *renewalLock) expire(ctx context.Context, renewDeadline time.Duration) (
 // writes an empty holder with a one-second duration, which any follower may take. It
 // writes only if the Lease read now names lock's identity, and over that read (the
 // update carries its resourceVersion), so it never clears a successor's Lease. now is
-// the release time recorded in the Lease.
-func releaseLease(ctx context.Context, lock resourcelock.Interface, now time.Time) error {
+// the release time recorded in the Lease. It reports whether it released the Lease.
+func releaseLease(ctx context.Context, lock resourcelock.Interface, now time.Time) (bool, error) {
 	rec, _, err := lock.Get(ctx)
 	if err != nil {
-		return fmt.Errorf("reading the Lease: %w", err)
+		return false, fmt.Errorf("reading the Lease: %w", err)
 	}
 	if rec.HolderIdentity != lock.Identity() {
-		return nil // a successor's
+		return false, nil // a successor's
 	}
 	at := metav1.NewTime(now)
 	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{
 		LeaderTransitions: rec.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: at, AcquireTime: at,
 	}); err != nil {
-		return fmt.Errorf("writing the Lease: %w", err)
+		return false, fmt.Errorf("writing the Lease: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // validateLeaderElection returns what is wrong with le's timings, nil when le is off or

@@ -332,18 +332,23 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 func TestReleaseLease(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for name, tc := range map[string]struct {
-		holder      string
-		wantHolder  string
-		wantSeconds int
+		holder       string
+		wantReleased bool
+		wantHolder   string
+		wantSeconds  int
 	}{
-		"ours: cleared for a follower to take at once": {holder: "leader", wantHolder: "", wantSeconds: 1},
+		"ours: cleared for a follower to take at once": {holder: "leader", wantReleased: true, wantHolder: "", wantSeconds: 1},
 		"a successor's: left alone":                    {holder: "successor", wantHolder: "successor", wantSeconds: 15},
 	} {
 		t.Run(name, func(t *testing.T) {
 			lock := &fakeLock{identity: "leader", record: &resourcelock.LeaderElectionRecord{
 				HolderIdentity: tc.holder, LeaseDurationSeconds: 15, LeaderTransitions: 4}}
-			if err := releaseLease(context.Background(), lock, now); err != nil {
+			released, err := releaseLease(context.Background(), lock, now)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if released != tc.wantReleased {
+				t.Errorf("releaseLease reported released = %v, want %v", released, tc.wantReleased)
 			}
 			got, _ := lock.state()
 			if got.HolderIdentity != tc.wantHolder || got.LeaseDurationSeconds != tc.wantSeconds || got.LeaderTransitions != 4 {
