@@ -348,6 +348,10 @@ func TestConfigErrors(t *testing.T) {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 14s\n  retryPeriod: 2s\n")},
 			wantIn: []string{"leaderElection.renewDeadline + retryPeriod", "leaseDuration (15s)"},
 		},
+		"lease duration in fractions of a second (the Lease records whole seconds)": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 12500ms\n  renewDeadline: 10s\n  retryPeriod: 2s\n")},
+			wantIn: []string{"leaderElection.leaseDuration (12.5s)", "whole number of seconds"},
+		},
 		"renew deadline within the retry jitter (client-go panics on it)": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 2s\n  retryPeriod: 2s\n")},
 			wantIn: []string{"leaderElection.renewDeadline (2s)", "retryPeriod (2s)"},
