@@ -1,0 +1,116 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+)
+
+// Lease timings of TestLeaderKilledMidBurst: short, so the test is, yet sound
+// (renewDeadline + retryPeriod < leaseDuration, as the controller requires) and with
+// room for a renewal on a busy two-core machine.
+const (
+	leaseDuration = 6 * time.Second
+	renewDeadline = 4 * time.Second
+	retryPeriod   = 500 * time.Millisecond
+)
+
+// TestLeaderKilledMidBurst runs two replicas with leader election, each authenticated
+// as its own user so that the API server's audit log tells their writes apart, and
+// SIGKILLs the leader in the middle of a burst of 1,000 TrainJobs. From the audit log:
+// the follower wrote nothing while it followed; it took over (its first write) within
+// leaseDuration + 2s of the kill; the old leader wrote nothing after the new leader's
+// first write. And every TrainJob has exactly one JobSet.
+func TestLeaderKilledMidBurst(t *testing.T) {
+	timed(t)
+	const n = 1000
+	e := newEnv(t)
+	ns := e.namespace(t)
+	r := rng(t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	data := fmt.Sprintf(`apiVersion: config.trainyard.dev/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: true
+  resourceNamespace: %s
+  leaseDuration: %s
+  renewDeadline: %s
+  retryPeriod: %s
+`, ns, leaseDuration, renewDeadline, retryPeriod)
+	if err := os.WriteFile(config, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const userA, userB = "trainyard-replica-a", "trainyard-replica-b"
+	a := e.startController(t, "a", userA, "--config="+config)
+	cluster.Eventually(t, 30*time.Second, "replica a leads", func(ctx context.Context) (bool, string) {
+		return a.ReadyzSays(ctx, "leader-election leading"), "not leading"
+	})
+	b := e.startController(t, "b", userB, "--config="+config)
+	if !b.ReadyzSays(t.Context(), "leader-election following") {
+		t.Fatal("replica b does not report following")
+	}
+
+	burst := e.startBurst(ns, n)
+	killAt := n/4 + r.IntN(n/2)
+	burst.waitCreated(killAt)
+	a.Kill(t)
+	killed := time.Now()
+	t.Logf("leader killed after %d TrainJobs created", burst.created.Load())
+	cluster.Eventually(t, leaseDuration+10*time.Second, "replica b leads", func(ctx context.Context) (bool, string) {
+		return b.ReadyzSays(ctx, "leader-election leading"), "not leading"
+	})
+	leading := time.Since(killed)
+	burst.wait(t, 5*time.Minute)
+	final := e.waitAllJobSets(t, ns, n, 5*time.Minute)
+	expectExact(t, final, n)
+
+	events, err := cluster.ReadAuditLog(e.c.AuditLogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writesA, writesB, followerWrites, lateWrites int
+	var firstB time.Time
+	for _, ev := range events {
+		switch ev.User.Username {
+		case userB:
+			writesB++
+			if ev.RequestReceivedTimestamp.Before(killed) {
+				followerWrites++
+			}
+			if firstB.IsZero() {
+				firstB = ev.RequestReceivedTimestamp
+			}
+		}
+	}
+	if firstB.IsZero() {
+		t.Fatalf("the audit log has no write by %s (log: %s)", userB, e.c.AuditLogPath())
+	}
+	for _, ev := range events {
+		if ev.User.Username == userA {
+			writesA++
+			if !ev.RequestReceivedTimestamp.Before(firstB) {
+				lateWrites++
+			}
+		}
+	}
+	takeover := firstB.Sub(killed)
+	t.Logf("takeover %s (kill to the new leader's first write; leading reported after %s; target ≤ %s), writes: old leader %d, new leader %d; old leader's writes after the new leader's first: %d; follower's writes before the kill: %d; %s",
+		takeover.Round(10*time.Millisecond), leading.Round(10*time.Millisecond), leaseDuration+2*time.Second, writesA, writesB, lateWrites, followerWrites, final)
+	if writesA == 0 {
+		t.Errorf("the audit log has no write by the old leader %s: it cannot tell the replicas apart", userA)
+	}
+	if lateWrites != 0 {
+		t.Errorf("the old leader wrote %d times after the new leader's first write", lateWrites)
+	}
+	if followerWrites != 0 {
+		t.Errorf("the follower wrote %d times before the leader was killed", followerWrites)
+	}
+	if takeover > leaseDuration+2*time.Second {
+		t.Errorf("takeover took %s, more than leaseDuration + 2s = %s", takeover, leaseDuration+2*time.Second)
+	}
+}
