@@ -30,7 +30,7 @@ func TestAPIServerOutage(t *testing.T) {
 	ns := e.namespace(t)
 	ctrl := e.startController(t, "", user)
 
-	b := e.startBurst(ns, n)
+	b := e.startBurst(ns, n, 0)
 	b.waitCreated(n / 3)
 	stopped := time.Now()
 	if err := e.c.StopComponent(cluster.KubeAPIServer); err != nil {

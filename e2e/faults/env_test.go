@@ -101,7 +101,7 @@ func (e *env) startController(t *testing.T, name, user string, args ...string) *
 }
 
 // burst creates n TrainJobs named tj-0000... in ns from a background goroutine, 16 at a
-// time as users and queue controllers would. A create that fails (the API server is
+// time as users and queue controllers would, at most one per pace (0: no pace). A create that fails (the API server is
 // down, a connection is cut) is tried again until it succeeds or finds its TrainJob
 // already created by an earlier try whose answer was lost.
 type burst struct {
@@ -113,14 +113,23 @@ type burst struct {
 	retries atomic.Int64
 }
 
-func (e *env) startBurst(ns string, n int) *burst {
+func (e *env) startBurst(ns string, n int, pace time.Duration) *burst {
 	b := &burst{n: n, done: make(chan struct{}), start: time.Now()}
 	tjs := e.trainers.TrainerV1alpha1().TrainJobs(ns)
 	go func() {
 		defer close(b.done)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
+		var tick <-chan time.Time
+		if pace > 0 {
+			ticker := time.NewTicker(pace)
+			defer ticker.Stop()
+			tick = ticker.C
+		}
 		for i := range n {
+			if tick != nil {
+				<-tick
+			}
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()

@@ -27,7 +27,7 @@ func TestControllerKilledDuringBurst(t *testing.T) {
 	slices.Sort(kills)
 
 	ctrl := e.startController(t, "run0", "trainyard")
-	b := e.startBurst(ns, n)
+	b := e.startBurst(ns, n, 0)
 	var restarts []time.Duration
 	for i, at := range kills {
 		b.waitCreated(at)

@@ -55,7 +55,7 @@ leaderElection:
 		t.Fatal("replica b does not report following")
 	}
 
-	burst := e.startBurst(ns, n)
+	burst := e.startBurst(ns, n, 0)
 	killAt := n/4 + r.IntN(n/2)
 	burst.waitCreated(killAt)
 	a.Kill(t)
