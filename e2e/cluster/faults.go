@@ -159,32 +159,52 @@ func (e AuditEvent) Code() int32 {
 // Succeeded reports a 2xx response: the write happened.
 func (e AuditEvent) Succeeded() bool { return e.Code() >= 200 && e.Code() < 300 }
 
-// ReadAuditLog parses the audit log at path (JSON lines, as Options.AuditLog
-// writes it) in file order, which is the order the API server completed the
-// requests in. A last line cut short by a write in progress is skipped.
-// Errors: the file cannot be read, or a complete line is not JSON.
+// ReadAuditLog parses the whole audit log at path (JSON lines, as Options.AuditLog
+// writes it) in file order, which is the order the API server completed the requests
+// in. A last line cut short by a write in progress is left out. Errors: the file
+// cannot be read, or a complete line is not JSON.
 func ReadAuditLog(path string) ([]AuditEvent, error) {
-	f, err := os.Open(path)
+	return NewAuditLogReader(path).Read()
+}
+
+// AuditLogReader reads an audit log incrementally: each Read returns the events
+// completed since the previous one, so a test that polls the log does not parse it
+// all again, and a test can skip what earlier tests left (one Read at its start).
+type AuditLogReader struct {
+	path   string
+	offset int64 // just past the last complete line read
+}
+
+// NewAuditLogReader returns a reader of the audit log at path from its beginning.
+func NewAuditLogReader(path string) *AuditLogReader { return &AuditLogReader{path: path} }
+
+// Read returns the events of the complete lines written since the previous Read, in
+// file order; a line still being written is left for the next Read. Errors: the file
+// cannot be read, or a complete line is not JSON (the reader then stays before it).
+func (r *AuditLogReader) Read() ([]AuditEvent, error) {
+	f, err := os.Open(r.path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
+		return nil, err
+	}
 	var events []AuditEvent
-	r := bufio.NewReaderSize(f, 1<<20)
+	br := bufio.NewReaderSize(f, 1<<20)
 	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			var e AuditEvent
-			if jerr := json.Unmarshal(line, &e); jerr != nil {
-				return nil, fmt.Errorf("%s: line %d: %w", path, len(events)+1, jerr)
-			}
-			events = append(events, e)
-		}
+		line, err := br.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
 			return events, nil // a partial last line is a write in progress
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
+			return nil, fmt.Errorf("reading %s: %w", r.path, err)
 		}
+		var e AuditEvent
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("%s: at byte %d: %w", r.path, r.offset, err)
+		}
+		events = append(events, e)
+		r.offset += int64(len(line))
 	}
 }

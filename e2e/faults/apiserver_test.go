@@ -28,6 +28,7 @@ func TestAPIServerOutage(t *testing.T) {
 	const user = "trainyard-outage"
 	e := newEnv(t)
 	ns := e.namespace(t)
+	audit := e.auditFromNow(t)
 	ctrl := e.startController(t, "", user)
 
 	b := e.startBurst(ns, n, 0)
@@ -57,10 +58,7 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("the controller is not ready after the outage (log: %s)", ctrl.LogPath)
 	}
 
-	events, err := cluster.ReadAuditLog(e.c.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	events := readAudit(t, audit)
 	var firstAfter, resumed time.Time
 	createdAfter := map[string]bool{} // TrainJobs created after the API server was back
 	for _, ev := range events {

@@ -40,14 +40,20 @@ func TestDeniedNamespaceDoesNotStarveOthers(t *testing.T) {
 	baselineNS := e.namespace(t)
 	baseline := e.timeAllJobSets(t, baselineNS, open, 3*time.Minute)
 
+	audit := e.auditFromNow(t)
 	deniedNS := e.namespace(t)
 	e.denyJobSets(t, deniedNS)
 	e.startBurst(deniedNS, denied, 0).wait(t, 3*time.Minute)
 	// Every denied TrainJob has reached the JobSet write at least once, and failed:
 	// whatever holds their slots holds them now.
+	refused := map[string]bool{}
 	cluster.Eventually(t, 2*time.Minute, "a refused JobSet write for each denied TrainJob", func(ctx context.Context) (bool, string) {
-		n := e.refusedJobSets(t, deniedNS, user)
-		return n == denied, fmt.Sprintf("%d of %d refused", n, denied)
+		for _, ev := range readAudit(t, audit) {
+			if ev.User.Username == user && ev.ObjectRef != nil && ev.ObjectRef.Resource == "jobsets" && ev.ObjectRef.Namespace == deniedNS && (ev.Code() == 403 || ev.Code() == 422) {
+				refused[ev.ObjectRef.Name] = true
+			}
+		}
+		return len(refused) == denied, fmt.Sprintf("%d of %d refused", len(refused), denied)
 	})
 	openNS := e.namespace(t)
 	withDenied := e.timeAllJobSets(t, openNS, open, 2*baseline+time.Minute)
@@ -90,23 +96,6 @@ func (e *env) timeAllJobSets(t *testing.T, ns string, n int, timeout time.Durati
 	ty := e.waitAllJobSets(t, ns, n, timeout)
 	expectExact(t, ty, n)
 	return time.Since(b.start)
-}
-
-// refusedJobSets counts the JobSets of ns whose write by user the API server refused
-// (403 or 422), from the audit log.
-func (e *env) refusedJobSets(t *testing.T, ns, user string) int {
-	t.Helper()
-	events, err := cluster.ReadAuditLog(e.c.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := map[string]bool{}
-	for _, ev := range events {
-		if ev.User.Username == user && ev.ObjectRef != nil && ev.ObjectRef.Resource == "jobsets" && ev.ObjectRef.Namespace == ns && (ev.Code() == 403 || ev.Code() == 422) {
-			refused[ev.ObjectRef.Name] = true
-		}
-	}
-	return len(refused)
 }
 
 // denyJobSets installs a ValidatingAdmissionPolicy and its binding that deny every

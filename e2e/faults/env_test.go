@@ -289,3 +289,24 @@ func timed(t *testing.T) {
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("%s took %s", t.Name(), time.Since(start).Round(100*time.Millisecond)) })
 }
+
+// auditFromNow returns a reader of the API server's audit log past the events already
+// in it (earlier tests'), so that a test reads and counts its own only.
+func (e *env) auditFromNow(t *testing.T) *cluster.AuditLogReader {
+	t.Helper()
+	r := cluster.NewAuditLogReader(e.c.AuditLogPath())
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// readAudit returns the events r has not returned yet.
+func readAudit(t *testing.T, r *cluster.AuditLogReader) []cluster.AuditEvent {
+	t.Helper()
+	events, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}

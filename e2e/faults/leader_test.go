@@ -46,6 +46,7 @@ leaderElection:
 		t.Fatal(err)
 	}
 	const userA, userB = "trainyard-replica-a", "trainyard-replica-b"
+	audit := e.auditFromNow(t)
 	a := e.startController(t, "a", userA, "--config="+config)
 	cluster.Eventually(t, 30*time.Second, "replica a leads", func(ctx context.Context) (bool, string) {
 		return a.ReadyzSays(ctx, "leader-election leading"), "not leading"
@@ -69,10 +70,7 @@ leaderElection:
 	final := e.waitAllJobSets(t, ns, n, 5*time.Minute)
 	expectExact(t, final, n)
 
-	events, err := cluster.ReadAuditLog(e.c.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	events := readAudit(t, audit)
 	var writesA, writesB, followerWrites, lateWrites int
 	var firstB time.Time
 	for _, ev := range events {
