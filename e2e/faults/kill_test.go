@@ -50,6 +50,9 @@ func TestControllerKilledDuringBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectExact(t, final, n)
+	if exited, err := ctrl.Exited(); exited {
+		t.Errorf("the last controller process exited: %v (log: %s)", err, ctrl.LogPath)
+	}
 	t.Logf("%d TrainJobs created in %s (%d create retries); the last JobSet %s after the last TrainJob; %s; restarts ready in %v",
 		n, created.Round(100*time.Millisecond), b.retries.Load(), converged.Round(100*time.Millisecond), ty, restarts)
 	t.Logf("lost %d, duplicates %d", len(final.lost), final.duplicates)

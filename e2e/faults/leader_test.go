@@ -15,8 +15,8 @@ import (
 // (renewDeadline + retryPeriod < leaseDuration, as the controller requires) and with
 // room for a renewal on a busy two-core machine.
 const (
-	leaseDuration = 6 * time.Second
-	renewDeadline = 4 * time.Second
+	leaseDuration = 8 * time.Second
+	renewDeadline = 6 * time.Second
 	retryPeriod   = 500 * time.Millisecond
 )
 
@@ -59,6 +59,9 @@ leaderElection:
 	burst := e.startBurst(ns, n, 0)
 	killAt := n/4 + r.IntN(n/2)
 	burst.waitCreated(killAt)
+	if !a.ReadyzSays(t.Context(), "leader-election leading") {
+		t.Fatalf("replica a no longer leads before the kill: it lost its lease (renewDeadline %s) on a busy machine (log: %s)", renewDeadline, a.LogPath)
+	}
 	a.Kill(t)
 	killed := time.Now()
 	t.Logf("leader killed after %d TrainJobs created", burst.created.Load())
@@ -66,6 +69,11 @@ leaderElection:
 		return b.ReadyzSays(ctx, "leader-election leading"), "not leading"
 	})
 	leading := time.Since(killed)
+	defer func() {
+		if exited, err := b.Exited(); exited {
+			t.Errorf("the new leader exited: %v (log: %s)", err, b.LogPath)
+		}
+	}()
 	burst.wait(t, 5*time.Minute)
 	final := e.waitAllJobSets(t, ns, n, 5*time.Minute)
 	expectExact(t, final, n)
