@@ -55,8 +55,24 @@ func newEnv(t *testing.T) *env {
 // namespace creates a namespace for the test with the torch runtime in it.
 func (e *env) namespace(t *testing.T) string {
 	t.Helper()
+	return e.namespaceWith(t, torchRuntime)
+}
+
+// namespaceWith creates a namespace for the test with the runtime runtime(ns) in it,
+// named runtimeName.
+func (e *env) namespaceWith(t *testing.T, runtime func(ns string) *trainer.TrainingRuntime) string {
+	t.Helper()
 	ns := cluster.NewNamespace(t, e.c)
-	rt := &trainer.TrainingRuntime{
+	if _, err := e.trainers.TrainerV1alpha1().TrainingRuntimes(ns).Create(context.Background(), runtime(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating TrainingRuntime %s/%s: %v", ns, runtimeName, err)
+	}
+	return ns
+}
+
+// torchRuntime is a TrainingRuntime shaped like upstream's torch-distributed: one
+// replicatedJob, a JobSet and nothing else per TrainJob.
+func torchRuntime(ns string) *trainer.TrainingRuntime {
+	return &trainer.TrainingRuntime{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimeName, Namespace: ns},
 		Spec: trainer.TrainingRuntimeSpec{
 			MLPolicy: &trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}},
@@ -73,10 +89,6 @@ func (e *env) namespace(t *testing.T) string {
 			}},
 		},
 	}
-	if _, err := e.trainers.TrainerV1alpha1().TrainingRuntimes(ns).Create(context.Background(), rt, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating TrainingRuntime %s/%s: %v", ns, runtimeName, err)
-	}
-	return ns
 }
 
 // userKubeconfig is a kubeconfig for a controller process that the audit log names
