@@ -27,6 +27,7 @@ func TestAPIServerOutage(t *testing.T) {
 	const n = 600
 	const user = "trainyard-outage"
 	e := newEnv(t)
+	e.settleAfterOutage(t)
 	ns := e.namespace(t)
 	audit := e.auditFromNow(t)
 	ctrl := e.startController(t, "", user)

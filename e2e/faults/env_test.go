@@ -63,10 +63,37 @@ func (e *env) namespace(t *testing.T) string {
 func (e *env) namespaceWith(t *testing.T, runtime func(ns string) *trainer.TrainingRuntime) string {
 	t.Helper()
 	ns := cluster.NewNamespace(t, e.c)
+	// Runs before the namespace's deletion: see deleteTrainJobs.
+	t.Cleanup(func() { e.deleteTrainJobs(t, ns) })
 	if _, err := e.trainers.TrainerV1alpha1().TrainingRuntimes(ns).Create(context.Background(), runtime(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating TrainingRuntime %s/%s: %v", ns, runtimeName, err)
 	}
 	return ns
+}
+
+// deleteTrainJobs deletes the TrainJobs of ns and waits until they are gone (their
+// JobSets are garbage-collected after them). Left to the namespace's deletion, the
+// TrainJobs of a test would linger while the namespace terminates, and the next test's
+// controller, which watches every namespace, would retry their JobSet writes (403:
+// the namespace is being terminated) for minutes: those retries fill the pipeline's
+// shared retry budget (10/s) and delay every other retry behind them, so the next
+// test's figures would depend on the one before it.
+func (e *env) deleteTrainJobs(t *testing.T, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tjs := e.trainers.TrainerV1alpha1().TrainJobs(ns)
+	if err := tjs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Errorf("deleting the TrainJobs of %s: %v", ns, err)
+		return
+	}
+	for ctx.Err() == nil {
+		list, err := tjs.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil && len(list.Items) == 0 {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("the TrainJobs of %s are not gone within a minute", ns)
 }
 
 // torchRuntime is a TrainingRuntime shaped like upstream's torch-distributed: one
@@ -321,4 +348,36 @@ func readAudit(t *testing.T, r *cluster.AuditLogReader) []cluster.AuditEvent {
 		t.Fatal(err)
 	}
 	return events
+}
+
+// settleAfterOutage makes the test, when it ends, wait until kube-controller-manager
+// serves new namespaces again (their default ServiceAccount appears, which
+// cluster.NewNamespace waits 30 s for): after an API server or etcd outage its
+// informers resume only when client-go's reflector backoff allows, up to a minute, and
+// the next test must not pay for this one's outage.
+func (e *env) settleAfterOutage(t *testing.T) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		start := time.Now()
+		nss := e.c.Client().CoreV1().Namespaces()
+		ns, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-settle-"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Errorf("creating a namespace after the outage: %v", err)
+			return
+		}
+		defer func() { _ = nss.Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) }()
+		for {
+			if _, err := e.c.Client().CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+				t.Logf("kube-controller-manager served a new namespace %s after the test", time.Since(start).Round(100*time.Millisecond))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Errorf("kube-controller-manager did not create the default ServiceAccount of a new namespace within 3 min of the outage")
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
 }

@@ -32,6 +32,7 @@ func TestEtcdRestartAndCutConnections(t *testing.T) {
 	timed(t)
 	const n = 600
 	e := newEnv(t)
+	e.settleAfterOutage(t)
 	ns := e.namespace(t)
 	r := rng(t)
 	p := startCuttingProxy(t, e.c.RESTConfig().Host[len("https://"):])
