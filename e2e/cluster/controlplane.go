@@ -76,31 +76,41 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	url := c.serverURL()
+	args := []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports[Etcd]),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports[KubeAPIServer]),
+		"--cert-dir=" + dir,
+		"--tls-cert-file=" + filepath.Join(certDir, "tls.crt"),
+		"--tls-private-key-file=" + filepath.Join(certDir, "tls.key"),
+		"--client-ca-file=" + c.pki.caFile(),
+		"--token-auth-file=" + tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + saKey,
+		"--service-account-signing-key-file=" + saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// The "kubernetes" Endpoints cannot hold a loopback address.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--feature-gates=" + c.opts.FeatureGates,
+		"--runtime-config=" + DefaultRuntimeConfig,
+	}
+	if c.opts.AuditLog {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+c.AuditLogPath(),
+			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0")
+	}
+	args = append(args, c.opts.APIServerFlags...)
 	return c.runComponent(ctx, componentSpec{
 		name:   KubeAPIServer,
 		binary: c.bins.Path(KubeAPIServer),
-		args: []string{
-			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports[Etcd]),
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-			fmt.Sprintf("--secure-port=%d", c.ports[KubeAPIServer]),
-			"--cert-dir=" + dir,
-			"--tls-cert-file=" + filepath.Join(certDir, "tls.crt"),
-			"--tls-private-key-file=" + filepath.Join(certDir, "tls.key"),
-			"--client-ca-file=" + c.pki.caFile(),
-			"--token-auth-file=" + tokens,
-			"--authorization-mode=RBAC",
-			"--service-account-issuer=https://kubernetes.default.svc",
-			"--service-account-key-file=" + saKey,
-			"--service-account-signing-key-file=" + saKey,
-			"--service-cluster-ip-range=10.96.0.0/16",
-			// The "kubernetes" Endpoints cannot hold a loopback address.
-			"--endpoint-reconciler-type=none",
-			"--allow-privileged=true",
-			"--feature-gates=" + c.opts.FeatureGates,
-			"--runtime-config=" + DefaultRuntimeConfig,
-		},
-		ports: []int{c.ports[KubeAPIServer]},
-		ready: httpProbe(c.tokenClient(), url+"/readyz", "ok"),
+		args:   args,
+		ports:  []int{c.ports[KubeAPIServer]},
+		ready:  httpProbe(c.tokenClient(), url+"/readyz", "ok"),
 	})
 }
 

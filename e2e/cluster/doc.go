@@ -26,5 +26,9 @@
 // says otherwise; any pod annotated with [AnnotationFailAfter] fails after that
 // duration with exit code 1.
 //
-// Tests use [ForTests] from TestMain, then [Shared] and [NewNamespace].
+// Tests use [ForTests] from TestMain, then [Shared] and [NewNamespace]. Fault
+// tests use [ForTestsWith] for a cluster of their own (e.g. with
+// Options.AuditLog, read with [AuditLogReader]), stop and start one component
+// in place with [Cluster.StopComponent] and [Cluster.StartComponent], and tell
+// processes apart in the audit log with [Cluster.UserKubeconfig].
 package cluster

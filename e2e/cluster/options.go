@@ -91,6 +91,16 @@ type Options struct {
 	// TrainJob → JobSet alone (issue 9: "the JobSet controller stopped and
 	// its webhooks removed").
 	WithoutJobSetController bool
+	// AuditLog makes kube-apiserver write an audit log, JSON lines, to
+	// <StateDir>/audit.log ([Cluster.AuditLogPath]): one event per completed
+	// write (create, update, patch, delete, deletecollection) to a resource of
+	// trainer.kubeflow.org or jobset.x-k8s.io, at level Metadata (who, with
+	// which user agent, on what, when, with which response code; no bodies).
+	// Read it with [ReadAuditLog].
+	AuditLog bool
+	// APIServerFlags are appended to kube-apiserver's flags (a later flag
+	// wins), e.g. "--min-request-timeout=30".
+	APIServerFlags []string
 	// StartTimeout bounds how long each component may take to become ready.
 	// Default: 90s.
 	StartTimeout time.Duration

@@ -137,3 +137,30 @@ func newCertPool(caPEM []byte) *x509.CertPool {
 	pool.AppendCertsFromPEM(caPEM)
 	return pool
 }
+
+// clientCert issues a TLS client certificate for user in groups (the API
+// server maps the subject's CommonName to the user name and its
+// Organizations to groups) and returns it and its key, PEM-encoded.
+func (p *pki) clientCert(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generating %s key: %w", user, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: randomSerial(),
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(certValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing %s certificate: %w", user, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER), nil
+}

@@ -57,6 +57,7 @@ type componentSpec struct {
 
 // process is a started component. Its pid is also its process group id.
 type process struct {
+	spec    componentSpec // how it was started, to start it again in place
 	name    string
 	binary  string
 	logPath string
@@ -105,7 +106,7 @@ func startProcess(ctx context.Context, spec componentSpec, logPath string, detac
 	if err := cmd.Start(); err != nil {
 		return nil, fail(fmt.Errorf("starting %s: %w", spec.binary, err))
 	}
-	p := &process{name: spec.name, binary: spec.binary, logPath: logPath, ports: spec.ports, pid: cmd.Process.Pid, exited: make(chan struct{})}
+	p := &process{spec: spec, name: spec.name, binary: spec.binary, logPath: logPath, ports: spec.ports, pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)

@@ -118,6 +118,9 @@ func prepareStateDir(opts Options) error {
 			return err
 		}
 	}
+	if err := os.Remove(filepath.Join(opts.StateDir, auditLogFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return nil
 }
 

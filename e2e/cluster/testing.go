@@ -54,11 +54,18 @@ var shared *Cluster
 // small reaper process (this test binary re-executed) stops every cluster
 // this process recorded under the state root as soon as it exits, however it
 // exits.
-func ForTests(m *testing.M) int {
+func ForTests(m *testing.M) int { return ForTestsWith(m, nil) }
+
+// ForTestsWith is [ForTests] with configure, when not nil, changing the
+// package cluster's Options before it starts (e.g. Options.AuditLog). Such a
+// package always runs a cluster of its own, EnvReuse or not: it needs its
+// options, and its tests may break the cluster on purpose (stop its API
+// server, restart etcd) without harming other packages.
+func ForTestsWith(m *testing.M, configure func(*Options)) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
-	if os.Getenv(EnvReuse) == "1" {
+	if os.Getenv(EnvReuse) == "1" && configure == nil {
 		c, err := attachForReuse(ctx)
 		if err == nil {
 			shared = c
@@ -78,6 +85,9 @@ func ForTests(m *testing.M) int {
 	}
 	opts := TestOptions(testBinaryName())
 	opts.Progress = prefixWriter{os.Stderr}
+	if configure != nil {
+		configure(&opts)
+	}
 	c, err := Up(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the cluster:", err)

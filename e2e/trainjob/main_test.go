@@ -7,38 +7,21 @@ package trainjob
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 )
 
 // controllerBinary is the trainyard binary built once for the package by TestMain.
 var controllerBinary string
 
 func TestMain(m *testing.M) {
-	bin, err := buildController()
+	bin, err := ctrlproc.Build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
 	controllerBinary = bin
 	os.Exit(cluster.ForTests(m))
-}
-
-// buildController builds cmd/trainyard of this checkout into _output/e2e/bin.
-func buildController() (string, error) {
-	root, err := cluster.FindRepoRoot()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(root, "_output", "e2e", "bin", "trainyard")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/trainyard")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if output, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the controller: %v\n%s", err, output)
-	}
-	return out, nil
 }
