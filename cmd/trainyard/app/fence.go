@@ -125,8 +125,9 @@ func (e *fenceError) Unwrap() error { return e.Reason }
 
 // fenceTransport sends a request through next unless it writes (any method but GET,
 // HEAD and OPTIONS: POST, PUT, PATCH, DELETE) while fence is not valid: it then fails
-// the request with a *fenceError without sending it. client-go's rate limiter waits
-// before the transport is called, so the check is the last step before the wire.
+// the request with a *fenceError without sending it. It is the innermost wrapper
+// (rest.Config.Wrap), and client-go's rate limiter waits before any transport is called,
+// so the check runs after every wait of client-go's, just before the HTTP transport.
 type fenceTransport struct {
 	fence *leaseFence
 	next  http.RoundTripper
