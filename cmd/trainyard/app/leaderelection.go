@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,14 +13,16 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // runWithLeaderElection runs fn while this process holds the Lease le names (in
 // le.ResourceNamespace, else the pod's namespace), as elector.run describes; losing the
 // Lease exits the process. fn must return once its context is cancelled, after its
-// in-flight work has finished (the pipeline drains).
-func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, kube kubernetes.Interface, logger klog.Logger, fn func(context.Context)) {
+// in-flight work has finished (the pipeline drains). fence (newLeaseFence with le's
+// renewDeadline) is the one the leader-only clients are built with (fencedConfig).
+func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, kube kubernetes.Interface,
+	fence *leaseFence, logger klog.Logger, fn func(context.Context),
+) {
 	namespace := le.ResourceNamespace
 	if namespace == "" {
 		namespace = podNamespace()
@@ -34,7 +35,7 @@ func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.L
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
 	logger.Info("Waiting for leadership", "lease", klog.KRef(namespace, le.ResourceName), "identity", identity)
-	elector{config: le, lock: lock, clock: clock.RealClock{}, logger: logger, lost: func() {
+	elector{config: le, lock: lock, fence: fence, logger: logger, lost: func() {
 		logger.Error(nil, "Lost leadership; exiting so a fresh process can rejoin")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}}.run(ctx, fn)
@@ -47,8 +48,11 @@ type elector struct {
 	config componentbaseconfigv1alpha1.LeaderElectionConfiguration
 	// lock reads and writes the Lease under this process's identity.
 	lock resourcelock.Interface
-	// clock times the renewal deadline (client-go's elector keeps its own real clock).
-	clock  clock.Clock
+	// fence is valid while this process leads and its last renewal is younger than
+	// renewDeadline (config's); its clock times the renewal deadline (client-go's
+	// elector keeps its own real clock). The leader-only clients check it before each
+	// write (fenceTransport).
+	fence  *leaseFence
 	logger klog.Logger
 	// lost is called when the Lease is lost while ctx is live, after fn's context was
 	// cancelled; runWithLeaderElection's exits the process.
@@ -66,11 +70,18 @@ type elector struct {
 //     change, and it cannot read that write before the write commits, after t; a
 //     takeover decided on an older read fails on the Lease's resourceVersion. So a
 //     follower's first write comes after t + leaseDuration.
-//   - This process cancels fn's context at t + renewDeadline whatever client-go is doing
-//     (renewalLock.expire). The pipeline then starts no API call (every request takes
-//     its context), and the calls in flight are abandoned. validateLeaderElection keeps
-//     leaseDuration − renewDeadline above retryPeriod: the margin for requests already on
-//     the wire and for the two clocks' rates.
+//   - This process sends no leader-only write from t + renewDeadline on: e.fence closes
+//     then, and every write of the leader-only clients (the pipeline's JobSet, side-object
+//     and TrainJob status writes, its events, the CA ConfigMaps) is checked against it
+//     just before it is sent (fenceTransport), and refused locally once it is closed.
+//     That holds whatever the process's goroutines were doing: a process frozen past its
+//     Lease (SIGSTOP, a paused VM) whose workers resume before anything else has run
+//     sends nothing. At the same instant it cancels fn's context (renewalLock.expire), so
+//     the pipeline stops, whatever client-go is doing; calls in flight are abandoned.
+//     validateLeaderElection keeps leaseDuration − renewDeadline above retryPeriod: the
+//     margin for requests already past the fence, on the wire, and for the two clocks'
+//     rates. (A process frozen between the fence's check and the request reaching the
+//     API server is beyond any local check.)
 //
 // client-go alone would not keep that order. Its renewal loop gives up renewDeadline
 // after the start of the first attempt that follows the last success, so retryPeriod
@@ -80,15 +91,15 @@ type elector struct {
 // renewals began failing, and can clear a successor's Lease). So ReleaseOnCancel is off:
 //
 //   - Losing the Lease (t + renewDeadline passed, or client-go gave up first) cancels
-//     fn's context, stops the election and calls lost, which exits the process as
-//     Kubernetes' own controllers do: the pod restarts as a follower with fresh caches.
-//     The Lease is not released: the API server may be out of reach, or a successor may
-//     hold the Lease already.
+//     fn's context, closes the fence for good, stops the election and calls lost, which
+//     exits the process as Kubernetes' own controllers do: the pod restarts as a follower
+//     with fresh caches. The Lease is not released: the API server may be out of reach,
+//     or a successor may hold the Lease already.
 //   - Stopping (ctx done, e.g. SIGTERM) cancels fn's context, waits for fn to return,
-//     and only then stops the election and releases the Lease (releaseLease) for a
-//     follower to take at once, instead of leaseDuration later.
+//     closes the fence for good, and only then stops the election and releases the Lease
+//     (releaseLease) for a follower to take at once, instead of leaseDuration later.
 func (e elector) run(ctx context.Context, fn func(context.Context)) {
-	renewals := &renewalLock{Interface: e.lock, clock: e.clock}
+	renewals := &renewalLock{Interface: e.lock, fence: e.fence}
 	// The election outlives ctx until fn has drained: the Lease stays renewed meanwhile.
 	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElection()
@@ -115,11 +126,12 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leadCtx context.Context) {
 				defer close(drained)
+				defer e.fence.stop() // what fn left running writes no more
 				runCtx, cancel := context.WithCancel(leadCtx)
 				defer cancel()
 				defer context.AfterFunc(ctx, cancel)()
 				go func() {
-					if last, ok := renewals.expire(runCtx, renewDeadline); ok {
+					if last, ok := renewals.expire(runCtx); ok {
 						e.logger.Error(nil, "Lease not renewed within renewDeadline; stopping the pipeline",
 							"lease", e.lock.Describe(), "lastRenewal", last, "renewDeadline", renewDeadline)
 						cancel()
@@ -130,6 +142,7 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 			},
 			OnStoppedLeading: func() {
 				// client-go cancelled fn's context just before.
+				e.fence.stop()
 				if ctx.Err() == nil {
 					e.lost()
 				}
@@ -142,7 +155,7 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 	<-drained
 	releaseCtx, cancel := context.WithTimeout(context.Background(), renewDeadline)
 	defer cancel()
-	switch released, err := releaseLease(releaseCtx, e.lock, e.clock.Now()); {
+	switch released, err := releaseLease(releaseCtx, e.lock, e.fence.clock.Now()); {
 	case err != nil:
 		e.logger.Error(err, "Releasing the Lease; followers take over once it expires", "lease", e.lock.Describe())
 	case released:
@@ -150,16 +163,13 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 	}
 }
 
-// renewalLock is the Lease lock client-go's elector writes through. It notes when each
-// successful write naming this process as the holder (an acquisition or a renewal)
-// started: the write commits after that moment, so followers count leaseDuration from
-// no earlier.
+// renewalLock is the Lease lock client-go's elector writes through. It notes in fence
+// when each successful write naming this process as the holder (an acquisition or a
+// renewal) started: the write commits after that moment, so followers count
+// leaseDuration from no earlier.
 type renewalLock struct {
 	resourcelock.Interface
-	clock clock.Clock
-
-	mu   sync.Mutex
-	last time.Time // start of the last successful write naming us; zero before any
+	fence *leaseFence
 }
 
 // Create creates the Lease through the wrapped lock and notes the write (see renewalLock).
@@ -173,40 +183,34 @@ func (l *renewalLock) Update(ctx context.Context, ler resourcelock.LeaderElectio
 }
 
 func (l *renewalLock) write(ler resourcelock.LeaderElectionRecord, call func() error) error {
-	start := l.clock.Now()
+	start := l.fence.clock.Now()
 	err := call()
 	if err == nil && ler.HolderIdentity == l.Identity() {
-		l.mu.Lock()
-		if start.After(l.last) {
-			l.last = start
-		}
-		l.mu.Unlock()
+		l.fence.renewed(start)
 	}
 	return err
 }
 
 // lastRenewal is when the last successful write naming this process started; zero before
 // any.
-func (l *renewalLock) lastRenewal() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
-}
+func (l *renewalLock) lastRenewal() time.Time { return l.fence.lastRenewal() }
 
 // acquired reports whether this process has written the Lease as its holder.
 func (l *renewalLock) acquired() bool { return !l.lastRenewal().IsZero() }
 
-// expire blocks until renewDeadline has passed since the start of the last successful
-// write naming this process, and returns that start and true; or until ctx is done, and
-// returns false. Writes that succeed meanwhile push the deadline back.
-func (l *renewalLock) expire(ctx context.Context, renewDeadline time.Duration) (time.Time, bool) {
+// expire blocks until renewDeadline (the fence's) has passed since the start of the last
+// successful write naming this process — the instant the fence closes — and returns that
+// start and true; or until ctx is done, and returns false. Writes that succeed meanwhile
+// push the deadline back.
+func (l *renewalLock) expire(ctx context.Context) (time.Time, bool) {
+	clk := l.fence.clock
 	for {
-		last := l.lastRenewal()
-		left := renewDeadline - l.clock.Since(last)
+		last, expiry := l.fence.expiry()
+		left := expiry.Sub(clk.Now())
 		if left <= 0 {
 			return last, true
 		}
-		timer := l.clock.NewTimer(left)
+		timer := clk.NewTimer(left)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -132,14 +133,15 @@ var leaderElectionTimings = componentbaseconfigv1alpha1.LeaderElectionConfigurat
 type leaderRun struct {
 	pipelineCtx chan context.Context // receives the pipeline's context once leading
 	drained     chan struct{}        // closed once the pipeline returned
+	fence       *leaseFence          // the elector's
 	lost        chan struct{}        // closed when the elector reports the Lease lost
 	done        chan struct{}        // closed when the elector returned
 }
 
 func startLeader(t *testing.T, ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, lock *fakeLock, clk *testingclock.FakeClock) *leaderRun {
 	r := &leaderRun{pipelineCtx: make(chan context.Context, 1), drained: make(chan struct{}),
-		lost: make(chan struct{}), done: make(chan struct{})}
-	e := elector{config: le, lock: lock, clock: clk,
+		lost: make(chan struct{}), done: make(chan struct{}), fence: newLeaseFence(clk, le.RenewDeadline.Duration)}
+	e := elector{config: le, lock: lock, fence: r.fence,
 		logger: ktesting.NewLogger(t, ktesting.DefaultConfig), lost: func() { close(r.lost) }}
 	go func() {
 		defer close(r.done)
@@ -242,7 +244,7 @@ func TestRenewalLockNotesWhenTheLastRenewalStarted(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := testingclock.NewFakeClock(t0)
 	inner := &fakeLock{identity: "leader"}
-	lock := &renewalLock{Interface: inner, clock: clk}
+	lock := &renewalLock{Interface: inner, fence: newLeaseFence(clk, 10*time.Second)}
 	ctx := context.Background()
 	if lock.acquired() {
 		t.Fatal("acquired() before any write")
@@ -278,7 +280,7 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 	const renewDeadline = 10 * time.Second
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := testingclock.NewFakeClock(t0)
-	lock := &renewalLock{Interface: &fakeLock{identity: "leader"}, clock: clk}
+	lock := &renewalLock{Interface: &fakeLock{identity: "leader"}, fence: newLeaseFence(clk, renewDeadline)}
 	ctx := context.Background()
 	if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "leader"}); err != nil {
 		t.Fatal(err)
@@ -289,7 +291,7 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 	}
 	expired := make(chan expiry, 1)
 	go func() {
-		last, ok := lock.expire(ctx, renewDeadline)
+		last, ok := lock.expire(ctx)
 		expired <- expiry{last, ok}
 	}()
 	notExpired := func(when string) {
@@ -324,7 +326,7 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, ok := lock.expire(cancelled, renewDeadline); ok {
+	if _, ok := lock.expire(cancelled); ok {
 		t.Error("expire reported an expiry when its context was done")
 	}
 }
@@ -382,7 +384,7 @@ func TestLeaderReleasesTheLeaseOnlyAfterDraining(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runWithLeaderElection(ctx, leaderElectionTimings, kube, ktesting.NewLogger(t, ktesting.DefaultConfig), func(ctx context.Context) {
+		runWithLeaderElection(ctx, leaderElectionTimings, kube, newLeaseFence(clock.RealClock{}, leaderElectionTimings.RenewDeadline.Duration), ktesting.NewLogger(t, ktesting.DefaultConfig), func(ctx context.Context) {
 			close(leading)
 			<-ctx.Done()
 			record("stopping")

@@ -45,8 +45,10 @@ type progressServer struct {
 }
 
 // newProgressServer builds the progress server of cfg, or returns nil when it is off
-// (progress.Serving). Errors: invalid write limits or options (a wiring bug).
-func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube kubernetes.Interface, meta metadata.Interface,
+// (progress.Serving). kube serves every replica (TokenReviews); leaderKube writes the CA
+// ConfigMaps, leader-only work (fencedConfig). Errors: invalid write limits or options
+// (a wiring bug).
+func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube, leaderKube kubernetes.Interface, meta metadata.Interface,
 	trainers trainerclient.Interface, inf *informers.Informers, m *metrics.Metrics, logger klog.Logger,
 ) (*progressServer, error) {
 	if !progress.Serving(cfg) {
@@ -87,7 +89,7 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 		IdleTimeout: 2 * time.Minute, // trainers keep their connection between reports
 	}
 	if s.publisher, err = progress.NewCAPublisher(progress.CAPublisherOptions{
-		Client: kube, Bundle: cert.CABundle, TrainJobs: progress.NamespaceIndex{Indexer: inf.TrainJobs.GetIndexer()},
+		Client: leaderKube, Bundle: cert.CABundle, TrainJobs: progress.NamespaceIndex{Indexer: inf.TrainJobs.GetIndexer()},
 		Namespaces:      cfg.WatchNamespaces,
 		MetricsProvider: m.WorkqueueMetricsProvider(),
 	}); err != nil {

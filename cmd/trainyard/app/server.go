@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
@@ -102,20 +103,25 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(restConfig)
+	all, err := newClients(restConfig)
 	if err != nil {
-		return fmt.Errorf("creating Kubernetes client: %w", err)
+		return err
 	}
-	// Custom resources speak JSON only.
-	crdConfig := rest.CopyConfig(restConfig)
-	crdConfig.ContentType, crdConfig.AcceptContentTypes = "application/json", "application/json"
-	trainers, err := trainerclient.NewForConfig(crdConfig)
-	if err != nil {
-		return fmt.Errorf("creating trainer.kubeflow.org client: %w", err)
-	}
-	jobsets, err := jobsetclient.NewForConfig(crdConfig)
-	if err != nil {
-		return fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
+	// What every replica runs — informers, admission, the progress server's status
+	// writes, the serving certificate, the Lease itself — uses these.
+	kube, trainers, jobsets, dyn, metadataClient := all.kube, all.trainers, all.jobsets, all.dynamic, all.metadata
+	// The leader-only work (the pipeline's reads and writes, its events, the CA
+	// ConfigMaps) uses its own clients, fenced with leader election: they send no write
+	// unless this replica leads and its last Lease renewal is younger than renewDeadline
+	// (leaseFence, elector.run). Each client has its own client-side rate limiter
+	// (clientConnection.qps/burst), as ever.
+	var fence *leaseFence
+	leader := all
+	if ptrBool(cfg.LeaderElection.LeaderElect) {
+		fence = newLeaseFence(clock.RealClock{}, cfg.LeaderElection.RenewDeadline.Duration)
+		if leader, err = newClients(fencedConfig(restConfig, fence)); err != nil {
+			return err
+		}
 	}
 
 	// With watchNamespaces, every namespaced informer watches those namespaces only, one
@@ -132,22 +138,14 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), trainer.AddToScheme(scheme)); err != nil {
 		return err
 	}
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: leader.kube.EventsV1()})
 	recorder := broadcaster.NewRecorder(scheme, EventReporter)
 
-	dyn, err := dynamic.NewForConfig(crdConfig)
-	if err != nil {
-		return fmt.Errorf("creating dynamic client: %w", err)
-	}
 	// Optional APIs: the Workload API, the PodGroup CRDs and resource.k8s.io/v1 may be
 	// served later than the controller starts; served is asked in the stages and tells
 	// (through the hooks set below) when one appears.
 	served := &informers.ServedAPIs{Discovery: kube.Discovery()}
 	podGroups := &informers.PodGroups{Client: dyn, Logger: logger, Namespaces: watched}
-	metadataClient, err := metadata.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("creating metadata client: %w", err)
-	}
 	// The side objects' metadata (ConfigMaps; Workloads once served), only those
 	// labelled as Trainyard's: the status stage checks a side object is its TrainJob's
 	// before using it, and a deleted one is re-created. Secrets are create-only, never
@@ -168,11 +166,11 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		return err
 	}
 	deps := pipelineDeps{
-		trainers: trainers, jobsets: jobsets, recorder: recorder, metrics: m, logger: logger,
-		applyJobSet: status.RESTJobSetApply(jobsets.JobsetV1alpha2().RESTClient()),
-		objects: &status.DynamicApplier{Client: dyn,
+		trainers: leader.trainers, jobsets: leader.jobsets, recorder: recorder, metrics: m, logger: logger,
+		applyJobSet: status.RESTJobSetApply(leader.jobsets.JobsetV1alpha2().RESTClient()),
+		objects: &status.DynamicApplier{Client: leader.dynamic,
 			Mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
-			Metadata: metadataClient,
+			Metadata: leader.metadata,
 			Cache:    informers.SideObjectCache{Objects: sideObjects, PodGroups: podGroups}},
 		claims:       claims,
 		build:        buildOpts,
@@ -205,7 +203,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
-	if prog, err = newProgressServer(cfg, certificate, kube, metadataClient, trainers, inf, m, logger); err != nil {
+	if prog, err = newProgressServer(cfg, certificate, kube, leader.kube, metadataClient, trainers, inf, m, logger); err != nil {
 		return err
 	}
 	apis := &optionalAPIs{served: served, podGroups: podGroups, sideObjects: sideObjects, claims: claims, kube: kube,
@@ -345,7 +343,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			runPipeline(ctx)
 			return
 		}
-		runWithLeaderElection(ctx, cfg.LeaderElection, kube, logger, runPipeline)
+		runWithLeaderElection(ctx, cfg.LeaderElection, kube, fence, logger, runPipeline)
 	}()
 
 	select {
@@ -355,6 +353,43 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 		logger.Info("Stopped")
 		return nil
 	}
+}
+
+// clients are the API clients built from one rest.Config.
+type clients struct {
+	kube     kubernetes.Interface
+	trainers trainerclient.Interface // JSON only, as custom resources
+	jobsets  jobsetclient.Interface  // JSON only
+	dynamic  dynamic.Interface       // JSON only
+	metadata metadata.Interface
+}
+
+// newClients builds the clients of c, each with its own client-side rate limiter.
+// Errors: an invalid configuration.
+func newClients(c *rest.Config) (*clients, error) {
+	var (
+		cs  clients
+		err error
+	)
+	if cs.kube, err = kubernetes.NewForConfig(c); err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	if cs.metadata, err = metadata.NewForConfig(c); err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
+	// Custom resources speak JSON only.
+	crdConfig := rest.CopyConfig(c)
+	crdConfig.ContentType, crdConfig.AcceptContentTypes = "application/json", "application/json"
+	if cs.trainers, err = trainerclient.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating trainer.kubeflow.org client: %w", err)
+	}
+	if cs.jobsets, err = jobsetclient.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
+	}
+	if cs.dynamic, err = dynamic.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	return &cs, nil
 }
 
 // pipelineDeps are the clients and collaborators the stages need.
