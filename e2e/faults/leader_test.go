@@ -136,17 +136,13 @@ leaderElection:
 // the new leader has: from the audit log, zero writes by it after the new leader's
 // first.
 //
-// It fails today, so it is skipped: on resuming, the old leader's pipeline writes what
-// it had queued at once and keeps running until its renewal round gives up,
+// Leader election alone cannot stop a process that was not running: before the write
+// fence (cmd/trainyard/app/fence.go), the old leader's pipeline wrote what it had
+// queued at once on resuming and kept running until its renewal round gave up,
 // renewDeadline later (one run: 308 JobSet applies accepted after the new leader's
-// first write, the first 41 ms after resuming; the old leader exited within
-// renewDeadline). Server-side apply of the same desired JobSet keeps that harmless
-// here, but it is two writers. Leader election alone cannot stop a process that was
-// not running. It needs a guard in the writers (no write
-// unless the last successful renewal, on the monotonic clock, is younger than
-// renewDeadline).
+// first write, the first 41 ms after resuming). The fence refuses every leader-only
+// write once the last successful renewal, on the monotonic clock, is renewDeadline old.
 func TestLeaderPausedPastItsLease(t *testing.T) {
-	t.Skip("fails on main: a paused leader writes on resuming (see the doc comment)")
 	timed(t)
 	const n = 1000
 	e := newEnv(t)
