@@ -52,79 +52,13 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 
 	// helm install, without CRDs (the cluster has them) and without the Deployment: the
 	// controller runs out of cluster below, as the chart's ServiceAccount.
-	getter := genericclioptions.NewConfigFlags(false)
-	getter.KubeConfig, getter.Namespace = ptr.To(c.Kubeconfig()), ptr.To(namespace)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, namespace, "secret", t.Logf); err != nil {
-		t.Fatal(err)
-	}
-	chart, err := loader.Load(filepath.Join(root, "charts", "trainyard"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace, install.SkipCRDs = release, namespace, true
-	if _, err := install.Run(chart, map[string]any{"replicas": 0}); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-
-	// Admission is on by default (self-managed certificates), but no API server can
-	// reach a controller running out of cluster through the chart's Service: with
-	// failurePolicy Fail every TrainJob write below would be refused. Remove the two
-	// webhook configurations (the e2e tests cover admission, with the controller
-	// registering itself over 127.0.0.1) and keep everything else the chart made, its
-	// RBAC for the certificates in particular, which the SubjectAccessReviews below check.
-	admissionAPI := c.Client().AdmissionregistrationV1()
-	if err := admissionAPI.ValidatingWebhookConfigurations().Delete(ctx, release+"-validator", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("the chart's ValidatingWebhookConfiguration: %v", err)
-	}
-	if err := admissionAPI.MutatingWebhookConfigurations().Delete(ctx, release+"-defaulter", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("the chart's MutatingWebhookConfiguration: %v", err)
-	}
+	installChart(t, c, root, namespace, release, release, map[string]any{"replicas": 0})
 	// The certificate Secret exists before the controller runs: it needs no "create".
 	if _, err := c.Client().CoreV1().Secrets(namespace).Get(ctx, release+"-webhook-certs", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the chart's webhook certificate Secret: %v", err)
 	}
 
-	// The ServiceAccount's credentials and the chart's configuration file.
-	sa := serviceAccount(t, c)
-	token, err := c.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, c, token.Status.Token, kubeconfig)
-	configPath := filepath.Join(dir, "config.yaml")
-	writeChartConfig(t, c, configPath)
-
-	health := cluster.FreeAddr(t)
-	controller := exec.Command(binary(t, root), "--config="+configPath, "--kubeconfig="+kubeconfig,
-		"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--log-format=text")
-	controller.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
-	logFile, err := os.Create(filepath.Join(c.LogDir(), "trainyard-chart-rbac.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	controller.Stdout, controller.Stderr = logFile, logFile
-	controller.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := controller.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = controller.Process.Signal(syscall.SIGTERM)
-		_ = controller.Wait()
-		logFile.Close()
-	})
-	cluster.Eventually(t, time.Minute, "controller ready as the chart's ServiceAccount (log: "+logFile.Name()+")", func(context.Context) (bool, string) {
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+	sa, controllerLog := runAsServiceAccount(t, c, root, namespace, release, "trainyard-chart-rbac.log")
 
 	// As an admin: a runtime and a TrainJob; the controller must take it to Complete.
 	trainers := trainerclient.NewForConfigOrDie(c.RESTConfig())
@@ -150,7 +84,7 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	if _, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Create(ctx, tj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, 2*time.Minute, "TrainJob Complete (controller log: "+logFile.Name()+")", func(ctx context.Context) (bool, string) {
+	cluster.Eventually(t, 2*time.Minute, "TrainJob Complete (controller log: "+controllerLog+")", func(ctx context.Context) (bool, string) {
 		got, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Get(ctx, tj.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -177,7 +111,7 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	if _, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Create(ctx, mpiJob, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Eventually(t, 2*time.Minute, "MPI TrainJob Complete (controller log: "+logFile.Name()+")", func(ctx context.Context) (bool, string) {
+	cluster.Eventually(t, 2*time.Minute, "MPI TrainJob Complete (controller log: "+controllerLog+")", func(ctx context.Context) (bool, string) {
 		got, err := trainers.TrainerV1alpha1().TrainJobs(namespace).Get(ctx, mpiJob.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -343,20 +277,106 @@ spec:
                       image: ghcr.io/kubeflow/trainer/deepspeed-runtime
 `
 
-// serviceAccount returns the name of the ServiceAccount the chart created.
-func serviceAccount(t *testing.T, c *cluster.Cluster) string {
+// installChart installs the chart from root as release in ns with values, without its
+// CRDs (the cluster has them). Admission is on by default (self-managed certificates),
+// but no API server can reach a controller running out of cluster through the chart's
+// Service: with failurePolicy Fail every TrainJob write would be refused. So it removes
+// the two webhook configurations the release made (fullname-validator and
+// fullname-defaulter; the e2e tests cover admission, with the controller registering
+// itself over 127.0.0.1) and keeps everything else, the RBAC for the certificates in
+// particular, which the tests' SubjectAccessReviews check.
+func installChart(t *testing.T, c *cluster.Cluster, root, ns, rel, fullname string, values map[string]any) {
 	t.Helper()
-	list, err := c.Client().CoreV1().ServiceAccounts(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	ctx := context.Background()
+	getter := genericclioptions.NewConfigFlags(false)
+	getter.KubeConfig, getter.Namespace = ptr.To(c.Kubeconfig()), ptr.To(ns)
+	cfg := new(action.Configuration)
+	if err := cfg.Init(getter, ns, "secret", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	chart, err := loader.Load(filepath.Join(root, "charts", "trainyard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.SkipCRDs = rel, ns, true
+	if _, err := install.Run(chart, values); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	admissionAPI := c.Client().AdmissionregistrationV1()
+	if err := admissionAPI.ValidatingWebhookConfigurations().Delete(ctx, fullname+"-validator", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("the chart's ValidatingWebhookConfiguration: %v", err)
+	}
+	if err := admissionAPI.MutatingWebhookConfigurations().Delete(ctx, fullname+"-defaulter", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("the chart's MutatingWebhookConfiguration: %v", err)
+	}
+}
+
+// runAsServiceAccount runs the controller built from root out of cluster, with the
+// credentials of the ServiceAccount that release rel made in ns and the configuration
+// file the chart rendered, until the test ends. It returns once the controller is
+// ready — every informer synced, which a forbidden list or watch would prevent — with
+// the ServiceAccount's name and the path of the controller's log (logName in the
+// cluster's log folder).
+func runAsServiceAccount(t *testing.T, c *cluster.Cluster, root, ns, rel, logName string) (sa, logPath string) {
+	t.Helper()
+	ctx := context.Background()
+	sa = serviceAccount(t, c, ns, rel)
+	token, err := c.Client().CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	writeKubeconfig(t, c, ns, token.Status.Token, kubeconfig)
+	configPath := filepath.Join(dir, "config.yaml")
+	writeChartConfig(t, c, ns, rel, configPath)
+
+	health := cluster.FreeAddr(t)
+	controller := exec.Command(binary(t, root), "--config="+configPath, "--kubeconfig="+kubeconfig,
+		"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--log-format=text")
+	controller.Env = append(os.Environ(), "POD_NAMESPACE="+ns)
+	logFile, err := os.Create(filepath.Join(c.LogDir(), logName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller.Stdout, controller.Stderr = logFile, logFile
+	controller.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := controller.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = controller.Process.Signal(syscall.SIGTERM)
+		_ = controller.Wait()
+		logFile.Close()
+	})
+	cluster.Eventually(t, time.Minute, "controller ready as the chart's ServiceAccount (log: "+logFile.Name()+")", func(context.Context) (bool, string) {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return sa, logFile.Name()
+}
+
+// serviceAccount returns the name of the ServiceAccount release rel made in ns.
+func serviceAccount(t *testing.T, c *cluster.Cluster, ns, rel string) string {
+	t.Helper()
+	list, err := c.Client().CoreV1().ServiceAccounts(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel})
 	if err != nil || len(list.Items) != 1 {
 		t.Fatalf("the chart's ServiceAccount: %v (found %d)", err, len(list.Items))
 	}
 	return list.Items[0].Name
 }
 
-// writeChartConfig writes the Configuration file the chart renders into its ConfigMap.
-func writeChartConfig(t *testing.T, c *cluster.Cluster, path string) {
+// writeChartConfig writes the Configuration file release rel rendered into its
+// ConfigMap in ns.
+func writeChartConfig(t *testing.T, c *cluster.Cluster, ns, rel, path string) {
 	t.Helper()
-	list, err := c.Client().CoreV1().ConfigMaps(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	list, err := c.Client().CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,14 +392,14 @@ func writeChartConfig(t *testing.T, c *cluster.Cluster, path string) {
 }
 
 // writeKubeconfig writes a kubeconfig for the cluster's API server that authenticates
-// with token.
-func writeKubeconfig(t *testing.T, c *cluster.Cluster, token, path string) {
+// with token, ns its default namespace.
+func writeKubeconfig(t *testing.T, c *cluster.Cluster, ns, token, path string) {
 	t.Helper()
 	rc := c.RESTConfig()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, InsecureSkipTLSVerify: rc.Insecure}
 	cfg.AuthInfos["trainyard"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "trainyard", Namespace: namespace}
+	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "trainyard", Namespace: ns}
 	cfg.CurrentContext = "trainyard"
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		t.Fatal(err)

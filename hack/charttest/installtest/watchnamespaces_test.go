@@ -2,24 +2,15 @@ package installtest
 
 import (
 	"context"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -58,73 +49,11 @@ func TestChartWatchNamespaces(t *testing.T) {
 		}
 	}
 
-	getter := genericclioptions.NewConfigFlags(false)
-	getter.KubeConfig, getter.Namespace = ptr.To(c.Kubeconfig()), ptr.To(scopedNamespace)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, scopedNamespace, "secret", t.Logf); err != nil {
-		t.Fatal(err)
-	}
-	chart, err := loader.Load(filepath.Join(root, "charts", "trainyard"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace, install.SkipCRDs = scopedRelease, scopedNamespace, true
-	values := map[string]any{"replicas": 0, "watchNamespaces": []any{scopedWatched, scopedWatched2}}
-	if _, err := install.Run(chart, values); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-	// As in TestChartRBACRunsATrainJobAndNoMore: no API server reaches a controller
-	// running out of cluster through the chart's Service.
-	fullname := scopedRelease + "-trainyard"
-	admissionAPI := c.Client().AdmissionregistrationV1()
-	if err := admissionAPI.ValidatingWebhookConfigurations().Delete(ctx, fullname+"-validator", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("the chart's ValidatingWebhookConfiguration: %v", err)
-	}
-	if err := admissionAPI.MutatingWebhookConfigurations().Delete(ctx, fullname+"-defaulter", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("the chart's MutatingWebhookConfiguration: %v", err)
-	}
-
-	sa := serviceAccountOf(t, c, scopedNamespace, scopedRelease)
-	token, err := c.Client().CoreV1().ServiceAccounts(scopedNamespace).CreateToken(ctx, sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, c, token.Status.Token, kubeconfig)
-	configPath := filepath.Join(dir, "config.yaml")
-	writeChartConfigOf(t, c, scopedNamespace, scopedRelease, configPath)
-
-	health := cluster.FreeAddr(t)
-	controller := exec.Command(binary(t, root), "--config="+configPath, "--kubeconfig="+kubeconfig,
-		"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--log-format=text")
-	controller.Env = append(os.Environ(), "POD_NAMESPACE="+scopedNamespace)
-	logFile, err := os.Create(filepath.Join(c.LogDir(), "trainyard-chart-watch-namespaces.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	controller.Stdout, controller.Stderr = logFile, logFile
-	controller.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := controller.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = controller.Process.Signal(syscall.SIGTERM)
-		_ = controller.Wait()
-		logFile.Close()
-	})
+	installChart(t, c, root, scopedNamespace, scopedRelease, scopedRelease+"-trainyard",
+		map[string]any{"replicas": 0, "watchNamespaces": []any{scopedWatched, scopedWatched2}})
 	// Ready means every informer synced: with only Roles, a cluster-wide list would be
 	// forbidden and the controller would never get here.
-	cluster.Eventually(t, time.Minute, "controller ready with namespaced Roles (log: "+logFile.Name()+")", func(context.Context) (bool, string) {
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+	sa, controllerLog := runAsServiceAccount(t, c, root, scopedNamespace, scopedRelease, "trainyard-chart-watch-namespaces.log")
 
 	trainers := trainerclient.NewForConfigOrDie(c.RESTConfig())
 	runtime := &trainer.ClusterTrainingRuntime{}
@@ -144,7 +73,7 @@ func TestChartWatchNamespaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cluster.Eventually(t, 2*time.Minute, "MPI TrainJob in a watched namespace Complete (controller log: "+logFile.Name()+")", func(ctx context.Context) (bool, string) {
+	cluster.Eventually(t, 2*time.Minute, "MPI TrainJob in a watched namespace Complete (controller log: "+controllerLog+")", func(ctx context.Context) (bool, string) {
 		got, err := trainers.TrainerV1alpha1().TrainJobs(scopedWatched).Get(ctx, "scoped-mpi", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -245,33 +174,4 @@ func subresource(attrs authorizationv1.ResourceAttributes) string {
 		return ""
 	}
 	return "/" + attrs.Subresource
-}
-
-// serviceAccountOf returns the name of the ServiceAccount release created in namespace.
-func serviceAccountOf(t *testing.T, c *cluster.Cluster, namespace, release string) string {
-	t.Helper()
-	list, err := c.Client().CoreV1().ServiceAccounts(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("the chart's ServiceAccount: %v (found %d)", err, len(list.Items))
-	}
-	return list.Items[0].Name
-}
-
-// writeChartConfigOf writes the Configuration file release rendered into its ConfigMap
-// in namespace.
-func writeChartConfigOf(t *testing.T, c *cluster.Cluster, namespace, release, path string) {
-	t.Helper()
-	list, err := c.Client().CoreV1().ConfigMaps(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cm := range list.Items {
-		if data, ok := cm.Data["config.yaml"]; ok {
-			if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("no ConfigMap with config.yaml among the chart's %d ConfigMaps", len(list.Items))
 }
