@@ -203,24 +203,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.pipeline = p
-	env.objects.mu.Lock()
-	env.objects.router = p
-	env.objects.mu.Unlock()
-	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-		func(key cache.ObjectName) { plans.Delete(key); statusStage.Forget(key) }); err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx)
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("caches did not sync")
-	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = p.Run(ctx)
-	}()
-	defer func() { cancel(); <-stopped; inf.Shutdown() }()
+	defer env.run(ctx, cancel, inf, p, statusStage, plans)()
 
 	// One actor per TrainJob and one editing runtimes, each with its own generator so
 	// that a seed always fires the same operations.
@@ -579,6 +562,31 @@ func (f *fakeObjects) collect(keep func(metav1.Object) bool) int {
 		}
 	}
 	return n
+}
+
+// run routes inf's events to the pipeline p as the controller does, starts inf, waits
+// for its caches and runs p until ctx is done. It returns the function that stops both:
+// it calls cancel (ctx's) and waits for p and inf to end.
+func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf *informers.Informers, p *stages.Pipeline, statusStage *status.Stage, plans *stages.Plans[plan.Plan]) func() {
+	e.t.Helper()
+	e.pipeline = p
+	e.objects.mu.Lock()
+	e.objects.router = p
+	e.objects.mu.Unlock()
+	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
+		func(key cache.ObjectName) { plans.Delete(key); statusStage.Forget(key) }); err != nil {
+		e.t.Fatal(err)
+	}
+	inf.Start(ctx)
+	if !inf.WaitForCacheSync(ctx) {
+		e.t.Fatal("caches did not sync")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = p.Run(ctx)
+	}()
+	return func() { cancel(); <-stopped; inf.Shutdown() }
 }
 
 // record remembers tj as one generation of its TrainJob.

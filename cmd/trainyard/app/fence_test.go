@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	testingclock "k8s.io/utils/clock/testing"
@@ -147,12 +146,7 @@ func TestFencedLeaderSendsNoWriteAfterRenewDeadline(t *testing.T) {
 	lock := &fakeLock{identity: "leader"}
 	unhang := make(chan struct{})
 	r := startLeader(t, context.Background(), leaderElectionTimings, lock, clk)
-	var pipelineCtx context.Context
-	select {
-	case pipelineCtx = <-r.pipelineCtx:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("never became leader")
-	}
+	pipelineCtx := r.leading(t)
 	srv := newAPIServer(t)
 	jobsets, err := jobsetclient.NewForConfig(fencedConfig(&rest.Config{Host: srv.URL}, r.fence))
 	if err != nil {
@@ -214,11 +208,7 @@ func TestLeaderFenceClosesOnStopBeforeTheRelease(t *testing.T) {
 		}
 		return nil
 	})
-	select {
-	case <-r.pipelineCtx:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("never became leader")
-	}
+	r.leading(t)
 	if !r.fence.Valid(clk.Now()) {
 		t.Fatal("the fence is closed while leading with a fresh renewal")
 	}

@@ -154,6 +154,19 @@ func startLeader(t *testing.T, ctx context.Context, le componentbaseconfigv1alph
 	return r
 }
 
+// leading waits until r's process leads and returns its pipeline's context; the test
+// fails when it never does.
+func (r *leaderRun) leading(t *testing.T) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-r.pipelineCtx:
+		return ctx
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("never became leader")
+		return nil
+	}
+}
+
 // A leader whose renewals stop succeeding stops its pipeline renewDeadline after its last
 // successful renewal started, even when client-go has not given up (here its Lease calls
 // hang): a follower may take over leaseDuration after that renewal, and the old pipeline
@@ -163,12 +176,7 @@ func TestLeaderStopsThePipelineRenewDeadlineAfterItsLastRenewal(t *testing.T) {
 	lock := &fakeLock{identity: "leader"}
 	unhang := make(chan struct{})
 	r := startLeader(t, context.Background(), leaderElectionTimings, lock, clk)
-	var pipelineCtx context.Context
-	select {
-	case pipelineCtx = <-r.pipelineCtx:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("never became leader")
-	}
+	pipelineCtx := r.leading(t)
 
 	// From now on every Lease call hangs, deaf to its context: an API server that never
 	// answers, and a client-go that never gives up by itself.
@@ -213,11 +221,7 @@ func TestLeaderStopsThePipelineWithoutWaitingForARelease(t *testing.T) {
 	le := leaderElectionTimings // client-go gives up after 1 s of failed renewals
 	le.LeaseDuration.Duration, le.RenewDeadline.Duration = 2*time.Second, time.Second
 	r := startLeader(t, context.Background(), le, lock, clk)
-	select {
-	case <-r.pipelineCtx:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("never became leader")
-	}
+	r.leading(t)
 
 	// Renewals fail from now on; a release (an update clearing the holder) would hang.
 	lock.setHook(func(_ context.Context, call string, ler *resourcelock.LeaderElectionRecord) error {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -26,8 +25,6 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
-	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
-	"github.com/trainyard/trainyard/pkg/stages/status"
 )
 
 // TestWatchNamespaces runs the controller's pipeline over informers confined to two
@@ -79,24 +76,7 @@ func TestWatchNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.pipeline = p
-	env.objects.mu.Lock()
-	env.objects.router = p
-	env.objects.mu.Unlock()
-	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-		func(key cache.ObjectName) { plans.Delete(key); statusStage.Forget(key) }); err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx)
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("caches did not sync")
-	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = p.Run(ctx)
-	}()
-	defer func() { cancel(); <-stopped; inf.Shutdown() }()
+	defer env.run(ctx, cancel, inf, p, statusStage, plans)()
 
 	if got, err := inf.TrainJobLister.List(labels.Everything()); err != nil || len(got) != 1 || got[0].Namespace != convergenceNamespace {
 		t.Fatalf("TrainJobs cached = %v, %v; want only %s/tj", got, err, convergenceNamespace)
