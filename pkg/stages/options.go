@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/time/rate"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -20,23 +19,25 @@ const DefaultWorkers = 1
 
 // RateLimit sets how long a key waits before a retry (CodeRetry or a Sync
 // error): the larger of a per-key exponential backoff and the wait of a token
-// bucket shared by all keys of the stage. Every stage gets its own limiter
-// with these settings. Zero fields take the defaults of DefaultRateLimit.
+// bucket shared by the keys of the stage in the key's namespace (namespaceBuckets:
+// one namespace's failing keys do not delay another's retries). Every stage gets
+// its own limiter with these settings. Zero fields take the defaults of
+// DefaultRateLimit.
 type RateLimit struct {
 	// BaseDelay is the delay before a key's first retry; it doubles with
 	// every consecutive failure of that key. Default 5ms.
 	BaseDelay time.Duration
 	// MaxDelay caps the per-key delay. Default 5m.
 	MaxDelay time.Duration
-	// QPS and Burst size the stage-wide bucket, which spreads out a retry
-	// storm (e.g. the API server failing every key at once).
+	// QPS and Burst size each namespace's bucket, which spreads out a retry
+	// storm (e.g. the API server failing every key of a namespace at once).
 	// Defaults 10 and 100.
 	QPS   float64
 	Burst int
 }
 
 // DefaultRateLimit returns the default retry limits: 5ms doubling up to 5m per
-// key, and 10 qps with a burst of 100 per stage.
+// key, and 10 qps with a burst of 100 per stage and namespace.
 func DefaultRateLimit() RateLimit {
 	return RateLimit{BaseDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Minute, QPS: 10, Burst: 100}
 }
@@ -76,11 +77,11 @@ func (rl RateLimit) validate() error {
 	return errors.Join(errs...)
 }
 
-// newRateLimiter returns the limiter for one stage queue.
-func (rl RateLimit) newRateLimiter() workqueue.TypedRateLimiter[cache.ObjectName] {
+// newRateLimiter returns the limiter for one stage queue, its buckets timed by clk.
+func (rl RateLimit) newRateLimiter(clk clock.PassiveClock) workqueue.TypedRateLimiter[cache.ObjectName] {
 	return workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](rl.BaseDelay, rl.MaxDelay),
-		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(rl.QPS), rl.Burst)},
+		newNamespaceBuckets(rl.QPS, rl.Burst, clk),
 	)
 }
 

@@ -444,7 +444,7 @@ func TestRateLimiterBackoff(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			limiter := tc.rateLimit.withDefaults().newRateLimiter()
+			limiter := tc.rateLimit.withDefaults().newRateLimiter(testingclock.NewFakePassiveClock(time.Now()))
 			k, other := key("tj"), key("other")
 			var got []time.Duration
 			for range tc.want {
@@ -468,14 +468,50 @@ func TestRateLimiterBackoff(t *testing.T) {
 }
 
 func TestRateLimiterBucketSpreadsRetryStorms(t *testing.T) {
-	limiter := RateLimit{QPS: 1, Burst: 2}.withDefaults().newRateLimiter()
+	limiter := RateLimit{QPS: 1, Burst: 2}.withDefaults().newRateLimiter(testingclock.NewFakePassiveClock(time.Now()))
 	for i := range 2 {
 		if d := limiter.When(key(fmt.Sprint("burst-", i))); d != 5*time.Millisecond {
 			t.Errorf("key %d within the burst: delay %v, want the 5ms per-key backoff", i, d)
 		}
 	}
-	if d := limiter.When(key("over-burst")); d < 500*time.Millisecond {
-		t.Errorf("key beyond the burst at 1 qps: delay %v, want about 1s", d)
+	if d := limiter.When(key("over-burst")); d != time.Second {
+		t.Errorf("key beyond the burst at 1 qps: delay %v, want 1s", d)
+	}
+}
+
+// One namespace's retry storm (a policy denying its JobSets: every key failing again
+// and again) takes its own namespace's tokens only: a key of another namespace retries
+// after its per-key backoff, not behind the storm (issue 15: with one bucket for every
+// key, 1,000 retries at 10 qps put the next namespace's first retry 90 s out).
+func TestRateLimiterBucketIsPerNamespace(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter := DefaultRateLimit().newRateLimiter(clk)
+	for i := range 1000 {
+		limiter.When(cache.NewObjectName("denied", fmt.Sprint("tj-", i)))
+	}
+	if d := limiter.When(cache.NewObjectName("denied", "one-more")); d != 90100*time.Millisecond {
+		t.Errorf("the storming namespace's next retry: delay %v, want 90.1s (the 901st reservation past the burst of 100, at 10 qps)", d)
+	}
+	if d := limiter.When(cache.NewObjectName("team-b", "tj")); d != 5*time.Millisecond {
+		t.Errorf("another namespace's first retry: delay %v, want the 5ms per-key backoff", d)
+	}
+}
+
+// Buckets of namespaces that have stopped retrying are dropped once full again, so
+// the limiter holds no state per namespace that has not retried for a while.
+func TestNamespaceBucketsDropIdleNamespaces(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b := newNamespaceBuckets(10, 100, clk)
+	for i := range 50 {
+		b.When(cache.NewObjectName(fmt.Sprint("ns-", i), "tj"))
+	}
+	if n := b.namespaces(); n != 50 {
+		t.Fatalf("%d buckets after retries in 50 namespaces, want 50", n)
+	}
+	clk.SetTime(clk.Now().Add(sweepEvery))
+	b.When(cache.NewObjectName("ns-0", "tj"))
+	if n := b.namespaces(); n != 1 {
+		t.Errorf("%d buckets a minute later with one namespace retrying, want 1 (full buckets dropped)", n)
 	}
 }
 

@@ -35,7 +35,7 @@ func newRunner(s Stage, index, workers int, cfg config) *runner {
 		stage:   s,
 		workers: workers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			cfg.rateLimit.newRateLimiter(),
+			cfg.rateLimit.newRateLimiter(cfg.clock),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 				Name:            name,
 				MetricsProvider: cfg.metrics.WorkqueueMetricsProvider(),

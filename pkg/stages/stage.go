@@ -53,7 +53,7 @@ const (
 	CodeWaitForEvent
 
 	// CodeRetry: try this stage again with backoff. AddRateLimited: per-key
-	// exponential backoff, capped, combined with a stage-wide token bucket.
+	// exponential backoff, capped, combined with a token bucket per namespace.
 	// A non-nil error from Sync means CodeRetry, whatever the code.
 	CodeRetry
 

@@ -52,7 +52,7 @@ type Configuration struct {
 	// +optional
 	Stages StagesConfiguration `json:"stages"`
 
-	// rateLimit configures every stage queue's retry backoff and overall admission rate.
+	// rateLimit configures every stage queue's retry backoff and retry rate per namespace.
 	// +optional
 	RateLimit RateLimitConfiguration `json:"rateLimit"`
 
@@ -301,8 +301,9 @@ type StageConfiguration struct {
 }
 
 // RateLimitConfiguration configures the stage queues' rate limiters: the larger of a
-// per-item exponential backoff (baseDelay doubling up to maxDelay) and an overall token
-// bucket (qps, burst).
+// per-item exponential backoff (baseDelay doubling up to maxDelay) and a token bucket
+// per namespace (qps, burst), so one namespace's failing TrainJobs do not delay the
+// retries of another's.
 type RateLimitConfiguration struct {
 	// baseDelay is the first retry delay of an item. Defaults to 5ms.
 	// +optional
@@ -310,11 +311,11 @@ type RateLimitConfiguration struct {
 	// maxDelay caps an item's retry delay. Defaults to 5m.
 	// +optional
 	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
-	// qps is the overall rate, in items per second, at which retried items re-enter a
-	// stage. Defaults to 10.
+	// qps is the rate, in items per second, at which retried items of one namespace
+	// re-enter a stage. Defaults to 10.
 	// +optional
 	QPS *float32 `json:"qps,omitempty"`
-	// burst is the token bucket size of that overall rate. Defaults to 100.
+	// burst is the token bucket size of that rate, per namespace. Defaults to 100.
 	// +optional
 	Burst *int32 `json:"burst,omitempty"`
 	// refusalThreshold is how many times in a row the API server may refuse to write a
