@@ -18,10 +18,10 @@ import (
 
 // Defaults of Stage.RefusalThreshold and Stage.RefusalDelay.
 const (
-	// DefaultRefusalThreshold: five refusals in a row take about 0.1 s of the queue's
-	// exponential backoff (5 ms doubling), so a refusal shows on the TrainJob at once,
-	// while a refusal that an admission webhook or policy being rolled out answers only
-	// briefly does not.
+	// DefaultRefusalThreshold: five refusals in a row are 1.5 s apart at the least
+	// (RefusalBackoff), so a lasting refusal shows on the TrainJob within seconds, while
+	// one that an admission webhook or policy being rolled out answers only briefly
+	// does not.
 	DefaultRefusalThreshold = 5
 	// DefaultRefusalDelay is twice the queue's longest backoff (5 min): a refused
 	// TrainJob costs one write attempt per 10 minutes, and a change to its spec brings
@@ -81,20 +81,31 @@ type refusalCount struct {
 	n          int
 }
 
-// countRefusal records the failure err of a write for tj and returns the refusal to
-// report when err is the RefusalThreshold-th refusal in a row of tj's current
-// generation, or a later one; nil otherwise. Failures that are no refusal (see
-// refusedReason) leave the count alone: a timeout between two denials says nothing
-// about whether the denial went away. The count starts again at a new generation or
-// UID, and ends at a successful pass (refusalsEnded).
-func (s *Stage) countRefusal(key cache.ObjectName, tj *trainer.TrainJob, err error) *refusal {
+// RefusalBackoff is the wait before the next attempt after the n-th refusal in a row
+// below the threshold: 100 ms doubling (the default threshold's four waits add up to
+// 1.5 s, so a policy being rolled out for a moment does not put a condition on the
+// TrainJob, while a lasting one shows on it within seconds). These retries bypass the
+// stage queue's token bucket, which paces retries against an overloaded API server: a
+// refusal is an answer, not overload, and at 10 retries a second a namespace of 600
+// denied TrainJobs would wait 4 minutes for its conditions.
+func RefusalBackoff(n int) time.Duration {
+	return 100 * time.Millisecond << min(n-1, 10)
+}
+
+// countRefusal records the failure err of a write for tj and returns how many refusals
+// in a row of tj's current generation it makes (0 when err is no refusal), and the
+// refusal to report when that is RefusalThreshold or more (nil below). Failures that
+// are no refusal (see refusedReason) leave the count alone: a timeout between two
+// denials says nothing about whether the denial went away. The count starts again at a
+// new generation or UID, and ends at a successful pass (refusalsEnded).
+func (s *Stage) countRefusal(key cache.ObjectName, tj *trainer.TrainJob, err error) (int, *refusal) {
 	var we *writeError
 	if !errors.As(err, &we) {
-		return nil
+		return 0, nil
 	}
 	reason, ok := refusedReason(we.err)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	if s.Metrics != nil {
 		s.Metrics.WriteRefused(string(reason))
@@ -116,14 +127,14 @@ func (s *Stage) countRefusal(key cache.ObjectName, tj *trainer.TrainJob, err err
 		threshold = DefaultRefusalThreshold
 	}
 	if c.n < threshold {
-		return nil
+		return c.n, nil
 	}
 	words := we.err.Error()
 	var status apierrors.APIStatus
 	if errors.As(we.err, &status) && status.Status().Message != "" {
 		words = status.Status().Message
 	}
-	return &refusal{kind: we.kind, name: we.name, reason: reason, words: words, times: c.n, threshold: threshold, delay: s.refusalDelay()}
+	return c.n, &refusal{kind: we.kind, name: we.name, reason: reason, words: words, times: c.n, threshold: threshold, delay: s.refusalDelay()}
 }
 
 // refusalsEnded forgets the refusals of the TrainJob at key: its writes went through.

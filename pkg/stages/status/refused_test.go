@@ -117,8 +117,8 @@ func TestRefusedJobSetApply(t *testing.T) {
 
 			for i := 1; i < threshold; i++ {
 				got, err := f.syncDrained(t)
-				if !errors.Is(err, c.err) || got != stages.Retry() {
-					t.Fatalf("refusal %d: Sync = %v, %v; want retry, the API error", i, got, err)
+				if err != nil || got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+					t.Fatalf("refusal %d: Sync = %v, %v; want requeue after %v, past the queue's token bucket", i, got, err, status.RefusalBackoff(i))
 				}
 			}
 			if n := len(utiltesting.Writes(f.trainer.Actions())); n != 0 {
@@ -256,8 +256,8 @@ func TestRefusedSideObject(t *testing.T) {
 	}
 
 	for i := 1; i <= 2; i++ {
-		if got := sync(t); got != stages.Retry() {
-			t.Fatalf("refusal %d: Sync = %v, want retry", i, got)
+		if got := sync(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+			t.Fatalf("refusal %d: Sync = %v, want requeue after %v", i, got, status.RefusalBackoff(i))
 		}
 	}
 	applier.applyErr = nil
@@ -269,8 +269,8 @@ func TestRefusedSideObject(t *testing.T) {
 	delete(applier.objects, "ConfigMap llm-config")
 	applier.applyErr = terminating
 	for i := 1; i <= 2; i++ {
-		if got := sync(t); got != stages.Retry() {
-			t.Fatalf("refusal %d after a success: Sync = %v, want retry (the count starts over)", i, got)
+		if got := sync(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+			t.Fatalf("refusal %d after a success: Sync = %v, want requeue after %v (the count starts over)", i, got, status.RefusalBackoff(i))
 		}
 	}
 	if got := sync(t); got != stages.RequeueAfter(status.DefaultRefusalDelay) {
@@ -308,8 +308,8 @@ func TestRefusalCountIsPerGeneration(t *testing.T) {
 	f.denyJobSetApplies(apierrors.NewForbidden(jobSets, tjName, errors.New(policyDenial)))
 	f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
 	for i := 1; i <= 2; i++ {
-		if got, _ := f.syncDrained(t); got != stages.Retry() {
-			t.Fatalf("refusal %d: Sync = %v, want retry", i, got)
+		if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+			t.Fatalf("refusal %d: Sync = %v, want requeue after %v", i, got, status.RefusalBackoff(i))
 		}
 	}
 
@@ -319,8 +319,8 @@ func TestRefusalCountIsPerGeneration(t *testing.T) {
 	}
 	f.plans.Put(key, next.UID, next.Generation, desiredPlan(t, next))
 	for i := 1; i <= 2; i++ {
-		if got, _ := f.syncDrained(t); got != stages.Retry() {
-			t.Fatalf("refusal %d of generation 2: Sync = %v, want retry (the count starts over)", i, got)
+		if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+			t.Fatalf("refusal %d of generation 2: Sync = %v, want requeue after %v (the count starts over)", i, got, status.RefusalBackoff(i))
 		}
 	}
 	if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.DefaultRefusalDelay) {

@@ -193,8 +193,14 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		case havePlan && p.Stage == Index-1:
 			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
-				if refused = s.countRefusal(key, tj, err); refused == nil {
+				var refusals int
+				switch refusals, refused = s.countRefusal(key, tj, err); {
+				case refusals == 0:
 					return stages.Retry(), err
+				case refused == nil:
+					after := RefusalBackoff(refusals)
+					klog.FromContext(ctx).V(2).Info("The API server refused a write; trying again", "err", err, "refusals", refusals, "after", after)
+					return stages.RequeueAfter(after), nil
 				}
 				klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
 					"refusals", refused.times, "after", refused.delay)
