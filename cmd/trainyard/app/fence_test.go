@@ -157,14 +157,7 @@ func TestFencedLeaderSendsNoWriteAfterRenewDeadline(t *testing.T) {
 	workerCtx := context.Background()
 
 	// Every Lease call hangs from now on: no renewal succeeds.
-	hanging := make(chan struct{})
-	var once sync.Once
-	lock.setHook(func(context.Context, string, *resourcelock.LeaderElectionRecord) error {
-		once.Do(func() { close(hanging) })
-		<-unhang
-		return errors.New("connection reset")
-	})
-	awaitClosed(t, hanging, "client-go's next Lease call")
+	lock.hangUntil(t, unhang)
 	renewDeadline := leaderElectionTimings.RenewDeadline.Duration
 	clk.Step(renewDeadline - time.Nanosecond)
 	if err := apply(workerCtx, "ns", "x", []byte("{}")); err != nil {

@@ -154,6 +154,20 @@ func startLeader(t *testing.T, ctx context.Context, le componentbaseconfigv1alph
 	return r
 }
 
+// hangUntil makes every call of l hang, deaf to its context, until unhang is closed,
+// then fail; it returns once client-go has made such a call.
+func (l *fakeLock) hangUntil(t *testing.T, unhang <-chan struct{}) {
+	t.Helper()
+	hanging := make(chan struct{})
+	var once sync.Once
+	l.setHook(func(context.Context, string, *resourcelock.LeaderElectionRecord) error {
+		once.Do(func() { close(hanging) })
+		<-unhang
+		return errors.New("connection reset")
+	})
+	awaitClosed(t, hanging, "client-go's next Lease call")
+}
+
 // leading waits until r's process leads and returns its pipeline's context; the test
 // fails when it never does.
 func (r *leaderRun) leading(t *testing.T) context.Context {
@@ -180,14 +194,7 @@ func TestLeaderStopsThePipelineRenewDeadlineAfterItsLastRenewal(t *testing.T) {
 
 	// From now on every Lease call hangs, deaf to its context: an API server that never
 	// answers, and a client-go that never gives up by itself.
-	hanging := make(chan struct{})
-	var once sync.Once
-	lock.setHook(func(context.Context, string, *resourcelock.LeaderElectionRecord) error {
-		once.Do(func() { close(hanging) })
-		<-unhang
-		return errors.New("connection reset")
-	})
-	awaitClosed(t, hanging, "client-go's next Lease call")
+	lock.hangUntil(t, unhang)
 	renewDeadline := leaderElectionTimings.RenewDeadline.Duration
 	clk.Step(renewDeadline - time.Nanosecond)
 	if err := pipelineCtx.Err(); err != nil {

@@ -131,17 +131,7 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 
 	// Self-managed webhook certificates: the Secret and the two configurations, by
 	// name, and the PriorityClass informer of the admission rules.
-	user := "system:serviceaccount:" + namespace + ":" + sa
-	access := func(attrs authorizationv1.ResourceAttributes) bool {
-		t.Helper()
-		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return review.Status.Allowed
-	}
+	access := serviceAccountMay(t, c, namespace, sa)
 	var needed []authorizationv1.ResourceAttributes
 	for _, verb := range []string{"get", "list", "watch", "update"} {
 		needed = append(needed,
@@ -360,6 +350,22 @@ func runAsServiceAccount(t *testing.T, c *cluster.Cluster, root, ns, rel, logNam
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	return sa, logFile.Name()
+}
+
+// serviceAccountMay returns a function that asks the API server, with a
+// SubjectAccessReview, whether ServiceAccount sa of ns may do what attrs say.
+func serviceAccountMay(t *testing.T, c *cluster.Cluster, ns, sa string) func(attrs authorizationv1.ResourceAttributes) bool {
+	user := "system:serviceaccount:" + ns + ":" + sa
+	return func(attrs authorizationv1.ResourceAttributes) bool {
+		t.Helper()
+		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
 }
 
 // serviceAccount returns the name of the ServiceAccount release rel made in ns.

@@ -104,17 +104,7 @@ func TestChartWatchNamespaces(t *testing.T) {
 		t.Errorf("JobSets in unwatched namespace %s: %v; want none", scopedOther, err)
 	}
 
-	user := "system:serviceaccount:" + scopedNamespace + ":" + sa
-	access := func(attrs authorizationv1.ResourceAttributes) bool {
-		t.Helper()
-		review, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return review.Status.Allowed
-	}
+	access := serviceAccountMay(t, c, scopedNamespace, sa)
 	// What the side objects and the informers need, in each watched namespace.
 	var allowed []authorizationv1.ResourceAttributes
 	for _, ns := range []string{scopedWatched, scopedWatched2} {
