@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 )
 
 // Lease timings of TestLeaderKilledMidBurst: short, so the test is, yet sound
@@ -33,17 +34,9 @@ func TestLeaderKilledMidBurst(t *testing.T) {
 	e := newEnv(t)
 	ns := e.namespace(t)
 	r := rng(t)
-	config := leaderElectionConfig(t, ns)
 	const userA, userB = "trainyard-replica-a", "trainyard-replica-b"
 	audit := e.auditFromNow(t)
-	a := e.startController(t, "a", userA, "--config="+config)
-	cluster.Eventually(t, 30*time.Second, "replica a leads", func(ctx context.Context) (bool, string) {
-		return a.ReadyzSays(ctx, "leader-election leading"), "not leading"
-	})
-	b := e.startController(t, "b", userB, "--config="+config)
-	if !b.ReadyzSays(t.Context(), "leader-election following") {
-		t.Fatal("replica b does not report following")
-	}
+	a, b := e.startReplicas(t, ns, userA, userB)
 
 	burst := e.startBurst(ns, n, 0)
 	killAt := n/4 + r.IntN(n/2)
@@ -110,6 +103,23 @@ func TestLeaderKilledMidBurst(t *testing.T) {
 	}
 }
 
+// startReplicas starts two controllers with leader election (the Lease in ns, the
+// short timings above), replica a as userA and b as userB, and returns once a leads
+// and b follows.
+func (e *env) startReplicas(t *testing.T, ns, userA, userB string) (a, b *ctrlproc.Process) {
+	t.Helper()
+	config := leaderElectionConfig(t, ns)
+	a = e.startController(t, "a", userA, "--config="+config)
+	cluster.Eventually(t, 30*time.Second, "replica a leads", func(ctx context.Context) (bool, string) {
+		return a.ReadyzSays(ctx, "leader-election leading"), "not leading"
+	})
+	b = e.startController(t, "b", userB, "--config="+config)
+	if !b.ReadyzSays(t.Context(), "leader-election following") {
+		t.Fatal("replica b does not report following")
+	}
+	return a, b
+}
+
 // leaderElectionConfig writes a controller Configuration with leader election on, the
 // Lease in ns and the short timings above, and returns its path.
 func leaderElectionConfig(t *testing.T, ns string) string {
@@ -147,14 +157,9 @@ func TestLeaderPausedPastItsLease(t *testing.T) {
 	const n = 1000
 	e := newEnv(t)
 	ns := e.namespace(t)
-	config := leaderElectionConfig(t, ns)
 	const userA, userB = "trainyard-paused-a", "trainyard-paused-b"
 	audit := e.auditFromNow(t)
-	a := e.startController(t, "a", userA, "--config="+config)
-	cluster.Eventually(t, 30*time.Second, "replica a leads", func(ctx context.Context) (bool, string) {
-		return a.ReadyzSays(ctx, "leader-election leading"), "not leading"
-	})
-	b := e.startController(t, "b", userB, "--config="+config)
+	a, b := e.startReplicas(t, ns, userA, userB)
 	burst := e.startBurst(ns, n, 0)
 	burst.waitCreated(n / 2)
 	if err := syscall.Kill(-a.Pid(), syscall.SIGSTOP); err != nil {
