@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
@@ -28,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetfake "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
@@ -147,6 +148,7 @@ spec:
 // and what the test wrote, for the oracle.
 type convergenceEnv struct {
 	t        *testing.T
+	log      *capturedLog
 	trainers *trainerfake.Clientset
 	jobsets  *jobsetfake.Clientset
 	objects  *fakeObjects
@@ -165,12 +167,10 @@ type convergenceEnv struct {
 
 // runConvergence runs one round and returns how many operations it fired.
 func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
+	env := newConvergenceEnv(t)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), env.log.logger()))
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 0))
-
-	env := newConvergenceEnv(t)
 	inf, err := informers.New(env.trainers, env.jobsets, 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,8 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	// find nothing.
 	for _, obj := range inf.TrainJobs.GetStore().List() {
 		if tj := obj.(*trainer.TrainJob); informers.JobSetLags(tj, inf.JobSetLister, inf.RuntimeExists) {
-			t.Errorf("TrainJob %s: the consistency sweep counts it as lagging", tj.Name)
+			t.Errorf("TrainJob %s: the consistency sweep counts it as lagging\nthe controller's log of it:\n%s", tj.Name,
+				env.log.about(cache.MetaObjectToName(tj).String()))
 		}
 	}
 	if t.Failed() {
@@ -249,7 +250,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 
 	// A fixpoint: one more pass of every TrainJob through the whole pipeline and the
 	// status stage finds nothing to write.
-	before := env.writes.Load()
+	before, logMark := env.writes.Load(), env.log.len()
 	list, err := env.trainers.TrainerV1alpha1().TrainJobs(convergenceNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +261,8 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	}
 	env.quiesce(ctx)
 	if after := env.writes.Load(); after != before {
-		t.Errorf("re-processing every converged TrainJob wrote %d times, want 0", after-before)
+		t.Errorf("re-processing every converged TrainJob wrote %d times, want 0; the controller's log since, syncs left out:\n%s",
+			after-before, env.log.since(logMark, "Synced"))
 	}
 	return int(fired.Load())
 }
@@ -268,6 +270,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 func newConvergenceEnv(t *testing.T) *convergenceEnv {
 	env := &convergenceEnv{
 		t:        t,
+		log:      &capturedLog{},
 		trainers: trainerfake.NewSimpleClientset(),
 		jobsets:  jobsetfake.NewSimpleClientset(),
 		runtimes: map[string][]*trainer.ClusterTrainingRuntime{},
@@ -390,6 +393,59 @@ func (e *convergenceEnv) emulateJobSetAPI() {
 		js.Status = update.Status
 		return true, js, tracker.Update(u.GetResource(), js, u.GetNamespace())
 	})
+}
+
+// capturedLog keeps the controller's log of a round in memory instead of the test's
+// output, where thousands of lines per round would bury the failure (and CI shows only
+// the start and the end of the output); a failure prints the lines of its TrainJob.
+type capturedLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// logger returns a logger writing into l at verbosity 5 (every sync).
+func (l *capturedLog) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		line := time.Now().Format("15:04:05.000000 ") + prefix + " " + args
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		l.mu.Unlock()
+	}, funcr.Options{Verbosity: 5})
+}
+
+// about returns the last 80 lines that mention the TrainJob key ("namespace/name"), one
+// per line.
+func (l *capturedLog) about(key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	needle := `"` + key + `"`
+	for _, line := range l.lines {
+		if strings.Contains(line, needle) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-80):], "\n")
+}
+
+// len returns how many lines l holds, a mark for since.
+func (l *capturedLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// since returns the first 80 lines from mark on that do not contain skip, one per line.
+func (l *capturedLog) since(mark int, skip string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines[mark:] {
+		if !strings.Contains(line, skip) && len(out) < 80 {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func apiequal(a, b any) bool { return cmp.Equal(a, b, cmpopts.EquateEmpty()) }
@@ -887,7 +943,8 @@ func (e *convergenceEnv) checkConverged(ctx context.Context) {
 	for i := range list.Items {
 		tj := &list.Items[i]
 		if problem := e.checkTrainJob(ctx, tj); problem != "" {
-			t.Errorf("TrainJob %s (generation %d, suspend %v): %s", tj.Name, tj.Generation, ptr.Deref(tj.Spec.Suspend, false), problem)
+			t.Errorf("TrainJob %s (generation %d, suspend %v): %s\nthe controller's log of it:\n%s", tj.Name, tj.Generation,
+				ptr.Deref(tj.Spec.Suspend, false), problem, e.log.about(cache.MetaObjectToName(tj).String()))
 		}
 	}
 }
