@@ -83,7 +83,15 @@ func (h *handlers) addTrainJob(obj any) {
 	if !ok {
 		return
 	}
-	if Built(tj, h.in.JobSetLister) {
+	h.routeTrainJob(tj)
+}
+
+// routeTrainJob sends tj to the status stage when there is nothing to build for it:
+// it has finished (never rebuilt, but its Suspended condition follows spec.suspend,
+// trainer-compat §5.1) or its JobSet was built from its current spec (Built); else to
+// the build stage.
+func (h *handlers) routeTrainJob(tj *trainer.TrainJob) {
+	if trainjob.IsFinished(tj) || Built(tj, h.in.JobSetLister) {
 		h.router.Enqueue(h.routes.Status, cache.MetaObjectToName(tj))
 		return
 	}
@@ -102,13 +110,14 @@ func Built(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
 		js.Annotations[plan.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10)
 }
 
-// updateTrainJob rebuilds only on a spec change (a new generation). Status and metadata
-// updates — most of them the controller's own status writes — route nowhere.
+// updateTrainJob routes only a spec change (a new generation), as routeTrainJob does.
+// Status and metadata updates — most of them the controller's own status writes —
+// route nowhere.
 func (h *handlers) updateTrainJob(oldObj, newObj any) {
 	oldTJ, ok1 := oldObj.(*trainer.TrainJob)
 	newTJ, ok2 := newObj.(*trainer.TrainJob)
 	if ok1 && ok2 && oldTJ.Generation != newTJ.Generation {
-		h.router.Enqueue(h.routes.Build, cache.MetaObjectToName(newTJ))
+		h.routeTrainJob(newTJ)
 	}
 }
 

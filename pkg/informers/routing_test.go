@@ -18,6 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetfake "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
@@ -347,6 +348,22 @@ func TestRouteTrainJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.expect(t, []route{{build, llm}}, h.flushTrainJobs(t))
+
+	// Spec update of a finished TrainJob: the status stage, which keeps its Suspended
+	// condition following spec.suspend; nothing is rebuilt.
+	tj = h.getTrainJob(t, "team-a", "llm")
+	tj.Status.Conditions = append(tj.Status.Conditions, utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "done"))
+	if _, err := tjs.UpdateStatus(ctx, tj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(t, nil, h.flushTrainJobs(t))
+	tj = h.getTrainJob(t, "team-a", "llm")
+	tj.Spec.Suspend = ptr.To(true)
+	tj.Generation++
+	if _, err := tjs.Update(ctx, tj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(t, []route{{status, llm}}, h.flushTrainJobs(t))
 
 	// Deletion: onDelete, no route.
 	if err := tjs.Delete(ctx, "llm", metav1.DeleteOptions{}); err != nil {
@@ -756,6 +773,7 @@ func TestTrainJobAddRoutesBuiltToStatus(t *testing.T) {
 		"JobSet of an older generation":          {generation("2").Obj(), build},
 		"JobSet without the annotation":          {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Obj(), build},
 		"someone else's JobSet, same generation": {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(other).Annotation(plan.AnnotationTrainJobGeneration, "3").Obj(), build},
+		"finished, its JobSet deleted":           {nil, status},
 	} {
 		t.Run(name, func(t *testing.T) {
 			jobSets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -766,6 +784,11 @@ func TestTrainJobAddRoutesBuiltToStatus(t *testing.T) {
 			}
 			r := delayRouter{}
 			h := &handlers{in: &Informers{JobSetLister: jobsetlisters.NewJobSetLister(jobSets)}, router: r, routes: Routes{Build: build, Status: status}}
+			tj := tj
+			if strings.HasPrefix(name, "finished") {
+				tj = tj.DeepCopy()
+				tj.Status.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "done")}
+			}
 			h.addTrainJob(tj)
 			if _, ok := r[tc.want+":team-a/llm"]; !ok || len(r) != 1 {
 				t.Errorf("routes %v, want only %s:team-a/llm", r, tc.want)

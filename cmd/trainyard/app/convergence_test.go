@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetfake "sigs.k8s.io/jobset/client-go/clientset/versioned/fake"
@@ -403,14 +403,18 @@ type capturedLog struct {
 	lines []string
 }
 
-// logger returns a logger writing into l at verbosity 5 (every sync).
+// logger returns a logger writing into l at verbosity 5 (every sync), in klog's text
+// format (a TrainJob appears as "namespace/name").
 func (l *capturedLog) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		line := time.Now().Format("15:04:05.000000 ") + prefix + " " + args
-		l.mu.Lock()
-		l.lines = append(l.lines, line)
-		l.mu.Unlock()
-	}, funcr.Options{Verbosity: 5})
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(5), textlogger.Output(l)))
+}
+
+// Write takes one log entry.
+func (l *capturedLog) Write(entry []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimSuffix(string(entry), "\n"))
+	return len(entry), nil
 }
 
 // about returns the last 80 lines that mention the TrainJob key ("namespace/name"), one

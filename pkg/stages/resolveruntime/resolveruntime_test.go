@@ -185,9 +185,9 @@ func TestSync(t *testing.T) {
 			trainJob: base.Clone().ManagedBy(trainer.ManagedByMultiKueue).RuntimeRef("Foo", "torch").Obj(),
 			want:     stages.WaitForEvent(),
 		},
-		"finished: untouched": {
+		"finished: untouched, handed on to the status stage": {
 			trainJob:       base.Clone().Condition(completed).Obj(),
-			want:           stages.WaitForEvent(),
+			want:           stages.Continue(),
 			wantConditions: []metav1.Condition{completed},
 		},
 		"being deleted: untouched": {
@@ -416,8 +416,9 @@ func TestSyncWritesConditionOnce(t *testing.T) {
 		"unsupported runtime": {
 			trainJob:  base.Clone().RuntimeRef("Foo", "torch").Obj(),
 			wantFirst: stages.Terminal(),
-			// Failed=True now: finished TrainJobs are left alone.
-			wantSecond: stages.WaitForEvent(),
+			// Failed=True now: finished TrainJobs are left alone, handed on to the
+			// status stage only.
+			wantSecond: stages.Continue(),
 		},
 		"missing ClusterTrainingRuntime": {
 			trainJob:   base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),

@@ -50,9 +50,9 @@ func (s *Stage) Name() string { return s.StageName }
 
 // Sync runs the step on the plan of the TrainJob at key. It returns Restart when the
 // plan is missing or was built for another generation or has not reached the previous
-// stage, Continue with the refined plan stored, Terminal on bad input (condition
-// written), WaitForEvent when the TrainJob is gone or needs nothing, and Retry with the
-// error otherwise.
+// stage, Continue with the refined plan stored (or, for a finished TrainJob, without
+// one), Terminal on bad input (condition written), WaitForEvent when the TrainJob is
+// gone or needs nothing, and Retry with the error otherwise.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
 	tj, res, err := Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
@@ -128,8 +128,12 @@ func truncate(s string) string {
 
 // Buildable returns the TrainJob at key when stages 1–5 should build for it. Otherwise
 // it returns nil with the result to return: WaitForEvent when the TrainJob is gone (its
-// plan is dropped), being deleted, managed by another controller, or finished; Retry
-// with the error when the lister fails.
+// plan is dropped), being deleted or managed by another controller; Continue when it
+// has finished, so that the key reaches the status stage without a build: a finished
+// TrainJob is never rebuilt, but its Suspended condition still follows spec.suspend
+// (trainer-compat §4 step 5 and §5.1), and a spec change routed here before the
+// TrainJob's terminal condition reached the cache would otherwise be lost; Retry with
+// the error when the lister fails.
 func Buildable(lister trainerlisters.TrainJobLister, plans *stages.Plans[plan.Plan], key cache.ObjectName) (*trainer.TrainJob, stages.Result, error) {
 	tj, err := lister.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -139,8 +143,11 @@ func Buildable(lister trainerlisters.TrainJobLister, plans *stages.Plans[plan.Pl
 	if err != nil {
 		return nil, stages.Retry(), err
 	}
-	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
+	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) {
 		return nil, stages.WaitForEvent(), nil
+	}
+	if trainjob.IsFinished(tj) {
+		return nil, stages.Continue(), nil
 	}
 	return tj, stages.Result{}, nil
 }

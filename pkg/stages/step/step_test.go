@@ -170,8 +170,10 @@ func TestSyncStalePlan(t *testing.T) {
 	}
 }
 
-// TestSyncSkips: a TrainJob that is gone, finished, being deleted or managed elsewhere is
-// dropped without running the step or writing; a gone TrainJob's plan is freed.
+// TestSyncSkips: a TrainJob that is gone, being deleted or managed elsewhere is dropped,
+// and a finished one handed on (to reach the status stage, which keeps its Suspended
+// condition current), without running the step or writing; a gone TrainJob's plan is
+// freed.
 func TestSyncSkips(t *testing.T) {
 	finished := trainJob()
 	finished.Status.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs", "boom")}
@@ -182,12 +184,13 @@ func TestSyncSkips(t *testing.T) {
 
 	cases := map[string]struct {
 		trainJob     *trainer.TrainJob
+		want         stages.Result
 		wantPlanKept bool
 	}{
-		"not found":        {},
-		"finished":         {trainJob: finished, wantPlanKept: true},
-		"being deleted":    {trainJob: deleting, wantPlanKept: true},
-		"MultiKueue-owned": {trainJob: multiKueue, wantPlanKept: true},
+		"not found":        {want: stages.WaitForEvent()},
+		"finished":         {trainJob: finished, want: stages.Continue(), wantPlanKept: true},
+		"being deleted":    {trainJob: deleting, want: stages.WaitForEvent(), wantPlanKept: true},
+		"MultiKueue-owned": {trainJob: multiKueue, want: stages.WaitForEvent(), wantPlanKept: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -200,7 +203,7 @@ func TestSyncSkips(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
-			if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
 			if f.calls != 0 {
