@@ -118,9 +118,9 @@ func DecodeFuzzInput(runtime, trainJob []byte) (*trainer.TrainJob, plan.Runtime,
 // CRDRefuses reports whether the API server would refuse tj or a runtime with spec
 // (either may be nil) by the CRDs' own rules, before any webhook or stage sees them,
 // for the rules the stages rely on: counts (spec.trainer.numNodes >= 0,
-// numProcPerNode >= 1, the MPI and Flux policies' numProcPerNode >= 1) and one ML
-// policy and one gang-scheduling policy per runtime. The fuzz targets skip such inputs:
-// the controller never gets them. (The offline renderer does, from files: it does not
+// numProcPerNode >= 1, the MPI and Flux policies' numProcPerNode >= 1), one ML
+// policy and one gang-scheduling policy per runtime, and unique replicatedJob names
+// (a list-map key). The fuzz targets skip such inputs: the controller never gets them. (The offline renderer does, from files: it does not
 // check the CRD schemas, and renders, e.g., numNodes -1 as parallelism -1.)
 func CRDRefuses(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) bool {
 	if tj != nil && tj.Spec.Trainer != nil {
@@ -141,6 +141,15 @@ func CRDRefuses(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) bool {
 	}
 	if g := spec.PodGroupPolicy; g != nil && countTrue(g.Coscheduling != nil, g.Volcano != nil, g.KAIScheduler != nil, g.Workload != nil) > 1 {
 		return true
+	}
+	// replicatedJobs is a list-map keyed by name (x-kubernetes-list-type: map): the API
+	// server refuses two entries with the same name.
+	names := map[string]bool{}
+	for _, rj := range spec.Template.Spec.ReplicatedJobs {
+		if names[rj.Name] {
+			return true
+		}
+		names[rj.Name] = true
 	}
 	return false
 }
