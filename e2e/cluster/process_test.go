@@ -292,3 +292,36 @@ func TestDefaultBinaryName(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildSourcesBuildsOnlyTheSourcesGiven(t *testing.T) {
+	opts := BuildOptions{RepoRoot: fakeRepo(t), CacheDir: t.TempDir(), LogDir: t.TempDir(), GoCommand: "/bin/false"}
+	if err := os.MkdirAll(filepath.Join(opts.RepoRoot, "hack", "kube-bins", UpstreamTrainer.buildModule()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := BuildSources(context.Background(), opts, UpstreamTrainer)
+
+	// The failing go command proves a build was attempted, of upstream's controller only.
+	if err == nil || !strings.Contains(err.Error(), "building kubeflow-trainer v2.3.0: go build") {
+		t.Fatalf("got %v, want a failed build of kubeflow-trainer v2.3.0", err)
+	}
+	if strings.Contains(err.Error(), "kubernetes") || strings.Contains(err.Error(), "etcd") {
+		t.Errorf("the cluster's sources were built too: %v", err)
+	}
+
+	// Once in the cache, under its version, it is reused without the go tool.
+	if err := os.MkdirAll(opts.sourceDir(UpstreamTrainer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := opts.writeSourceInfo(opts.sourceDir(UpstreamTrainer), UpstreamTrainer); err != nil {
+		t.Fatal(err)
+	}
+	bins, err := BuildSources(context.Background(), opts, UpstreamTrainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(opts.CacheDir, "bin", "kubeflow-trainer-v2.3.0", TrainerControllerManager)
+	if got := bins.Path(TrainerControllerManager); got != want {
+		t.Errorf("Path(%s) = %s, want %s", TrainerControllerManager, got, want)
+	}
+}
