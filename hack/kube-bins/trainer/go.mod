@@ -1,3 +1,16 @@
+// Module kube-bins/trainer exists only to build upstream Kubeflow Trainer's
+// controller manager (cmd/trainer-controller-manager of
+// github.com/kubeflow/trainer/v2 v2.3.0, the release Trainyard is
+// wire-compatible with), which the scale benchmark's peer mode (issue 17,
+// `make bench-peer`) runs beside Trainyard. It is never imported by the main
+// module or by e2e, and no cluster runs it: e2e/cluster builds it on demand
+// (cluster.UpstreamTrainer) into <cache>/bin/kubeflow-trainer-v2.3.0/.
+//
+// It requires nothing else, so every dependency resolves to the version
+// upstream's own go.mod requires (controller-runtime v0.24.1, k8s.io/* v0.36.2,
+// JobSet v0.12.0): the binary is upstream's release as built from source. Bump
+// with `go get github.com/kubeflow/trainer/v2@<version>` and the Version of
+// cluster.UpstreamTrainer together.
 module github.com/trainyard/trainyard/hack/kube-bins/trainer
 
 go 1.26.0
