@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -323,5 +325,34 @@ func TestBuildSourcesBuildsOnlyTheSourcesGiven(t *testing.T) {
 	want := filepath.Join(opts.CacheDir, "bin", "kubeflow-trainer-v2.3.0", TrainerControllerManager)
 	if got := bins.Path(TrainerControllerManager); got != want {
 		t.Errorf("Path(%s) = %s, want %s", TrainerControllerManager, got, want)
+	}
+}
+
+// Every build module requires each of its sources' modules at the version that
+// names the source's cache folder: a bump of one without the other would cache a
+// binary under a version it is not.
+func TestSourceVersionsMatchTheirBuildModules(t *testing.T) {
+	root, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range append(slices.Clone(Sources), UpstreamTrainer) {
+		if src.buildModule() == "" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, "hack", "kube-bins", src.buildModule(), "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A requirement is "<module> <version>" on a line of its own inside a require
+		// block, or after "require".
+		req := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(src.Module) + `\s+(\S+)`)
+		got := ""
+		if m := req.FindSubmatch(data); m != nil {
+			got = string(m[1])
+		}
+		if got != src.Version {
+			t.Errorf("%s: hack/kube-bins/%s/go.mod requires %s at %q, want %s", src.Name, src.buildModule(), src.Module, got, src.Version)
+		}
 	}
 }
