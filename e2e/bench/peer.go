@@ -92,8 +92,43 @@ type PeerResult struct {
 	Loads []PeerLoad `json:"loads"`
 	// Ratios are Trainyard ÷ upstream, keyed by figure and load (see peerRatios);
 	// a figure that is 0 for upstream has none.
-	Ratios  map[string]float64 `json:"ratios"`
-	Targets []Target           `json:"targets"`
+	Ratios map[string]float64 `json:"ratios"`
+	// RSSSlopes is how each controller's peak RSS grows between consecutive
+	// admission sizes (issue 17's item 4 asks for it from 2,000 to 10,000 to 50,000).
+	RSSSlopes []RSSSlope `json:"rssSlopes,omitempty"`
+	Targets   []Target   `json:"targets"`
+}
+
+// RSSSlope is the growth of peak RSS from admission size From to size To, in
+// bytes per 1,000 TrainJobs (with their JobSets), for each controller.
+type RSSSlope struct {
+	From      int     `json:"from"`
+	To        int     `json:"to"`
+	Trainyard float64 `json:"trainyardBytesPer1000"`
+	Upstream  float64 `json:"upstreamBytesPer1000"`
+}
+
+// rssSlopes computes the RSSSlopes between consecutive admission loads of
+// increasing size.
+func rssSlopes(loads []PeerLoad) []RSSSlope {
+	var out []RSSSlope
+	var prev *PeerLoad
+	for i := range loads {
+		l := &loads[i]
+		if l.Mode != ModeAdmission {
+			continue
+		}
+		if prev != nil && l.N > prev.N {
+			per1000 := 1000 / float64(l.N-prev.N)
+			out = append(out, RSSSlope{
+				From: prev.N, To: l.N,
+				Trainyard: round3(float64(l.Trainyard.PeakRSSBytes-prev.Trainyard.PeakRSSBytes) * per1000),
+				Upstream:  round3(float64(l.Upstream.PeakRSSBytes-prev.Upstream.PeakRSSBytes) * per1000),
+			})
+		}
+		prev = l
+	}
+	return out
 }
 
 // PeerLoad is one load met by both controllers: each run in the order run,
@@ -398,6 +433,7 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (*PeerResult, error) {
 		res.Loads = append(res.Loads, *load)
 	}
 	res.Ratios = peerRatios(res.Loads)
+	res.RSSSlopes = rssSlopes(res.Loads)
 	res.Targets = evaluatePeerTargets(res)
 	if err := writePeerOutputs(cfg.OutDir, res, p.timelines); err != nil {
 		return res, err

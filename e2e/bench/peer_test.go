@@ -98,7 +98,14 @@ func TestPeerFiguresAndRatios(t *testing.T) {
 		t.Errorf("a ratio over upstream's 0 CPU: %v", ratios["lifecycle_controller_cpu_per_1000"])
 	}
 
-	r := &PeerResult{Mode: ModePeer, Note: "SMOKE RUN", Rounds: 2, Loads: loads, Ratios: ratios}
+	// Peak RSS from 2,000 to 10,000: Trainyard 70 → 100 MiB, upstream 200 → 400 MiB.
+	slopes := rssSlopes(loads)
+	if len(slopes) != 1 || slopes[0].From != 2000 || slopes[0].To != 10000 ||
+		slopes[0].Trainyard != 30.0/8*(1<<20) || slopes[0].Upstream != 200.0/8*(1<<20) {
+		t.Errorf("RSS slopes %+v, want one from 2000 to 10000 of 3.75 MiB and 25 MiB per 1,000", slopes)
+	}
+
+	r := &PeerResult{Mode: ModePeer, Note: "SMOKE RUN", Rounds: 2, Loads: loads, Ratios: ratios, RSSSlopes: slopes}
 	r.Targets = evaluatePeerTargets(r)
 	met := map[string]bool{}
 	for _, tg := range r.Targets {
@@ -129,6 +136,7 @@ func TestPeerFiguresAndRatios(t *testing.T) {
 		"| 2 | upstream | 50.0/s |",
 		"| 4 | upstream | 40.0/s |",
 		"| **throughput** (TrainJobs finished/s) | 10.0 | 5.0 | 2.00× |",
+		"| 2000 → 10000 | 3.8 MiB | 25.0 MiB |",
 	} {
 		if !strings.Contains(report, s) {
 			t.Errorf("report lacks %q:\n%s", s, report)

@@ -74,6 +74,12 @@ func PeerReport(r *PeerResult) string {
 	for _, k := range keys {
 		w("| `%s` | %.3f |\n", k, r.Ratios[k])
 	}
+	if len(r.RSSSlopes) > 0 {
+		w("\n## Peak RSS growth per 1,000 TrainJobs (with their JobSets)\n\n| sizes | Trainyard | upstream |\n|---|---|---|\n")
+		for _, sl := range r.RSSSlopes {
+			w("| %d → %d | %.1f MiB | %.1f MiB |\n", sl.From, sl.To, sl.Trainyard/(1<<20), sl.Upstream/(1<<20))
+		}
+	}
 	for _, l := range r.Loads {
 		peerLoadReport(w, r, l)
 	}
