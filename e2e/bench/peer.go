@@ -175,15 +175,15 @@ type PeerFigures struct {
 	// FailedSyncs are failed stage syncs (Trainyard) or reconciles (upstream).
 	FailedSyncs float64 `json:"failedSyncs"`
 	// Errors are failed creates and Failed TrainJobs.
-	Errors            float64 `json:"errors"`
-	ControllerCPU     float64 `json:"controllerCPUPer1000"`
-	APIServerCPU      float64 `json:"apiserverCPUPer1000"`
-	EtcdCPU           float64 `json:"etcdCPUPer1000"`
-	ControlPlaneCPU   float64 `json:"controlPlaneCPUPer1000"`
-	PeakRSSBytes      int64   `json:"peakRSSBytes"`
-	PeakHeapBytes     int64   `json:"peakHeapInuseBytes"`
-	MachineBusyCPU    float64 `json:"machineBusyCPUPer1000"`
-	MachineUtilisaton float64 `json:"machineUtilisation"`
+	Errors             float64 `json:"errors"`
+	ControllerCPU      float64 `json:"controllerCPUPer1000"`
+	APIServerCPU       float64 `json:"apiserverCPUPer1000"`
+	EtcdCPU            float64 `json:"etcdCPUPer1000"`
+	ControlPlaneCPU    float64 `json:"controlPlaneCPUPer1000"`
+	PeakRSSBytes       int64   `json:"peakRSSBytes"`
+	PeakHeapBytes      int64   `json:"peakHeapInuseBytes"`
+	MachineBusyCPU     float64 `json:"machineBusyCPUPer1000"`
+	MachineUtilisation float64 `json:"machineUtilisation"`
 }
 
 // peerFigures summarises the runs of controller name in runs.
@@ -221,7 +221,7 @@ func peerFigures(runs []PeerRun, name string) PeerFigures {
 		f.APIServerCPU += r.Components[cluster.KubeAPIServer] * per1000
 		f.EtcdCPU += r.Components[cluster.Etcd] * per1000
 		f.MachineBusyCPU += r.Machine.BusyCPUSeconds * per1000
-		f.MachineUtilisaton += r.Machine.Utilisation
+		f.MachineUtilisation += r.Machine.Utilisation
 		f.PeakRSSBytes = max(f.PeakRSSBytes, r.Controller.PeakRSSBytes)
 		f.PeakHeapBytes = max(f.PeakHeapBytes, r.Controller.PeakHeapBytes)
 	}
@@ -230,7 +230,7 @@ func peerFigures(runs []PeerRun, name string) PeerFigures {
 	}
 	k := float64(f.Runs)
 	for _, p := range []*float64{&f.Throughput, &f.LatencyP50, &f.LatencyP99, &f.WritesPerTrainJob, &f.FailedSyncs, &f.Errors,
-		&f.ControllerCPU, &f.APIServerCPU, &f.EtcdCPU, &f.MachineBusyCPU, &f.MachineUtilisaton} {
+		&f.ControllerCPU, &f.APIServerCPU, &f.EtcdCPU, &f.MachineBusyCPU, &f.MachineUtilisation} {
 		*p = round3(*p / k)
 	}
 	for verb, v := range f.RequestsPerTrainJob {
