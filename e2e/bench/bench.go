@@ -410,7 +410,6 @@ type limitNamespaces struct{ trainJobs, jobSets, applies string }
 // limit is measureLimit for the JobSets in namespace from and n TrainJob creates,
 // into ns.
 func (r *runner) limit(ctx context.Context, from string, n int, ns limitNamespaces) (*Limit, error) {
-	rawTrainJobsNS, rawJobSetsNS, rawAppliesNS := ns.trainJobs, ns.jobSets, ns.applies
 	list, err := r.jobsets.JobsetV1alpha2().JobSets(from).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -419,15 +418,15 @@ func (r *runner) limit(ctx context.Context, from string, n int, ns limitNamespac
 	for i := range list.Items {
 		js := &list.Items[i]
 		produced = append(produced, &jobsetv1alpha2.JobSet{
-			ObjectMeta: metav1.ObjectMeta{Name: js.Name, Namespace: rawJobSetsNS, Labels: js.Labels, Annotations: js.Annotations},
+			ObjectMeta: metav1.ObjectMeta{Name: js.Name, Namespace: ns.jobSets, Labels: js.Labels, Annotations: js.Annotations},
 			Spec:       js.Spec,
 		})
 	}
 	r.say("raw limit: %d TrainJob creates with no controller", n)
-	tjs := burst(ctx, n, r.cfg.Parallelism, r.createTrainJob(rawTrainJobsNS))
+	tjs := burst(ctx, n, r.cfg.Parallelism, r.createTrainJob(ns.trainJobs))
 	r.say("raw limit: %d JobSet creates", len(produced))
 	jss := burst(ctx, len(produced), r.cfg.Parallelism, func(ctx context.Context, i int) error {
-		_, err := r.jobsets.JobsetV1alpha2().JobSets(rawJobSetsNS).Create(ctx, produced[i], metav1.CreateOptions{})
+		_, err := r.jobsets.JobsetV1alpha2().JobSets(ns.jobSets).Create(ctx, produced[i], metav1.CreateOptions{})
 		return err
 	})
 	// The controller creates JobSets with server-side apply (as upstream does), which
@@ -436,7 +435,7 @@ func (r *runner) limit(ctx context.Context, from string, n int, ns limitNamespac
 	apply := status.RESTJobSetApply(r.jobsets.JobsetV1alpha2().RESTClient())
 	jsa := burst(ctx, len(produced), r.cfg.Parallelism, func(ctx context.Context, i int) error {
 		js := produced[i].DeepCopy()
-		js.Namespace = rawAppliesNS
+		js.Namespace = ns.applies
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		body, err := (&status.Desired{JobSet: js}).JobSetApplyBody()
 		if err != nil {
