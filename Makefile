@@ -143,6 +143,15 @@ bench-progress: ## Progress reports (issue 14): BENCH_PROGRESS_N TrainJobs × 4 
 	cd e2e && $(GO) run ./cmd/bench --mode=progress --n=$(BENCH_PROGRESS_N) --duration=$(BENCH_PROGRESS_DURATION) \
 	  --report-interval=$(BENCH_PROGRESS_INTERVAL) --admission-n=$(BENCH_PROGRESS_ADMISSION_N)
 
+BENCH_PEER_SIZES       ?= 2000,10000
+BENCH_PEER_LIFECYCLE_N ?= 500
+BENCH_PEER_ROUNDS      ?= 2
+BENCH_PEER_FLAGS       ?=
+
+.PHONY: bench-peer
+bench-peer: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=peer --sizes=$(BENCH_PEER_SIZES) --lifecycle-n=$(BENCH_PEER_LIFECYCLE_N) --rounds=$(BENCH_PEER_ROUNDS) $(BENCH_PEER_FLAGS)
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

@@ -265,14 +265,54 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}
 
+	m, err := r.measure(ctx, ctrl, benchNamespace, r.cfg.N, r.cfg.Mode == ModeLifecycle, 0)
+	if err != nil {
+		return nil, err
+	}
+	m.fill(res)
+	if r.cfg.Webhooks {
+		res.Admission.Reviews = reviewFigures(m.before.metrics, m.after.metrics)
+	}
+	r.timeline = m.timeline
+
+	if r.cfg.Mode == ModeAdmission {
+		ctrl.Stop()
+		if res.Limit, err = r.measureLimit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res.Targets = evaluateTargets(res)
+	return res, nil
+}
+
+// measured is one burst against a running controller: what measure saw.
+type measured struct {
+	created               burstResult
+	jobSetsSeen, finished *arrivals
+	allArrived            time.Time
+	before, after         *sample
+	peakHeap              int64
+	failed                int
+	timeline              *timeline
+	n                     int
+	lifecycle, idle       bool
+}
+
+// measure creates n TrainJobs in namespace ns (which must exist) as one burst
+// against the running controller ctrl, waits until each has its JobSet (or,
+// with lifecycle, is Complete or Failed), then until the controller is idle
+// (for at most idleLimit; 0: no limit), and returns what it saw. With
+// Config.CPUProfile it also takes the controller's CPU and heap profiles.
+// Errors: every create failed, the wait timed out, a scrape failed.
+func (r *runner) measure(ctx context.Context, ctrl *controllerProcess, ns string, n int, lifecycle bool, idleLimit time.Duration) (*measured, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	jobSetsSeen, err := watchArrivals(watchCtx, r.jobsets.JobsetV1alpha2().RESTClient(), "jobsets", benchNamespace, &jobsetv1alpha2.JobSet{},
+	jobSetsSeen, err := watchArrivals(watchCtx, r.jobsets.JobsetV1alpha2().RESTClient(), "jobsets", ns, &jobsetv1alpha2.JobSet{},
 		func(obj any) (string, bool) { return obj.(*jobsetv1alpha2.JobSet).Name, true })
 	if err != nil {
 		return nil, err
 	}
-	finished, err := watchArrivals(watchCtx, r.trainers.TrainerV1alpha1().RESTClient(), "trainjobs", benchNamespace, &trainer.TrainJob{},
+	finished, err := watchArrivals(watchCtx, r.trainers.TrainerV1alpha1().RESTClient(), "trainjobs", ns, &trainer.TrainJob{},
 		func(obj any) (string, bool) {
 			tj := obj.(*trainer.TrainJob)
 			return tj.Name, meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
@@ -294,27 +334,34 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	} else {
 		profiled <- nil
 	}
-	r.say("creating %d TrainJobs with %d in flight (%s mode)", r.cfg.N, r.cfg.Parallelism, r.cfg.Mode)
-	created := burst(ctx, r.cfg.N, r.cfg.Parallelism, r.createTrainJob(benchNamespace))
-	if created.Errors == r.cfg.N {
+	mode := ModeAdmission
+	if lifecycle {
+		mode = ModeLifecycle
+	}
+	r.say("%s: creating %d TrainJobs with %d in flight (%s)", ctrl.Name, n, r.cfg.Parallelism, mode)
+	created := burst(ctx, n, r.cfg.Parallelism, r.createTrainJob(ns))
+	if created.Errors == n {
 		return nil, fmt.Errorf("every TrainJob create failed: %w", created.FirstError)
 	}
 	r.say("created in %.1fs (%d errors)", created.Seconds(), created.Errors)
 
 	target, waitFor := jobSetsSeen, "JobSets"
-	if r.cfg.Mode == ModeLifecycle {
+	if lifecycle {
 		target, waitFor = finished, "finished TrainJobs"
 	}
-	want := r.cfg.N - created.Errors
-	if err := waitCount(ctx, r.cfg.Timeout, target, want, func(n int) { r.say("%d/%d %s", n, want, waitFor) }); err != nil {
+	want := n - created.Errors
+	if err := waitCount(ctx, r.cfg.Timeout, target, want, func(got int) { r.say("%d/%d %s", got, want, waitFor) }); err != nil {
 		return nil, err
 	}
-	allArrived := time.Now()
-	after, err := sampler.untilIdle(ctx)
-	if err != nil {
+	m := &measured{created: created, jobSetsSeen: jobSetsSeen, finished: finished, allArrived: time.Now(), before: before, n: n, lifecycle: lifecycle}
+	if m.after, m.idle, err = sampler.untilIdle(ctx, idleLimit); err != nil {
 		return nil, err
 	}
-	r.say("controller idle; %s", after.describe())
+	if m.idle {
+		r.say("%s idle; %s", ctrl.Name, m.after.describe())
+	} else {
+		r.say("%s not idle after %s; %s", ctrl.Name, idleLimit, m.after.describe())
+	}
 	if err := <-profiled; err != nil {
 		return nil, fmt.Errorf("CPU profile: %w", err)
 	}
@@ -323,33 +370,29 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("heap profile: %w", err)
 		}
 	}
-
-	res.Admission = admissionFigures(created, jobSetsSeen, r.cfg.N)
-	if r.cfg.Webhooks {
-		res.Admission.Reviews = reviewFigures(before.metrics, after.metrics)
-	}
-	if r.cfg.Mode == ModeLifecycle {
-		res.Lifecycle = lifecycleFigures(created, finished, allArrived)
-		if res.Lifecycle.Failed, err = r.countFailed(ctx); err != nil {
+	m.peakHeap = peakHeap()
+	if lifecycle {
+		if m.failed, err = r.countFailed(ctx, ns); err != nil {
 			return nil, err
 		}
 	}
-	res.Controller = controllerFigures(before, after, r.cfg.N)
-	res.Controller.PeakHeapBytes = max(peakHeap(), res.Controller.HeapBytes)
-	res.Stages = stageFigures(before.metrics, after.metrics)
-	res.Components = after.componentCPU(before)
-	res.Machine = machineFigures(before, after, res.CPUs)
-	r.timeline = newTimeline(created, jobSetsSeen, finished, r.cfg.Mode)
+	m.timeline = newTimeline(created, jobSetsSeen, finished, mode)
+	return m, nil
+}
 
-	if r.cfg.Mode == ModeAdmission {
-		stopWatch()
-		ctrl.Stop()
-		if res.Limit, err = r.measureLimit(ctx); err != nil {
-			return nil, err
-		}
+// fill sets res's Admission, Lifecycle, Controller, Stages, Components and
+// Machine from m.
+func (m *measured) fill(res *Result) {
+	res.Admission = admissionFigures(m.created, m.jobSetsSeen, m.n)
+	if m.lifecycle {
+		res.Lifecycle = lifecycleFigures(m.created, m.finished, m.allArrived)
+		res.Lifecycle.Failed = m.failed
 	}
-	res.Targets = evaluateTargets(res)
-	return res, nil
+	res.Controller = controllerFigures(m.before, m.after, m.n)
+	res.Controller.PeakHeapBytes = max(m.peakHeap, res.Controller.HeapBytes)
+	res.Stages = stageFigures(m.before.metrics, m.after.metrics)
+	res.Components = m.after.componentCPU(m.before)
+	res.Machine = machineFigures(m.before, m.after, res.CPUs)
 }
 
 // measureLimit times, with no controller running, the same N TrainJob
@@ -357,7 +400,17 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 // the API, owner references dropped so the garbage collector leaves them
 // alone), each at the benchmark's parallelism, each into a fresh namespace.
 func (r *runner) measureLimit(ctx context.Context) (*Limit, error) {
-	list, err := r.jobsets.JobsetV1alpha2().JobSets(benchNamespace).List(ctx, metav1.ListOptions{})
+	return r.limit(ctx, benchNamespace, r.cfg.N, limitNamespaces{rawTrainJobsNS, rawJobSetsNS, rawAppliesNS})
+}
+
+// limitNamespaces are the three namespaces, existing and empty, that a limit
+// measurement creates into: the TrainJobs, the JobSets created, the JobSets applied.
+type limitNamespaces struct{ trainJobs, jobSets, applies string }
+
+// limit is measureLimit for the JobSets in namespace from and n TrainJob creates,
+// into ns.
+func (r *runner) limit(ctx context.Context, from string, n int, ns limitNamespaces) (*Limit, error) {
+	list, err := r.jobsets.JobsetV1alpha2().JobSets(from).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -365,15 +418,15 @@ func (r *runner) measureLimit(ctx context.Context) (*Limit, error) {
 	for i := range list.Items {
 		js := &list.Items[i]
 		produced = append(produced, &jobsetv1alpha2.JobSet{
-			ObjectMeta: metav1.ObjectMeta{Name: js.Name, Namespace: rawJobSetsNS, Labels: js.Labels, Annotations: js.Annotations},
+			ObjectMeta: metav1.ObjectMeta{Name: js.Name, Namespace: ns.jobSets, Labels: js.Labels, Annotations: js.Annotations},
 			Spec:       js.Spec,
 		})
 	}
-	r.say("raw limit: %d TrainJob creates with no controller", r.cfg.N)
-	tjs := burst(ctx, r.cfg.N, r.cfg.Parallelism, r.createTrainJob(rawTrainJobsNS))
+	r.say("raw limit: %d TrainJob creates with no controller", n)
+	tjs := burst(ctx, n, r.cfg.Parallelism, r.createTrainJob(ns.trainJobs))
 	r.say("raw limit: %d JobSet creates", len(produced))
 	jss := burst(ctx, len(produced), r.cfg.Parallelism, func(ctx context.Context, i int) error {
-		_, err := r.jobsets.JobsetV1alpha2().JobSets(rawJobSetsNS).Create(ctx, produced[i], metav1.CreateOptions{})
+		_, err := r.jobsets.JobsetV1alpha2().JobSets(ns.jobSets).Create(ctx, produced[i], metav1.CreateOptions{})
 		return err
 	})
 	// The controller creates JobSets with server-side apply (as upstream does), which
@@ -382,7 +435,7 @@ func (r *runner) measureLimit(ctx context.Context) (*Limit, error) {
 	apply := status.RESTJobSetApply(r.jobsets.JobsetV1alpha2().RESTClient())
 	jsa := burst(ctx, len(produced), r.cfg.Parallelism, func(ctx context.Context, i int) error {
 		js := produced[i].DeepCopy()
-		js.Namespace = rawAppliesNS
+		js.Namespace = ns.applies
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		body, err := (&status.Desired{JobSet: js}).JobSetApplyBody()
 		if err != nil {
@@ -395,11 +448,11 @@ func (r *runner) measureLimit(ctx context.Context) (*Limit, error) {
 		JobSetCreateSeconds: round3(jss.Seconds()), JobSetCreateErrors: jss.Errors,
 		JobSetApplySeconds: round3(jsa.Seconds()), JobSetApplyErrors: jsa.Errors,
 	}
-	l.TrainJobCreatesPerSecond = round3(float64(r.cfg.N-tjs.Errors) / tjs.Seconds())
+	l.TrainJobCreatesPerSecond = round3(float64(n-tjs.Errors) / tjs.Seconds())
 	l.JobSetCreatesPerSecond = round3(float64(len(produced)-jss.Errors) / jss.Seconds())
 	l.JobSetAppliesPerSecond = round3(float64(len(produced)-jsa.Errors) / jsa.Seconds())
-	l.TrainJobsPerSecond = round3(float64(r.cfg.N) / (tjs.Seconds() + jss.Seconds()))
-	l.TrainJobsPerSecondWithApply = round3(float64(r.cfg.N) / (tjs.Seconds() + jsa.Seconds()))
+	l.TrainJobsPerSecond = round3(float64(n) / (tjs.Seconds() + jss.Seconds()))
+	l.TrainJobsPerSecondWithApply = round3(float64(n) / (tjs.Seconds() + jsa.Seconds()))
 	return l, nil
 }
 
@@ -474,8 +527,8 @@ func (r *runner) createTrainJobIn(namespace func(i int) string, suspend bool) fu
 	}
 }
 
-func (r *runner) countFailed(ctx context.Context) (int, error) {
-	list, err := r.trainers.TrainerV1alpha1().TrainJobs(benchNamespace).List(ctx, metav1.ListOptions{})
+func (r *runner) countFailed(ctx context.Context, ns string) (int, error) {
+	list, err := r.trainers.TrainerV1alpha1().TrainJobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, err
 	}
@@ -506,6 +559,8 @@ func waitCount(ctx context.Context, timeout time.Duration, a *arrivals, want int
 
 // sample is the controller's metrics and the processes' CPU at one moment.
 type sample struct {
+	// controller names the controller's process in procCPU.
+	controller string
 	metrics    *Snapshot
 	procCPU    map[string]float64
 	machineCPU float64
@@ -513,7 +568,7 @@ type sample struct {
 }
 
 func (s *sample) describe() string {
-	return fmt.Sprintf("controller CPU %.2fs, peak RSS %.1f MiB", s.procCPU["trainyard"], float64(s.peakRSS)/(1<<20))
+	return fmt.Sprintf("controller CPU %.2fs, peak RSS %.1f MiB", s.procCPU[s.controller], float64(s.peakRSS)/(1<<20))
 }
 
 func (s *sample) componentCPU(before *sample) map[string]float64 {
@@ -532,7 +587,7 @@ type sampler struct {
 func newSampler(ctrl *controllerProcess, components map[string]int) *sampler {
 	// The benchmark's own watches decode every JobSet and TrainJob on the same cores:
 	// its CPU is part of what the controller competes with, and not in the limit.
-	pids := map[string]int{"trainyard": ctrl.Pid(), "bench (this process)": os.Getpid()}
+	pids := map[string]int{ctrl.Name: ctrl.Pid(), "bench (this process)": os.Getpid()}
 	for name, pid := range components {
 		pids[name] = pid
 	}
@@ -544,7 +599,7 @@ func (s *sampler) take(ctx context.Context) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &sample{metrics: m, procCPU: map[string]float64{}}
+	out := &sample{controller: s.ctrl.Name, metrics: m, procCPU: map[string]float64{}}
 	for name, pid := range s.pids {
 		if cpu, err := ProcCPUSeconds(pid); err == nil {
 			out.procCPU[name] = cpu
@@ -584,29 +639,38 @@ func (s *sampler) watchHeap(ctx context.Context) func() int64 {
 // untilIdle samples every second until the controller has made no API
 // request, has no key queued and no worker busy for three samples in a row
 // (status updates are batched for a second, so a shorter quiet spell could
-// cut off its last writes), and returns the last sample.
-func (s *sampler) untilIdle(ctx context.Context) (*sample, error) {
+// cut off its last writes), and returns the last sample and true. Busy
+// workers are Trainyard's trainyard_stage_inflight or controller-runtime's
+// controller_runtime_active_workers (upstream's). With limit > 0 it stops
+// after that long and returns the last sample and false: a controller that
+// keeps requeueing is never idle.
+func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, bool, error) {
 	var prev float64 = -1
 	quiet := 0
+	start := time.Now()
 	for {
 		cur, err := s.take(ctx)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		requests := cur.metrics.Value(metrics.RESTClientRequestsTotal, nil)
-		busy := cur.metrics.Value(metrics.WorkqueueDepth, nil) + cur.metrics.Value(metrics.StageInflight, nil)
+		busy := cur.metrics.Value(metrics.WorkqueueDepth, nil) + cur.metrics.Value(metrics.StageInflight, nil) +
+			cur.metrics.Value(controllerRuntimeActiveWorkers, nil)
 		if requests == prev && busy == 0 {
 			quiet++
 		} else {
 			quiet = 0
 		}
 		if quiet >= 3 {
-			return cur, nil
+			return cur, true, nil
+		}
+		if limit > 0 && time.Since(start) >= limit {
+			return cur, false, nil
 		}
 		prev = requests
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		case <-time.After(idleScrapePeriod):
 		}
 	}
@@ -691,7 +755,7 @@ func lifecycleFigures(created burstResult, finished *arrivals, allDone time.Time
 
 func controllerFigures(before, after *sample, n int) Controller {
 	c := Controller{
-		CPUSeconds:   round3(after.procCPU["trainyard"] - before.procCPU["trainyard"]),
+		CPUSeconds:   round3(after.procCPU[after.controller] - before.procCPU[after.controller]),
 		PeakRSSBytes: after.peakRSS,
 		HeapBytes:    int64(after.metrics.Value("go_memstats_heap_inuse_bytes", nil)),
 		Requests:     map[string]float64{},
@@ -721,6 +785,13 @@ func controllerFigures(before, after *sample, n int) Controller {
 			c.Retries[stage] = d
 		}
 	}
+	// controller-runtime's (upstream's) failed reconciles, by controller.
+	reconcileErrs := before.metrics.ByLabel(controllerRuntimeReconcileErrors, controllerRuntimeLabelController, nil)
+	for name, v := range after.metrics.ByLabel(controllerRuntimeReconcileErrors, controllerRuntimeLabelController, nil) {
+		if d := v - reconcileErrs[name]; d > 0 {
+			c.Errors[name+"/reconcile_error"] = d
+		}
+	}
 	// A controller that reads its own writes from a lagging cache sees
 	// "not found" for what it just created, or conflicts on stale versions.
 	for key, v := range c.Errors {
@@ -738,6 +809,10 @@ func stageFigures(before, after *Snapshot) []Stage {
 			Sub(before.Histogram(metrics.WorkqueueQueueDurationSeconds, Labels{metrics.LabelName: name}))
 		s := after.Histogram(metrics.StageDurationSeconds, Labels{metrics.LabelStage: name}).
 			Sub(before.Histogram(metrics.StageDurationSeconds, Labels{metrics.LabelStage: name}))
+		if s.Count == 0 { // a controller-runtime controller's queue: its reconciles
+			sel := Labels{controllerRuntimeLabelController: name}
+			s = after.Histogram(controllerRuntimeReconcileTime, sel).Sub(before.Histogram(controllerRuntimeReconcileTime, sel))
+		}
 		out = append(out, Stage{
 			Name: name, Syncs: s.Count,
 			QueueP50: round4(q.Quantile(0.5)), QueueP99: round4(q.Quantile(0.99)),

@@ -15,9 +15,12 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 )
 
-// controllerProcess is the trainyard binary run as its own process, as in
-// production, so its CPU, RSS and /metrics are its own.
+// controllerProcess is a controller binary (Trainyard's, or in peer mode
+// upstream's) run as its own process, as in production, so its CPU, RSS and
+// /metrics are its own.
 type controllerProcess struct {
+	// Name names the controller in the figures: "trainyard" or "upstream".
+	Name       string
 	cmd        *exec.Cmd
 	metricsURL string
 	healthURL  string
@@ -47,19 +50,6 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	p := &controllerProcess{
-		metricsURL: "http://" + addrs[0] + "/metrics",
-		healthURL:  "http://" + addrs[1] + "/readyz",
-		LogPath:    logPath,
-		exited:     make(chan error, 1),
-	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--metrics-bind-address=" + addrs[0],
@@ -69,12 +59,50 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 		fmt.Sprintf("--kube-api-burst=%d", burst),
 		"--log-format=json", "--v=0", fmt.Sprintf("--profiling=%t", profiling),
 	}, extraArgs...)
-	p.cmd = exec.Command(binary, args...)
+	return startProcess(ctx, processSpec{
+		name: controllerTrainyard, binary: binary, args: args, logPath: logPath,
+		metricsAddr: addrs[0], healthAddr: addrs[1],
+	})
+}
+
+// processSpec is how to start a controller process: its binary, flags and
+// extra environment, and the 127.0.0.1 addresses of its plain-HTTP /metrics and
+// /readyz.
+type processSpec struct {
+	// name names the process in the figures ("trainyard", "upstream").
+	name                    string
+	binary                  string
+	args, env               []string
+	logPath                 string
+	metricsAddr, healthAddr string
+}
+
+// startProcess starts spec's binary in a process group of its own (killed if
+// the benchmark dies) and waits up to 2 minutes until its /readyz answers 200.
+// Errors: it could not start, exited during start-up, or never became ready.
+func startProcess(ctx context.Context, spec processSpec) (*controllerProcess, error) {
+	if err := os.MkdirAll(filepath.Dir(spec.logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(spec.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &controllerProcess{
+		Name:       spec.name,
+		metricsURL: "http://" + spec.metricsAddr + "/metrics",
+		healthURL:  "http://" + spec.healthAddr + "/readyz",
+		LogPath:    spec.logPath,
+		exited:     make(chan error, 1),
+	}
+	logPath := spec.logPath
+	p.cmd = exec.Command(spec.binary, spec.args...)
+	p.cmd.Env = append(os.Environ(), spec.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("starting the controller: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", spec.name, err)
 	}
 	go func() {
 		p.exited <- p.cmd.Wait()
@@ -86,7 +114,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 		select {
 		case err := <-p.exited:
 			p.exited <- err
-			return nil, fmt.Errorf("controller exited during start-up: %v (log: %s)", err, logPath)
+			return nil, fmt.Errorf("%s exited during start-up: %v (log: %s)", spec.name, err, logPath)
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
@@ -100,7 +128,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("controller not ready after 2m (log: %s)", logPath)
+			return nil, fmt.Errorf("%s not ready after 2m (log: %s)", spec.name, logPath)
 		}
 	}
 }

@@ -165,14 +165,14 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	}
 
 	// Admission with no reports, the controller idle before and after.
-	if _, err := sampler.untilIdle(ctx); err != nil {
+	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
 	}
 	without, err := r.admissionBurst(ctx, watchCtx, sampler, quietNamespace, "without reports")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := sampler.untilIdle(ctx); err != nil {
+	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
 	}
 
@@ -230,7 +230,7 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	if err := sleepCtx(ctx, defaultWriteLimits.period); err != nil {
 		return nil, err
 	}
-	if _, err := sampler.untilIdle(ctx); err != nil {
+	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
 	}
 	after, err := r.admissionBurst(ctx, watchCtx, sampler, quietAfterNamespace, "without reports, after")

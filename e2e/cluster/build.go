@@ -79,12 +79,18 @@ func (b *Binaries) Path(name string) string {
 // The first build on a machine takes about 10 minutes on 2 idle cores.
 // Errors name the sources and the build log.
 func Build(ctx context.Context, opts BuildOptions) (*Binaries, error) {
+	return BuildSources(ctx, opts, Sources...)
+}
+
+// BuildSources is [Build] for the sources given instead of [Sources], e.g.
+// [UpstreamTrainer]; the returned Binaries locate only theirs.
+func BuildSources(ctx context.Context, opts BuildOptions, srcs ...Source) (*Binaries, error) {
 	if err := opts.withDefaults(); err != nil {
 		return nil, err
 	}
 	bins := &Binaries{paths: map[string]string{}}
 	var missing []Source
-	for _, src := range Sources {
+	for _, src := range srcs {
 		if !opts.cached(src) {
 			missing = append(missing, src)
 		}

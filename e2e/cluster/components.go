@@ -16,6 +16,9 @@ const (
 // it prints). Locate it with [Binaries.Path].
 const Kubectl = "kubectl"
 
+// TrainerControllerManager names the binary of [UpstreamTrainer].
+const TrainerControllerManager = "trainer-controller-manager"
+
 // components lists the processes of a cluster in start order.
 var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok}
 
@@ -114,4 +117,18 @@ var Sources = []Source{
 			assetSchedPluginsPGs: "config/crd/bases/scheduling.x-k8s.io_podgroups.yaml",
 		},
 	},
+}
+
+// UpstreamTrainer is Kubeflow Trainer's own controller manager at the release
+// Trainyard is wire-compatible with, built from its Go module in
+// hack/kube-bins/trainer (its dependencies exactly as it requires them). It is
+// not part of [Sources]: no cluster runs it, and only the scale benchmark's
+// peer mode, which measures it beside Trainyard on one control plane (issue
+// 17), builds it, with [BuildSources]. It serves the same API as Trainyard's
+// CRDs (trainer.kubeflow.org/v1alpha1, the same subresources), so the
+// cluster's CRDs need nothing added for it.
+var UpstreamTrainer = Source{
+	Name: "kubeflow-trainer", BuildModule: "trainer",
+	Module: "github.com/kubeflow/trainer/v2", Version: "v2.3.0",
+	Binaries: map[string]string{TrainerControllerManager: "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
 }

@@ -208,3 +208,29 @@ func (r *AuditLogReader) Read() ([]AuditEvent, error) {
 		r.offset += int64(len(line))
 	}
 }
+
+// StartJobSetController starts the JobSet controller and installs its admission
+// webhooks in a cluster started with Options.WithoutJobSetController, as [Up]
+// does without it, and returns once a dry-run JobSet is defaulted. The scale
+// benchmark's peer mode times admission with it off, then the lifecycle with it
+// on, on one control plane. Errors: it already runs, or a *StartError.
+func (c *Cluster) StartJobSetController(ctx context.Context) error {
+	if _, err := c.component(JobSet); err == nil {
+		return fmt.Errorf("%s already runs", JobSet)
+	}
+	if err := c.startJobSet(ctx); err != nil {
+		return err
+	}
+	return c.installJobSetWebhooks(ctx)
+}
+
+// ServingCert writes a serving certificate for 127.0.0.1 and localhost, signed
+// by the cluster's CA, as tls.crt and tls.key into a folder of the cluster's
+// data named after name, and returns that folder: for a webhook or metrics
+// server a test runs beside the cluster.
+func (c *Cluster) ServingCert(name string) (string, error) {
+	if c.pki == nil {
+		return "", fmt.Errorf("serving certificate %s: an attached cluster has no CA key", name)
+	}
+	return c.pki.servingCert(name)
+}

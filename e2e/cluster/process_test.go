@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -289,6 +291,68 @@ func TestDefaultBinaryName(t *testing.T) {
 	} {
 		if got := defaultBinaryName(pkg); got != want {
 			t.Errorf("defaultBinaryName(%q) = %q, want %q", pkg, got, want)
+		}
+	}
+}
+
+func TestBuildSourcesBuildsOnlyTheSourcesGiven(t *testing.T) {
+	opts := BuildOptions{RepoRoot: fakeRepo(t), CacheDir: t.TempDir(), LogDir: t.TempDir(), GoCommand: "/bin/false"}
+	if err := os.MkdirAll(filepath.Join(opts.RepoRoot, "hack", "kube-bins", UpstreamTrainer.buildModule()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := BuildSources(context.Background(), opts, UpstreamTrainer)
+
+	// The failing go command proves a build was attempted, of upstream's controller only.
+	if err == nil || !strings.Contains(err.Error(), "building kubeflow-trainer v2.3.0: go build") {
+		t.Fatalf("got %v, want a failed build of kubeflow-trainer v2.3.0", err)
+	}
+	if strings.Contains(err.Error(), "kubernetes") || strings.Contains(err.Error(), "etcd") {
+		t.Errorf("the cluster's sources were built too: %v", err)
+	}
+
+	// Once in the cache, under its version, it is reused without the go tool.
+	if err := os.MkdirAll(opts.sourceDir(UpstreamTrainer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := opts.writeSourceInfo(opts.sourceDir(UpstreamTrainer), UpstreamTrainer); err != nil {
+		t.Fatal(err)
+	}
+	bins, err := BuildSources(context.Background(), opts, UpstreamTrainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(opts.CacheDir, "bin", "kubeflow-trainer-v2.3.0", TrainerControllerManager)
+	if got := bins.Path(TrainerControllerManager); got != want {
+		t.Errorf("Path(%s) = %s, want %s", TrainerControllerManager, got, want)
+	}
+}
+
+// Every build module requires each of its sources' modules at the version that
+// names the source's cache folder: a bump of one without the other would cache a
+// binary under a version it is not.
+func TestSourceVersionsMatchTheirBuildModules(t *testing.T) {
+	root, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range append(slices.Clone(Sources), UpstreamTrainer) {
+		if src.buildModule() == "" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, "hack", "kube-bins", src.buildModule(), "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A requirement is "<module> <version>" on a line of its own inside a require
+		// block, or after "require".
+		req := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(src.Module) + `\s+(\S+)`)
+		got := ""
+		if m := req.FindSubmatch(data); m != nil {
+			got = string(m[1])
+		}
+		if got != src.Version {
+			t.Errorf("%s: hack/kube-bins/%s/go.mod requires %s at %q, want %s", src.Name, src.buildModule(), src.Module, got, src.Version)
 		}
 	}
 }

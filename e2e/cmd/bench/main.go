@@ -7,9 +7,13 @@
 //	go run ./cmd/bench --mode=lifecycle --n=500
 //	go run ./cmd/bench --mode=admission --n=10000 --baseline=../bench/results/admission-n2000/result.json
 //	go run ./cmd/bench --mode=progress --n=1000 --duration=60s --admission-n=500
+//	go run ./cmd/bench --mode=peer --sizes=2000,10000 --lifecycle-n=500 --rounds=2
 //
 // `make bench` runs the admission and lifecycle modes with the defaults;
-// `make bench-progress` the progress mode (issue 14).
+// `make bench-progress` the progress mode (issue 14); `make bench-peer` the
+// peer mode (issue 17): the admission and lifecycle loads against Trainyard and
+// upstream Kubeflow Trainer v2.3.0 in turn, on one control plane, into
+// bench/results/peer-<date>.
 package main
 
 import (
@@ -19,6 +23,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +38,7 @@ func main() {
 	var out, baseline string
 	var qps float64
 	var burst int
-	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) or "progress" (pods Running and reporting their progress, issue 14)`)
+	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) or "peer" (Trainyard and upstream side by side, issue 17)`)
 	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000)")
 	flag.IntVar(&cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
 	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob (default in progress mode 4: pods per TrainJob)")
@@ -52,6 +58,20 @@ func main() {
 	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
 	tolerance := flag.Float64("baseline-tolerance", 0.2, "how far below the baseline's throughput still meets the target (0.2: within 20%)")
 	flag.BoolVar(&cfg.Webhooks, "webhooks", false, "register the controller's admission webhooks, so the burst's creates are reviewed (issue 13)")
+	var peer bench.PeerConfig
+	flag.Func("sizes", "peer mode: the admission loads, comma-separated (default 2000,10000)", func(v string) error {
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			peer.Sizes = append(peer.Sizes, n)
+		}
+		return nil
+	})
+	flag.IntVar(&peer.LifecycleN, "lifecycle-n", bench.DefaultPeerLifecycleN, "peer mode: TrainJobs of the lifecycle load (negative: none)")
+	flag.IntVar(&peer.Rounds, "rounds", bench.DefaultPeerRounds, "peer mode: runs of each load per controller, alternating (2: Trainyard, upstream, Trainyard, upstream)")
+	flag.StringVar(&peer.Note, "note", "", "peer mode: a note at the head of the report, e.g. that this is a smoke run")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -74,6 +94,22 @@ func main() {
 		out = filepath.Join(root, "bench", "results", fmt.Sprintf("%s-n%d", cfg.Mode, cfg.N))
 	}
 	cfg.OutDir = out
+
+	if cfg.Mode == bench.ModePeer {
+		if !set["out"] {
+			cfg.OutDir = filepath.Join(root, "bench", "results", "peer-"+time.Now().UTC().Format("2006-01-02"))
+		}
+		peer.Config = cfg
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		res, err := bench.RunPeer(ctx, peer)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Print(bench.PeerReport(res))
+		fmt.Printf("\nresults in %s\n", cfg.OutDir)
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
