@@ -43,7 +43,12 @@ var (
 	KueueClusterQueueGVR   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
 	KueueLocalQueueGVR     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
 	KueueWorkloadGVR       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+	// WorkloadPriorityClasses are named by a TrainJob's KueuePriorityClassLabel.
+	KueueWorkloadPriorityClassGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
 )
+
+// KueuePriorityClassLabel names the WorkloadPriorityClass of a TrainJob's Workload.
+const KueuePriorityClassLabel = "kueue.x-k8s.io/priority-class"
 
 // portKueueHealth keys Cluster.ports: Kueue's /healthz and /readyz; its
 // main port, keyed Kueue, serves its webhooks.

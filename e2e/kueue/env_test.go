@@ -3,6 +3,7 @@ package kueue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -45,9 +46,11 @@ type env struct {
 
 // newEnv sets up a namespace whose LocalQueue feeds a ClusterQueue with cpuQuota
 // (cores) of one ResourceFlavor; the flavor selects a new tainted fake node by
-// labelPool and tolerates its taint. Pods of the namespace's runtime succeed after
-// podRuns. Everything is removed when the test ends.
-func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration) *env {
+// labelPool and tolerates its taint. Pods of the namespace's runtime runtimeName
+// succeed after podRuns. cqSpec, when given, changes the ClusterQueue's spec (e.g.
+// its preemption policy) before it is created. Everything is removed when the test
+// ends.
+func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, cqSpec ...func(map[string]any)) *env {
 	t.Helper()
 	c := cluster.Shared(t)
 	e := &env{c: c, ns: cluster.NewNamespace(t, c)}
@@ -73,11 +76,11 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration) *env {
 		}
 	})
 
-	e.create(t, cluster.KueueResourceFlavorGVR, "", map[string]any{
+	e.create(t, cluster.KueueResourceFlavorGVR, "", e.ns, map[string]any{"spec": map[string]any{
 		"nodeLabels":  map[string]any{labelPool: e.ns},
 		"tolerations": []any{map[string]any{"key": labelPool, "operator": "Equal", "value": e.ns, "effect": "NoSchedule"}},
-	})
-	e.create(t, cluster.KueueClusterQueueGVR, "", map[string]any{
+	}})
+	spec := map[string]any{
 		"namespaceSelector": map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: e.ns}},
 		"resourceGroups": []any{map[string]any{
 			"coveredResources": []any{"cpu"},
@@ -86,12 +89,22 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration) *env {
 				"resources": []any{map[string]any{"name": "cpu", "nominalQuota": fmt.Sprint(cpuQuota)}},
 			}},
 		}},
-	})
-	e.create(t, cluster.KueueLocalQueueGVR, e.ns, map[string]any{"clusterQueue": e.ns})
+	}
+	for _, change := range cqSpec {
+		change(spec)
+	}
+	e.create(t, cluster.KueueClusterQueueGVR, "", e.ns, map[string]any{"spec": spec})
+	e.create(t, cluster.KueueLocalQueueGVR, e.ns, queueName, map[string]any{"spec": map[string]any{"clusterQueue": e.ns}})
 	e.waitQueueActive(t)
+	e.createRuntime(t, runtimeName, podRuns)
+	return e
+}
 
+// createRuntime creates a one-node torch TrainingRuntime whose pods succeed after podRuns.
+func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration) {
+	t.Helper()
 	rt := &trainer.TrainingRuntime{
-		ObjectMeta: metav1.ObjectMeta{Name: runtimeName, Namespace: e.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: trainer.TrainingRuntimeSpec{
 			MLPolicy: &trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}},
 			Template: trainer.JobSetTemplateSpec{Spec: jobsetv1alpha2.JobSetSpec{
@@ -113,26 +126,24 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration) *env {
 			}},
 		},
 	}
-	if _, err := e.trainers.TrainerV1alpha1().TrainingRuntimes(e.ns).Create(ctx, rt, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating TrainingRuntime: %v", err)
+	if _, err := e.trainers.TrainerV1alpha1().TrainingRuntimes(e.ns).Create(context.Background(), rt, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating TrainingRuntime %s: %v", name, err)
 	}
-	return e
 }
 
-// create creates a Kueue object named after the test's namespace (cluster-scoped,
-// ns "") or named queueName in ns, and deletes a cluster-scoped one when the test ends.
-func (e *env) create(t *testing.T, gvr schemaGVR, ns string, spec map[string]any) {
+// create creates a Kueue object with its top-level fields (spec, value, ...), in ns
+// or cluster-scoped (ns ""); a cluster-scoped one is deleted when the test ends.
+func (e *env) create(t *testing.T, gvr schemaGVR, ns, name string, fields map[string]any) {
 	t.Helper()
-	name := e.ns
-	if ns != "" {
-		name = queueName
-	}
-	kind := map[string]string{"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue"}[gvr.Resource]
+	kind := map[string]string{
+		"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
+		"workloadpriorityclasses": "WorkloadPriorityClass",
+	}[gvr.Resource]
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gvr.GroupVersion().String(), "kind": kind,
 		"metadata": map[string]any{"name": name},
-		"spec":     spec,
 	}}
+	maps.Copy(obj.Object, fields)
 	client := e.c.Dynamic().Resource(gvr).Namespace(ns)
 	if _, err := client.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating %s %s: %v", kind, name, err)

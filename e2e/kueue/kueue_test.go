@@ -35,6 +35,7 @@ func TestKueue(t *testing.T) {
 
 	t.Run("QueuedTrainJobAdmittedWhenQuotaFrees", testQueuedTrainJobAdmittedWhenQuotaFrees)
 	t.Run("BurstNeverExceedsQuota", testBurstNeverExceedsQuota)
+	t.Run("PreemptionByHigherPriority", testPreemptionByHigherPriority)
 }
 
 // testQueuedTrainJobAdmittedWhenQuotaFrees: with quota for one TrainJob, a second one
