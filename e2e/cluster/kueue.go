@@ -84,9 +84,16 @@ integrations:
 `
 
 // KueueConfiguration returns the Configuration file the cluster starts Kueue
-// with, its ports and certificate folder filled in as given.
-func KueueConfiguration(healthPort, webhookPort int, certDir string) string {
-	return fmt.Sprintf(kueueConfig, healthPort, webhookPort, certDir)
+// with, its ports and certificate folder filled in as given. A podsReadyTimeout
+// above 0 turns waitForPodsReady on with that timeout, without blocking other
+// admissions meanwhile (blockAdmission false): a Workload whose pods are not all
+// ready that long after its admission is evicted and requeued.
+func KueueConfiguration(healthPort, webhookPort int, certDir string, podsReadyTimeout time.Duration) string {
+	config := fmt.Sprintf(kueueConfig, healthPort, webhookPort, certDir)
+	if podsReadyTimeout > 0 {
+		config += fmt.Sprintf("waitForPodsReady:\n  timeout: %s\n  blockAdmission: false\n", podsReadyTimeout)
+	}
+	return config
 }
 
 // kueueConversionCRDs are the CRDs Kueue's kustomization gives a conversion
@@ -138,7 +145,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 		return err
 	}
 	config := filepath.Join(c.workDir, "kueue-config.yaml")
-	if err := os.WriteFile(config, []byte(KueueConfiguration(c.ports[portKueueHealth], c.ports[Kueue], certDir)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(KueueConfiguration(c.ports[portKueueHealth], c.ports[Kueue], certDir, c.opts.KueueWaitForPodsReady)), 0o644); err != nil {
 		return err
 	}
 	return c.runComponent(ctx, componentSpec{

@@ -108,6 +108,9 @@ type Options struct {
 	// are then suspended at creation and admitted by Kueue as in a real
 	// installation.
 	Kueue bool
+	// KueueWaitForPodsReady, above 0, turns on Kueue's waitForPodsReady with this
+	// timeout (see KueueConfiguration).
+	KueueWaitForPodsReady time.Duration
 	// StartTimeout bounds how long each component may take to become ready.
 	// Default: 90s.
 	StartTimeout time.Duration

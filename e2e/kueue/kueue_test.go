@@ -36,6 +36,7 @@ func TestKueue(t *testing.T) {
 	t.Run("QueuedTrainJobAdmittedWhenQuotaFrees", testQueuedTrainJobAdmittedWhenQuotaFrees)
 	t.Run("BurstNeverExceedsQuota", testBurstNeverExceedsQuota)
 	t.Run("PreemptionByHigherPriority", testPreemptionByHigherPriority)
+	t.Run("PodsReadyNotEvicted", testPodsReadyNotEvicted)
 }
 
 // testQueuedTrainJobAdmittedWhenQuotaFrees: with quota for one TrainJob, a second one

@@ -31,5 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	controllerBinary = bin
-	os.Exit(cluster.ForTestsWith(m, func(o *cluster.Options) { o.Kueue = true }))
+	os.Exit(cluster.ForTestsWith(m, func(o *cluster.Options) {
+		o.Kueue = true
+		o.KueueWaitForPodsReady = podsReadyTimeout
+	}))
 }

@@ -2,6 +2,7 @@ package kueue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -137,5 +138,44 @@ func (e *env) watchVictim(t *testing.T, name string) func() victimStops {
 		mu.Lock()
 		defer mu.Unlock()
 		return seen
+	}
+}
+
+// podsReadyTimeout is Kueue's waitForPodsReady timeout in this package's cluster:
+// every admitted TrainJob's pods must all be ready that long after its admission, or
+// Kueue evicts it. It needs Trainyard's jobsStatus ready counts to see them.
+const podsReadyTimeout = 20 * time.Second
+
+// testPodsReadyNotEvicted: with waitForPodsReady on, a two-node TrainJob whose pods
+// become ready and run past the timeout is not evicted: Kueue sees its pods ready
+// through jobsStatus (ready + succeeded against the JobSet's replicas), marks the
+// Workload PodsReady, and the TrainJob runs once, to Complete.
+func testPodsReadyNotEvicted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, podsReadyTimeout+20*time.Second)
+	stops := e.watchVictim(t, "ready")
+	tj := e.trainJob("ready", 1)
+	tj.Spec.Trainer.NumNodes = ptr.To[int32](2)
+	tj = e.createTrainJob(t, tj)
+
+	cluster.Eventually(t, podsReadyTimeout, "Workload PodsReady within Kueue's timeout", func(ctx context.Context) (bool, string) {
+		wl, err := e.workload(ctx, tj)
+		if err != nil || wl == nil {
+			return false, fmt.Sprintf("workload %v, %v", wl, err)
+		}
+		conds := conditionsOf(wl)
+		return meta.IsStatusConditionTrue(conds, "PodsReady"), fmt.Sprintf("conditions %+v", conds)
+	})
+	e.waitCondition(t, tj.Name, trainer.TrainJobComplete, 2*time.Minute)
+
+	if seen := stops(); seen.suspended || seen.jobSetSuspended {
+		t.Errorf("TrainJob suspended (%v) or its JobSet suspended (%v) after it started: evicted", seen.suspended, seen.jobSetSuspended)
+	}
+	wl, err := e.workload(context.Background(), tj)
+	if err != nil || wl == nil {
+		t.Fatalf("workload %v, %v", wl, err)
+	}
+	if conds := conditionsOf(wl); meta.IsStatusConditionTrue(conds, "Evicted") {
+		t.Errorf("Workload evicted: %+v", conds)
 	}
 }
