@@ -47,10 +47,10 @@ type env struct {
 // newEnv sets up a namespace whose LocalQueue feeds a ClusterQueue with cpuQuota
 // (cores) of one ResourceFlavor; the flavor selects a new tainted fake node by
 // labelPool and tolerates its taint. Pods of the namespace's runtime runtimeName
-// succeed after podRuns. cqSpec, when given, changes the ClusterQueue's spec (e.g.
-// its preemption policy) before it is created. Everything is removed when the test
-// ends.
-func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, cqSpec ...func(map[string]any)) *env {
+// succeed after podRuns. changes, when given, change the ResourceFlavor's and the
+// ClusterQueue's specs (e.g. a topology, a preemption policy) before they are
+// created. Everything is removed when the test ends.
+func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, changes ...func(e *env, flavor, clusterQueue map[string]any)) *env {
 	t.Helper()
 	c := cluster.Shared(t)
 	e := &env{c: c, ns: cluster.NewNamespace(t, c)}
@@ -76,10 +76,10 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, cqSpec ...func(ma
 		}
 	})
 
-	e.create(t, cluster.KueueResourceFlavorGVR, "", e.ns, map[string]any{"spec": map[string]any{
+	flavor := map[string]any{
 		"nodeLabels":  map[string]any{labelPool: e.ns},
 		"tolerations": []any{map[string]any{"key": labelPool, "operator": "Equal", "value": e.ns, "effect": "NoSchedule"}},
-	}})
+	}
 	spec := map[string]any{
 		"namespaceSelector": map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: e.ns}},
 		"resourceGroups": []any{map[string]any{
@@ -90,19 +90,23 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, cqSpec ...func(ma
 			}},
 		}},
 	}
-	for _, change := range cqSpec {
-		change(spec)
+	for _, change := range changes {
+		change(e, flavor, spec)
 	}
+	e.create(t, cluster.KueueResourceFlavorGVR, "", e.ns, map[string]any{"spec": flavor})
 	e.create(t, cluster.KueueClusterQueueGVR, "", e.ns, map[string]any{"spec": spec})
 	e.create(t, cluster.KueueLocalQueueGVR, e.ns, queueName, map[string]any{"spec": map[string]any{"clusterQueue": e.ns}})
 	e.waitQueueActive(t)
-	e.createRuntime(t, runtimeName, podRuns)
+	e.createRuntime(t, runtimeName, podRuns, nil)
 	return e
 }
 
-// createRuntime creates a one-node torch TrainingRuntime whose pods succeed after podRuns.
-func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration) {
+// createRuntime creates a one-node torch TrainingRuntime whose pods succeed after
+// podRuns and carry podAnnotations.
+func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration, podAnnotations map[string]string) {
 	t.Helper()
+	annotations := map[string]string{cluster.AnnotationCompleteDelay: podRuns.String()}
+	maps.Copy(annotations, podAnnotations)
 	rt := &trainer.TrainingRuntime{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: trainer.TrainingRuntimeSpec{
@@ -115,7 +119,7 @@ func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration) {
 						Spec: batchv1.JobSpec{
 							BackoffLimit: ptr.To[int32](0),
 							Template: corev1.PodTemplateSpec{
-								ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cluster.AnnotationCompleteDelay: podRuns.String()}},
+								ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
 								Spec: corev1.PodSpec{Containers: []corev1.Container{{
 									Name: trainer.ContainerNode, Image: "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
 								}}},
@@ -137,7 +141,7 @@ func (e *env) create(t *testing.T, gvr schemaGVR, ns, name string, fields map[st
 	t.Helper()
 	kind := map[string]string{
 		"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
-		"workloadpriorityclasses": "WorkloadPriorityClass",
+		"workloadpriorityclasses": "WorkloadPriorityClass", "topologies": "Topology",
 	}[gvr.Resource]
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gvr.GroupVersion().String(), "kind": kind,

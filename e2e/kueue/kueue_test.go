@@ -37,6 +37,7 @@ func TestKueue(t *testing.T) {
 	t.Run("BurstNeverExceedsQuota", testBurstNeverExceedsQuota)
 	t.Run("PreemptionByHigherPriority", testPreemptionByHigherPriority)
 	t.Run("PodsReadyNotEvicted", testPodsReadyNotEvicted)
+	t.Run("TopologyGatesReachThePods", testTopologyGatesReachThePods)
 }
 
 // testQueuedTrainJobAdmittedWhenQuotaFrees: with quota for one TrainJob, a second one

@@ -27,10 +27,10 @@ import (
 // new patch, and completes.
 func testPreemptionByHigherPriority(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 30*time.Second, func(spec map[string]any) {
-		spec["preemption"] = map[string]any{"withinClusterQueue": "LowerPriority"}
+	e := newEnv(t, 1, 30*time.Second, func(_ *env, _, clusterQueue map[string]any) {
+		clusterQueue["preemption"] = map[string]any{"withinClusterQueue": "LowerPriority"}
 	})
-	e.createRuntime(t, "short", 5*time.Second)
+	e.createRuntime(t, "short", 5*time.Second, nil)
 	for name, value := range map[string]int64{"low": 100, "high": 1000} {
 		e.create(t, cluster.KueueWorkloadPriorityClassGVR, "", e.ns+"-"+name, map[string]any{"value": value})
 	}
