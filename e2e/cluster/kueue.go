@@ -44,6 +44,11 @@ var (
 	KueueLocalQueueGVR     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
 	KueueWorkloadGVR       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
 	KueueTopologyGVR       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "topologies"}
+	// MultiKueue: an AdmissionCheck of controller kueue.x-k8s.io/multikueue names a
+	// MultiKueueConfig, which lists MultiKueueClusters (worker kubeconfigs).
+	KueueAdmissionCheckGVR    = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
+	KueueMultiKueueConfigGVR  = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueconfigs"}
+	KueueMultiKueueClusterGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueclusters"}
 	// WorkloadPriorityClasses are named by a TrainJob's KueuePriorityClassLabel.
 	KueueWorkloadPriorityClassGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
 )

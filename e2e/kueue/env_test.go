@@ -142,6 +142,7 @@ func (e *env) create(t *testing.T, gvr schemaGVR, ns, name string, fields map[st
 	kind := map[string]string{
 		"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
 		"workloadpriorityclasses": "WorkloadPriorityClass", "topologies": "Topology",
+		"multikueueclusters": "MultiKueueCluster", "multikueueconfigs": "MultiKueueConfig", "admissionchecks": "AdmissionCheck",
 	}[gvr.Resource]
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gvr.GroupVersion().String(), "kind": kind,

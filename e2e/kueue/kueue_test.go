@@ -38,6 +38,7 @@ func TestKueue(t *testing.T) {
 	t.Run("PreemptionByHigherPriority", testPreemptionByHigherPriority)
 	t.Run("PodsReadyNotEvicted", testPodsReadyNotEvicted)
 	t.Run("TopologyGatesReachThePods", testTopologyGatesReachThePods)
+	t.Run("MultiKueue", testMultiKueue)
 }
 
 // testQueuedTrainJobAdmittedWhenQuotaFrees: with quota for one TrainJob, a second one
