@@ -3,6 +3,7 @@ package kueue
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerinformers "github.com/trainyard/trainyard/pkg/clientset/informers/externalversions"
 )
 
 type schemaGVR = schema.GroupVersionResource
@@ -183,6 +185,7 @@ func testBurstNeverExceedsQuota(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, burstQuota, 2*time.Second)
 	peaks := e.watchConcurrency(t)
+	resumes := e.watchResumeLatency(t)
 
 	start := time.Now()
 	for i := range burstSize {
@@ -213,6 +216,70 @@ func testBurstNeverExceedsQuota(t *testing.T) {
 	if pods == 0 {
 		t.Errorf("no pod was ever seen Running")
 	}
+	if lat := resumes(); len(lat) != burstSize {
+		t.Errorf("%d TrainJobs seen resumed with their JobSet, want %d", len(lat), burstSize)
+	} else {
+		t.Logf("Kueue's unsuspend of a TrainJob → its JobSet unsuspended (as watched): p50 %s, p99 %s, max %s",
+			nearestRank(lat, 0.5), nearestRank(lat, 0.99), lat[len(lat)-1].Round(time.Millisecond))
+	}
+}
+
+// watchResumeLatency watches the namespace's TrainJobs and JobSets until the test
+// ends and returns a func giving, sorted, for each TrainJob seen unsuspended whose
+// JobSet was then seen unsuspended, the time between the two (both as this watch saw
+// them): how long Trainyard takes to act on Kueue's unsuspend.
+func (e *env) watchResumeLatency(t *testing.T) func() []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var (
+		mu                   sync.Mutex
+		unsuspended, resumed = map[string]time.Time{}, map[string]time.Time{}
+	)
+	first := func(m map[string]time.Time, name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := m[name]; !ok {
+			m[name] = time.Now()
+		}
+	}
+	tjInformer := trainerinformers.NewSharedInformerFactoryWithOptions(e.trainers, 0, trainerinformers.WithNamespace(e.ns)).Trainer().V1alpha1().TrainJobs().Informer()
+	onTrainJob := func(obj any) {
+		if tj, ok := obj.(*trainer.TrainJob); ok && !ptr.Deref(tj.Spec.Suspend, false) {
+			first(unsuspended, tj.Name)
+		}
+	}
+	_, _ = tjInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onTrainJob, UpdateFunc: func(_, obj any) { onTrainJob(obj) }})
+	jsInformer := jobsetinformers.NewSharedInformerFactoryWithOptions(e.jobsets, 0, jobsetinformers.WithNamespace(e.ns)).Jobset().V1alpha2().JobSets().Informer()
+	onJobSet := func(obj any) {
+		if js, ok := obj.(*jobsetv1alpha2.JobSet); ok && !ptr.Deref(js.Spec.Suspend, false) {
+			first(resumed, js.Name)
+		}
+	}
+	_, _ = jsInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onJobSet, UpdateFunc: func(_, obj any) { onJobSet(obj) }})
+	go tjInformer.Run(ctx.Done())
+	go jsInformer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), tjInformer.HasSynced, jsInformer.HasSynced) {
+		t.Fatal("watch caches did not sync")
+	}
+	return func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []time.Duration
+		for name, at := range unsuspended {
+			if r, ok := resumed[name]; ok {
+				out = append(out, max(r.Sub(at), 0))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+}
+
+// nearestRank is the q-quantile (0 < q ≤ 1) of sorted by the nearest-rank method.
+func nearestRank(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)].Round(time.Millisecond)
 }
 
 // watchConcurrency watches the namespace's pods and JobSets until the test ends and
