@@ -82,10 +82,10 @@ func (b *Binaries) Path(name string) string {
 	return p
 }
 
-// Build makes sure every binary and asset of [Sources] (and [KueueSource] with
-// opts.Kueue) is in the cache and
-// returns where they are. A source already cached (its folder exists) is
-// reused without calling the go tool. Missing ones are built with one
+// Build makes sure every binary and asset of [Sources], and of [KueueSource]
+// with opts.Kueue, is in the cache and returns where they are. A source
+// already cached (its folder, named by its recipe, exists) is reused without
+// calling the go tool. Missing ones are built with one
 // `go build -trimpath` per build module under hack/kube-bins and stamp
 // (GOWORK=off, -mod=readonly; in parallel), assembled in a temporary folder and
 // renamed into place, so a cache folder is complete or absent. A lock file
