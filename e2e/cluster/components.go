@@ -204,15 +204,15 @@ const (
 	assetKueueWebhooks  = "kueue-webhooks.yaml"
 )
 
-// kueueCRDs are the kinds of config/components/crd/bases.
-var kueueCRDs = []string{
+// kueueCRDKinds are the kinds of config/components/crd/bases.
+var kueueCRDKinds = []string{
 	"admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
 	"provisioningrequestconfigs", "resourceflavors", "topologies", "workloadpriorityclasses", "workloads",
 }
 
 func kueueAssets() map[string]string {
 	assets := map[string]string{assetKueueWebhooks: "config/components/webhook/manifests.yaml"}
-	for _, kind := range kueueCRDs {
+	for _, kind := range kueueCRDKinds {
 		assets[assetKueueCRDPrefix+kind+".yaml"] = "config/components/crd/bases/kueue.x-k8s.io_" + kind + ".yaml"
 	}
 	return assets

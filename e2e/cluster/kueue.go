@@ -112,7 +112,7 @@ var kueueConversionCRDs = []string{"localqueues", "clusterqueues", "cohorts", "w
 // real installation's are.
 func (c *Cluster) kueueCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, kind := range kueueCRDs {
+	for _, kind := range kueueCRDKinds {
 		file := c.bins.Path(assetKueueCRDPrefix + kind + ".yaml")
 		data, err := os.ReadFile(file)
 		if err != nil {

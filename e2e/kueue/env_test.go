@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
@@ -137,7 +139,7 @@ func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration, po
 
 // create creates a Kueue object with its top-level fields (spec, value, ...), in ns
 // or cluster-scoped (ns ""); a cluster-scoped one is deleted when the test ends.
-func (e *env) create(t *testing.T, gvr schemaGVR, ns, name string, fields map[string]any) {
+func (e *env) create(t *testing.T, gvr schema.GroupVersionResource, ns, name string, fields map[string]any) {
 	t.Helper()
 	kind := map[string]string{
 		"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
@@ -168,7 +170,7 @@ func (e *env) waitQueueActive(t *testing.T) {
 	t.Helper()
 	cluster.Eventually(t, 30*time.Second, "ClusterQueue and LocalQueue "+e.ns+" active", func(ctx context.Context) (bool, string) {
 		for _, q := range []struct {
-			gvr        schemaGVR
+			gvr        schema.GroupVersionResource
 			ns, name   string
 			conditions []metav1.Condition
 		}{{gvr: cluster.KueueClusterQueueGVR, name: e.ns}, {gvr: cluster.KueueLocalQueueGVR, ns: e.ns, name: queueName}} {
@@ -244,7 +246,7 @@ func conditionsOf(u *unstructured.Unstructured) []metav1.Condition {
 	for _, r := range raw {
 		m, _ := r.(map[string]any)
 		var c metav1.Condition
-		if err := runtimeDefaultConverter.FromUnstructured(m, &c); err == nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
 			conds = append(conds, c)
 		}
 	}

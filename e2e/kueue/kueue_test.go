@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -25,10 +23,6 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerinformers "github.com/trainyard/trainyard/pkg/clientset/informers/externalversions"
 )
-
-type schemaGVR = schema.GroupVersionResource
-
-var runtimeDefaultConverter = runtime.DefaultUnstructuredConverter
 
 // TestKueue runs one Trainyard controller (webhooks on, as `make run`) for its
 // subtests, which run in parallel, each on its own queue, flavor and node.
