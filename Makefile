@@ -112,8 +112,8 @@ run: build cluster-ensure ## The controller in the foreground against the local 
 	  --status-server-bind-address=127.0.0.1:10443
 
 .PHONY: dev
-dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete.
-	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig
+dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run).
+	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS)
 
 ##@ Benchmarks
 

@@ -10,13 +10,17 @@
 #   make cluster-status    show the running cluster
 #   make cluster-down      stop it (also after a crash) and remove its data
 #
+# KUEUE=1 adds Kueue (built once, cached like the rest) to cluster-build,
+# cluster-up and cluster-ensure: the Kueue controller manager runs as a
+# component, with its CRDs, its webhooks and the TrainJob integration.
+#
 # See e2e/cluster/doc.go for what the cluster provides.
 
 # Repository root, from this file's location, so the targets work whatever
 # the including Makefile's directory.
 CLUSTER_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 
-# Binary cache root; binaries live in $(TRAINYARD_CACHE_DIR)/bin/<name>-<version>/.
+# Binary cache root; binaries live in $(TRAINYARD_CACHE_DIR)/bin/<name>-<version>-<recipe>/.
 TRAINYARD_CACHE_DIR ?= $(HOME)/.cache/trainyard
 export TRAINYARD_CACHE_DIR
 
@@ -26,6 +30,8 @@ CLUSTER_NODES ?= 4
 CLUSTER_NODE_GPUS ?= 8
 # Extra flags for `localcluster up`, e.g. --cpu=64 --memory=512Gi --apiserver-port=6443.
 CLUSTER_UP_FLAGS ?=
+KUEUE ?=
+CLUSTER_KUEUE_FLAGS := $(if $(filter 1 true yes,$(KUEUE)),--kueue)
 # Flags for `make test-e2e`.
 E2E_TEST_FLAGS ?= -timeout 30m
 
@@ -40,15 +46,20 @@ localcluster:
 	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
 
 cluster-build: localcluster
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS)
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUEUE_FLAGS)
 
 cluster-up: localcluster
-	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_UP_FLAGS)
+	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS)
 
-# cluster-ensure starts a cluster unless a ready one is already recorded in the state dir.
+# cluster-ensure starts a cluster unless a ready one is already recorded in the
+# state dir; with KUEUE=1 it must run Kueue too, else it says to restart it.
 cluster-ensure: localcluster
-	@$(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null | grep -qx ready || \
-	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_UP_FLAGS)
+	@status=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null || true); \
+	if ! grep -qx ready <<<"$$status"; then \
+	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS); \
+	elif [ -n "$(CLUSTER_KUEUE_FLAGS)" ] && ! grep -Eq '^ +kueue +pid [0-9]+ +running' <<<"$$status"; then \
+	  echo "the running cluster has no Kueue: make cluster-down, then make cluster-up KUEUE=1" >&2; exit 1; \
+	fi
 
 cluster-status: localcluster
 	$(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS)

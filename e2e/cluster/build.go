@@ -9,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,7 +35,10 @@ type BuildOptions struct {
 	// $TRAINYARD_REPO_ROOT, else the nearest parent of the working directory
 	// that has hack/kube-bins.
 	RepoRoot string
-	// CacheDir is the cache root; binaries go to <CacheDir>/bin/<source>-<version>/.
+	// CacheDir is the cache root; binaries go to
+	// <CacheDir>/bin/<source>-<version>-<recipe>/, where <recipe> fingerprints
+	// how they are built (see recipe): a changed recipe builds a new folder and
+	// never replaces one a running cluster may be using.
 	// Default: $TRAINYARD_CACHE_DIR, else $HOME/.cache/trainyard, else
 	// <RepoRoot>/_output/cache when there is no home directory.
 	CacheDir string
@@ -48,6 +52,17 @@ type BuildOptions struct {
 	// Niceness of the go build processes, so that a first build leaves the
 	// machine usable. Default: 10; negative keeps the caller's priority.
 	Niceness int
+	// Kueue adds KueueSource to the sources built, for Options.Kueue.
+	Kueue bool
+}
+
+// sources lists what Build makes sure is cached: Sources, and KueueSource
+// when asked for.
+func (o *BuildOptions) sources() []Source {
+	if !o.Kueue {
+		return Sources
+	}
+	return append(slices.Clip(Sources), KueueSource)
 }
 
 // Binaries locates the built binaries and the manifest assets of all
@@ -67,11 +82,12 @@ func (b *Binaries) Path(name string) string {
 	return p
 }
 
-// Build makes sure every binary and asset of [Sources] is in the cache and
-// returns where they are. A source already cached (its folder exists) is
-// reused without calling the go tool. Missing ones are built with one
-// `go build -trimpath` per build module under hack/kube-bins (GOWORK=off,
-// -mod=readonly; modules in parallel), assembled in a temporary folder and
+// Build makes sure every binary and asset of [Sources], and of [KueueSource]
+// with opts.Kueue, is in the cache and returns where they are. A source
+// already cached (its folder, named by its recipe, exists) is reused without
+// calling the go tool. Missing ones are built with one
+// `go build -trimpath` per build module under hack/kube-bins and stamp
+// (GOWORK=off, -mod=readonly; in parallel), assembled in a temporary folder and
 // renamed into place, so a cache folder is complete or absent. A lock file
 // serialises builds between processes, e.g. the test binaries that
 // `go test ./...` starts in parallel.
@@ -79,7 +95,7 @@ func (b *Binaries) Path(name string) string {
 // The first build on a machine takes about 10 minutes on 2 idle cores.
 // Errors name the sources and the build log.
 func Build(ctx context.Context, opts BuildOptions) (*Binaries, error) {
-	return BuildSources(ctx, opts, Sources...)
+	return BuildSources(ctx, opts, opts.sources()...)
 }
 
 // BuildSources is [Build] for the sources given instead of [Sources], e.g.
@@ -118,29 +134,37 @@ func BuildSources(ctx context.Context, opts BuildOptions, srcs ...Source) (*Bina
 }
 
 // buildGroup is the sources built by one go build: those sharing a build
-// module, or a single asset-only source.
+// module and link flags, or a single asset-only source.
 type buildGroup struct {
 	module string // folder under hack/kube-bins; "" for asset-only
-	label  string // names the group in messages and its build log
+	label  string // names the group's build log: its sources' names, joined by "+"
 	srcs   []Source
 }
 
-// groupSources groups srcs by build module, in first-seen order.
+// groupSources groups srcs by build module and link flags (stamp and
+// patches), in first-seen order. Sources of one module that are stamped
+// differently are linked by separate go builds, whose compiles Go's build
+// cache shares.
 func groupSources(srcs []Source) []*buildGroup {
 	var groups []*buildGroup
-	byModule := map[string]*buildGroup{}
+	byKey := map[string]*buildGroup{}
 	for _, src := range srcs {
 		module := src.buildModule()
-		if g := byModule[module]; g != nil && module != "" {
+		key := fmt.Sprintf("%s %q %q", module, buildFlags(src), src.Patches)
+		if g := byKey[key]; g != nil && module != "" {
 			g.srcs = append(g.srcs, src)
 			continue
 		}
-		g := &buildGroup{module: module, label: module, srcs: []Source{src}}
-		if module == "" {
-			g.label = src.Name
-		}
-		byModule[module] = g
+		g := &buildGroup{module: module, srcs: []Source{src}}
+		byKey[key] = g
 		groups = append(groups, g)
+	}
+	for _, g := range groups {
+		names := make([]string, len(g.srcs))
+		for i, src := range g.srcs {
+			names[i] = src.Name
+		}
+		g.label = strings.Join(names, "+")
 	}
 	return groups
 }
@@ -231,7 +255,7 @@ func FindRepoRoot() (string, error) {
 }
 
 func (o *BuildOptions) sourceDir(src Source) string {
-	return filepath.Join(o.CacheDir, "bin", src.Name+"-"+src.Version)
+	return filepath.Join(o.CacheDir, "bin", src.Name+"-"+src.Version+"-"+o.recipe(src))
 }
 
 func (o *BuildOptions) record(bins *Binaries, src Source) {
@@ -271,7 +295,7 @@ func (o *BuildOptions) buildGroup(ctx context.Context, g *buildGroup) (err error
 	start := time.Now()
 	if pkgs := g.packages(); len(pkgs) > 0 {
 		fmt.Fprintf(o.Progress, "building %s; a first build takes minutes, log: %s\n", g.describe(), logPath)
-		if err := o.goBuild(ctx, g.module, pkgs, binDir, logFile); err != nil {
+		if err := o.goBuild(ctx, g.srcs[0], pkgs, binDir, logFile); err != nil {
 			return err
 		}
 	}
@@ -353,13 +377,20 @@ func replaceDir(dir, dst string) error {
 	return nil
 }
 
-// goBuild builds pkgs with one go build inside hack/kube-bins/<module>,
-// writing each binary into dir under its default name, without symbol
-// tables (-s -w: smaller binaries, faster links; stack traces keep function
-// names and lines).
-func (o *BuildOptions) goBuild(ctx context.Context, module string, pkgs []string, dir string, log io.Writer) error {
-	modDir := filepath.Join(o.RepoRoot, "hack", "kube-bins", module)
-	args := append(append([]string{"build"}, buildFlags...), "-o", dir+string(filepath.Separator))
+// goBuild builds pkgs with one go build inside src's build module
+// (hack/kube-bins/<module>) and with src's flags and patches, writing each
+// binary into dir under its default name.
+func (o *BuildOptions) goBuild(ctx context.Context, src Source, pkgs []string, dir string, log io.Writer) error {
+	modDir := filepath.Join(o.RepoRoot, "hack", "kube-bins", src.buildModule())
+	args := append([]string{"build"}, buildFlags(src)...)
+	if len(src.Patches) > 0 {
+		overlay, patched, err := o.writeOverlay(ctx, src, pkgs, dir, log)
+		if err != nil {
+			return err
+		}
+		args, pkgs = append(args, "-overlay="+overlay), patched
+	}
+	args = append(args, "-o", dir+string(filepath.Separator))
 	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, o.GoCommand, args...)
 	cmd.Dir = modDir
@@ -425,17 +456,94 @@ type sourceInfo struct {
 	BuiltAt time.Time `json:"builtAt"`
 }
 
-// buildFlags are the go build flags; as part of the recipe, changing them
-// rebuilds the cache.
-var buildFlags = []string{"-trimpath", "-ldflags=-s -w"}
+// buildFlags are the go build flags of src: no symbol tables (-s -w: smaller
+// binaries, faster links; stack traces keep function names and lines), and
+// src.Stamp. As part of the recipe, changing them builds a new cache folder.
+func buildFlags(src Source) []string {
+	ldflags := []string{"-s", "-w"}
+	for _, name := range sortedKeys(src.Stamp) {
+		ldflags = append(ldflags, "-X", name+"="+src.Stamp[name])
+	}
+	return []string{"-trimpath", "-ldflags=" + strings.Join(ldflags, " ")}
+}
 
-// recipe fingerprints how src is built: the build flags and the build
-// module's go.mod and go.sum, so that editing them (a dependency bump, a
-// source moved to another module) rebuilds the cache folder even though
-// its name, <source>-<version>, stays.
+// patchedPackageDir is where, inside a build module, writeOverlay places the
+// patched copies of a binary's package: <build module>/patched/<path in the
+// source module>. Go refuses overlays of files in the module cache, so a
+// patched main package is built as a package of the build module instead;
+// nothing is written to the repository.
+const patchedPackageDir = "patched"
+
+// writeOverlay applies src.Patches for a build of pkgs: every Go file of the
+// package directory of a patched file is copied, patched, into dir, and a go
+// build -overlay file maps <build module>/patched/<package dir>/<file> to
+// each copy. It returns the overlay file's path and pkgs with each patched
+// package replaced by its copy. A patch may only change a package that is
+// one of the binaries (a main package), so no other import path changes.
+func (o *BuildOptions) writeOverlay(ctx context.Context, src Source, pkgs []string, dir string, log io.Writer) (string, []string, error) {
+	modDir, err := o.moduleDir(ctx, src, log)
+	if err != nil {
+		return "", nil, err
+	}
+	buildModDir := filepath.Join(o.RepoRoot, "hack", "kube-bins", src.buildModule())
+	patchDir, err := os.MkdirTemp(dir, ".patched-")
+	if err != nil {
+		return "", nil, err
+	}
+	patches := map[string][]SourcePatch{} // by package dir in the module
+	for _, p := range src.Patches {
+		pkgDir := path.Dir(p.File)
+		if !slices.Contains(pkgs, src.Module+"/"+pkgDir) {
+			return "", nil, fmt.Errorf("patch %s: only the package of a binary may be patched", p.File)
+		}
+		patches[pkgDir] = append(patches[pkgDir], p)
+	}
+	overlay := struct{ Replace map[string]string }{Replace: map[string]string{}}
+	pkgs = slices.Clone(pkgs)
+	for _, pkgDir := range sortedKeys(patches) {
+		files, err := filepath.Glob(filepath.Join(modDir, filepath.FromSlash(pkgDir), "*.go"))
+		if err != nil {
+			return "", nil, err
+		}
+		contents := map[string]string{}
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return "", nil, err
+			}
+			contents[path.Join(pkgDir, filepath.Base(file))] = string(data)
+		}
+		for _, p := range patches[pkgDir] {
+			if n := strings.Count(contents[p.File], p.Old); n != 1 {
+				return "", nil, fmt.Errorf("patch %s: %q occurs %d times, want once (%s)", p.File, p.Old, n, p.Why)
+			}
+			contents[p.File] = strings.Replace(contents[p.File], p.Old, p.New, 1)
+			fmt.Fprintf(log, "patching %s: %s\n", p.File, p.Why)
+		}
+		for i, name := range sortedKeys(contents) {
+			copied := filepath.Join(patchDir, fmt.Sprintf("%d-%s", i, path.Base(name)))
+			if err := os.WriteFile(copied, []byte(contents[name]), 0o644); err != nil {
+				return "", nil, err
+			}
+			overlay.Replace[filepath.Join(buildModDir, patchedPackageDir, filepath.FromSlash(name))] = copied
+		}
+		pkgs[slices.Index(pkgs, src.Module+"/"+pkgDir)] = "./" + path.Join(patchedPackageDir, pkgDir)
+	}
+	data, err := json.Marshal(overlay)
+	if err != nil {
+		return "", nil, err
+	}
+	overlayFile := filepath.Join(patchDir, "overlay.json")
+	return overlayFile, pkgs, os.WriteFile(overlayFile, data, 0o644)
+}
+
+// recipe fingerprints how src is built: its build flags (stamp included),
+// patches and build module's go.mod and go.sum. It names the cache folder, so
+// that editing any of them (a dependency bump, a new stamp) builds a folder of
+// its own instead of replacing one in use.
 func (o *BuildOptions) recipe(src Source) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s@%s %q\n", src.Module, src.Version, buildFlags)
+	fmt.Fprintf(h, "%s@%s %q %q\n", src.Module, src.Version, buildFlags(src), src.Patches)
 	if module := src.buildModule(); module != "" {
 		for _, name := range []string{"go.mod", "go.sum"} {
 			data, _ := os.ReadFile(filepath.Join(o.RepoRoot, "hack", "kube-bins", module, name))
@@ -519,11 +627,6 @@ func lockFile(ctx context.Context, path string, progress io.Writer) (func(), err
 	}
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }

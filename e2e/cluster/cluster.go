@@ -126,13 +126,26 @@ func (c *Cluster) start(ctx context.Context) error {
 			if err := c.installCRDs(ctx); err != nil {
 				return err
 			}
-			if c.opts.WithoutJobSetController {
-				return nil
-			}
-			if err := c.startJobSet(ctx); err != nil {
-				return err
-			}
-			return c.installJobSetWebhooks(ctx)
+			return parallel(
+				func() error {
+					if c.opts.WithoutJobSetController {
+						return nil
+					}
+					if err := c.startJobSet(ctx); err != nil {
+						return err
+					}
+					return c.installJobSetWebhooks(ctx)
+				},
+				func() error {
+					if !c.opts.Kueue {
+						return nil
+					}
+					if err := c.startKueue(ctx); err != nil {
+						return err
+					}
+					return c.installKueueWebhooks(ctx)
+				},
+			)
 		},
 	); err != nil {
 		return err

@@ -1,5 +1,7 @@
 package cluster
 
+import "strings"
+
 // Component names. They name binaries, log files (<name>.log) and the
 // processes recorded in the state file.
 const (
@@ -9,6 +11,8 @@ const (
 	KubeScheduler         = "kube-scheduler"
 	JobSet                = "jobset"
 	Kwok                  = "kwok"
+	// Kueue is the Kueue controller manager, run only with Options.Kueue.
+	Kueue = "kueue"
 )
 
 // Kubectl names the kubectl binary of [Sources]: a client, not a component,
@@ -20,12 +24,12 @@ const Kubectl = "kubectl"
 const TrainerControllerManager = "trainer-controller-manager"
 
 // components lists the processes of a cluster in start order.
-var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok}
+var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok, Kueue}
 
 // Source is one pinned Go module from which binaries are built and/or
 // manifest files are taken.
 type Source struct {
-	// Name keys the cache folder <cache>/bin/<Name>-<Version>/.
+	// Name keys the cache folder <cache>/bin/<Name>-<Version>-<recipe>/.
 	Name string
 	// BuildModule is the folder under hack/kube-bins whose go.mod builds
 	// Binaries; default: Name.
@@ -39,6 +43,49 @@ type Source struct {
 	// folder, keyed by their destination name, e.g.
 	// "jobset-crd.yaml" -> "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml".
 	Assets map[string]string
+	// Stamp maps package variables ("<import path>.<name>") to the values
+	// the linker sets (go build -ldflags -X), as a release build stamps its
+	// version into its binaries; see kubeReleaseStamp.
+	Stamp map[string]string
+	// Patches are applied to the module's source tree for the build only
+	// (go build -overlay): the module stays the pinned, checksum-verified one.
+	Patches []SourcePatch
+}
+
+// kubeReleaseStamp is what a Kubernetes release build links into its
+// binaries (kube::version::ldflags in kubernetes/kubernetes
+// hack/lib/version.sh): the version /version and `kubectl version` report,
+// in k8s.io/component-base/version (servers) and k8s.io/client-go/pkg/version
+// (clients such as kubectl). Without it a binary built from the module
+// reports "v0.0.0-master+$Format:%H$", which clients refuse to parse (Kueue
+// at start-up: "could not parse pre-release/metadata") and Helm's
+// kubeVersion constraints and kubectl's skew check misjudge.
+//
+// gitVersion is the release ("v1.36.3"), from which gitMajor and gitMinor
+// ("1", "36") are derived; gitCommit is the tag's commit, "" when unknown;
+// buildDate (RFC 3339) is fixed so that builds are reproducible.
+func kubeReleaseStamp(gitVersion, gitCommit, buildDate string) map[string]string {
+	major, minor, _ := strings.Cut(strings.TrimPrefix(gitVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	stamp := map[string]string{}
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		stamp[pkg+".gitVersion"] = gitVersion
+		stamp[pkg+".gitMajor"] = major
+		stamp[pkg+".gitMinor"] = minor
+		stamp[pkg+".gitCommit"] = gitCommit
+		stamp[pkg+".gitTreeState"] = "clean"
+		stamp[pkg+".buildDate"] = buildDate
+	}
+	return stamp
+}
+
+// SourcePatch replaces the one occurrence of Old in File (a path in the
+// module) by New. The build fails when Old does not occur exactly once, so
+// a version bump cannot silently drop a patch.
+type SourcePatch struct {
+	File, Old, New string
+	// Why says what the patch is for; it is part of the recipe.
+	Why string
 }
 
 // buildModule returns the build module folder, "" for a source of manifests
@@ -78,7 +125,7 @@ var Sources = []Source{
 		Binaries: map[string]string{Etcd: "go.etcd.io/etcd/server/v3"},
 	},
 	{
-		Name: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3",
+		Name: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3", Stamp: kubeStamp,
 		Binaries: map[string]string{
 			KubeAPIServer:         "k8s.io/kubernetes/cmd/kube-apiserver",
 			KubeControllerManager: "k8s.io/kubernetes/cmd/kube-controller-manager",
@@ -89,7 +136,7 @@ var Sources = []Source{
 		// A client, in a build module of its own so that its dependencies do
 		// not change the recipe of the control plane's cache folders; Go's
 		// build cache shares the packages it has in common with them.
-		Name: "kubectl", Module: "k8s.io/kubernetes", Version: "v1.36.3",
+		Name: "kubectl", Module: "k8s.io/kubernetes", Version: "v1.36.3", Stamp: kubeStamp,
 		Binaries: map[string]string{Kubectl: "k8s.io/kubernetes/cmd/kubectl"},
 	},
 	{
@@ -131,4 +178,59 @@ var UpstreamTrainer = Source{
 	Name: "kubeflow-trainer", BuildModule: "trainer",
 	Module: "github.com/kubeflow/trainer/v2", Version: "v2.3.0",
 	Binaries: map[string]string{TrainerControllerManager: "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
+}
+
+// kubeStamp is the release stamp of the Kubernetes binaries (k8s.io/kubernetes
+// v1.36.3). The proxy serves that module without its origin, so the commit is
+// left empty rather than made up; the date is the tag's time on the proxy.
+var kubeStamp = kubeReleaseStamp("v1.36.3", "", "2026-07-22T18:07:38Z")
+
+// KueueSource is the Kueue controller manager and its CRDs and webhook
+// manifests, built only for a cluster with Options.Kueue (BuildOptions.Kueue).
+// v0.19.1 manages TrainJobs through a runtimePatches entry (manager
+// kueue.x-k8s.io/manager) and computes their pod sets with upstream's runtime
+// library (github.com/kubeflow/trainer/v2 v2.2.1).
+var KueueSource = Source{
+	Name: "kueue", Module: "sigs.k8s.io/kueue", Version: "v0.19.1",
+	Binaries: map[string]string{Kueue: "sigs.k8s.io/kueue/cmd/kueue"},
+	// As Kueue's Makefile stamps a release (the tag, its commit and time).
+	Stamp: map[string]string{
+		"sigs.k8s.io/kueue/pkg/version.GitVersion": "v0.19.1",
+		"sigs.k8s.io/kueue/pkg/version.GitCommit":  "df3d3656004f7b2478004a37b34ad8efa9ffabf0",
+		"sigs.k8s.io/kueue/pkg/version.BuildDate":  "2026-08-12T11:41:17Z",
+	},
+	Assets: kueueAssets(),
+	Patches: []SourcePatch{{
+		File: "cmd/kueue/main.go",
+		Old:  `metricsCertPath := "/etc/kueue/metrics/certs"`,
+		New: `metricsCertPath := "/etc/kueue/metrics/certs"; ` +
+			`if dir := os.Getenv("` + EnvKueueMetricsCertDir + `"); dir != "" { metricsCertPath = dir }`,
+		Why: "without internal certificate management Kueue reads its metrics certificate from a fixed " +
+			"/etc/kueue/metrics/certs and exits when it is absent; a process of the local control plane " +
+			"has its certificates in its data folder",
+	}},
+}
+
+// EnvKueueMetricsCertDir tells the patched Kueue (KueueSource.Patches) where its
+// metrics serving certificate is.
+const EnvKueueMetricsCertDir = "KUEUE_METRICS_CERT_DIR"
+
+// Names of Kueue's manifest assets: its CRDs, one asset each, and its webhooks.
+const (
+	assetKueueCRDPrefix = "kueue-crd-"
+	assetKueueWebhooks  = "kueue-webhooks.yaml"
+)
+
+// kueueCRDKinds are the kinds of config/components/crd/bases.
+var kueueCRDKinds = []string{
+	"admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
+	"provisioningrequestconfigs", "resourceflavors", "topologies", "workloadpriorityclasses", "workloads",
+}
+
+func kueueAssets() map[string]string {
+	assets := map[string]string{assetKueueWebhooks: "config/components/webhook/manifests.yaml"}
+	for _, kind := range kueueCRDKinds {
+		assets[assetKueueCRDPrefix+kind+".yaml"] = "config/components/crd/bases/kueue.x-k8s.io_" + kind + ".yaml"
+	}
+	return assets
 }

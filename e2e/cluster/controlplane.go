@@ -24,6 +24,9 @@ const (
 // Options.APIServerPort when set.
 func (c *Cluster) allocatePorts() error {
 	names := []string{Etcd, portEtcdPeer, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, portJobSetHealth, Kwok}
+	if c.opts.Kueue {
+		names = append(names, Kueue, portKueueHealth)
+	}
 	free, err := freePorts(len(names))
 	if err != nil {
 		return err

@@ -33,8 +33,9 @@ var assets embed.FS
 // CRDs live; every *.yaml there is installed. It may be absent.
 const TrainyardCRDDir = "charts/trainyard/crds"
 
-// installCRDs creates or updates the CRDs of Trainyard, JobSet and the two
-// PodGroup flavours, then waits until all are established.
+// installCRDs creates or updates the CRDs of Trainyard, JobSet, the two
+// PodGroup flavours and, with Options.Kueue, Kueue, then waits until all are
+// established.
 func (c *Cluster) installCRDs(ctx context.Context) error {
 	files, err := filepath.Glob(filepath.Join(c.opts.Build.RepoRoot, TrainyardCRDDir, "*.yaml"))
 	if err != nil {
@@ -62,6 +63,13 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 		return err
 	}
 	crds = append(crds, got...)
+	if c.opts.Kueue {
+		got, err := c.kueueCRDs()
+		if err != nil {
+			return err
+		}
+		crds = append(crds, got...)
+	}
 
 	for _, crd := range crds {
 		if err := createOrReplace(ctx, c.apiext.ApiextensionsV1().CustomResourceDefinitions(), crd); err != nil {
@@ -165,7 +173,7 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
 				w := &cfg.Webhooks[i]
-				c.pointAtLocalJobSet(&w.ClientConfig)
+				c.pointAtLocal(JobSet, &w.ClientConfig)
 				if podWebhook(w.Rules) {
 					w.ObjectSelector = jobSetPodSelector()
 				}
@@ -179,7 +187,7 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
 				w := &cfg.Webhooks[i]
-				c.pointAtLocalJobSet(&w.ClientConfig)
+				c.pointAtLocal(JobSet, &w.ClientConfig)
 				if podWebhook(w.Rules) {
 					w.ObjectSelector = jobSetPodSelector()
 				}
@@ -195,14 +203,15 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 	return c.waitJobSetDefaulting(ctx)
 }
 
-// pointAtLocalJobSet replaces a webhook's service reference by the URL of
-// the local JobSet controller, keeping the path, and trusts our CA.
-func (c *Cluster) pointAtLocalJobSet(cc *admissionv1.WebhookClientConfig) {
+// pointAtLocal replaces a webhook's service reference by the URL of the
+// local component (JobSet, Kueue) serving it, keeping the path, and trusts
+// our CA.
+func (c *Cluster) pointAtLocal(component string, cc *admissionv1.WebhookClientConfig) {
 	path := ""
 	if cc.Service != nil && cc.Service.Path != nil {
 		path = *cc.Service.Path
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", c.ports[JobSet], path)
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", c.ports[component], path)
 	cc.Service, cc.URL, cc.CABundle = nil, &url, c.pki.caPEM
 }
 

@@ -101,6 +101,16 @@ type Options struct {
 	// APIServerFlags are appended to kube-apiserver's flags (a later flag
 	// wins), e.g. "--min-request-timeout=30".
 	APIServerFlags []string
+	// Kueue runs the Kueue controller manager (KueueSource) as a component:
+	// its CRDs installed, its TrainJob and Kueue webhooks registered over
+	// 127.0.0.1 with the cluster CA, the TrainJob integration enabled
+	// (KueueConfiguration). TrainJobs with the kueue.x-k8s.io/queue-name label
+	// are then suspended at creation and admitted by Kueue as in a real
+	// installation.
+	Kueue bool
+	// KueueWaitForPodsReady, above 0, turns on Kueue's waitForPodsReady with this
+	// timeout (see KueueConfiguration).
+	KueueWaitForPodsReady time.Duration
 	// StartTimeout bounds how long each component may take to become ready.
 	// Default: 90s.
 	StartTimeout time.Duration
@@ -135,6 +145,7 @@ func (o *Options) withDefaults() error {
 	if o.LogDir, err = filepath.Abs(o.LogDir); err != nil {
 		return err
 	}
+	o.Build.Kueue = o.Build.Kueue || o.Kueue
 	if o.Build.LogDir == "" {
 		o.Build.LogDir = o.LogDir
 	}

@@ -184,12 +184,8 @@ func TestBuildFailureNamesSourceAndLog(t *testing.T) {
 	// Every build fails at once, and the first failure cancels the others: which ones
 	// are reported depends on timing, and each reported one names its source and log.
 	named := false
-	for _, src := range Sources {
-		label := src.buildModule()
-		if label == "" {
-			label = src.Name
-		}
-		if strings.Contains(err.Error(), "building "+src.Name) && strings.Contains(err.Error(), filepath.Join(opts.LogDir, "build-"+label+".log")) {
+	for _, g := range groupSources(Sources) {
+		if strings.Contains(err.Error(), "building "+g.describe()) && strings.Contains(err.Error(), filepath.Join(opts.LogDir, "build-"+g.label+".log")) {
 			named = true
 		}
 	}
@@ -226,7 +222,7 @@ func TestBuildReusesTheCacheWithoutTheGoTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(opts.CacheDir, "bin", "kubernetes-v1.36.3", KubeAPIServer)
+	want := filepath.Join(opts.CacheDir, "bin", "kubernetes-v1.36.3-"+opts.recipe(Sources[1]), KubeAPIServer)
 	if got := bins.Path(KubeAPIServer); got != want {
 		t.Errorf("Path(%s) = %s, want %s", KubeAPIServer, got, want)
 	}
@@ -248,6 +244,38 @@ func TestBuildRebuildsWhenTheBuildModuleChanges(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "kubernetes") {
 		t.Errorf("unchanged build modules were rebuilt too: %v", err)
+	}
+	// The folder of the old recipe is another one, and stays for whoever
+	// runs its binaries.
+	if dirs, _ := filepath.Glob(filepath.Join(opts.CacheDir, "bin", "etcd-v3.6.8-*", "source.json")); len(dirs) != 1 {
+		t.Errorf("etcd folders with a source.json: %v, want the old recipe's one, untouched", dirs)
+	}
+}
+
+func TestKubernetesBinariesAreStampedAsARelease(t *testing.T) {
+	for _, name := range []string{"kubernetes", "kubectl"} {
+		i := slices.IndexFunc(Sources, func(s Source) bool { return s.Name == name })
+		flags := strings.Join(buildFlags(Sources[i]), " ")
+		for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+			for _, want := range []string{".gitVersion=v1.36.3", ".gitMajor=1", ".gitMinor=36", ".gitTreeState=clean", ".buildDate=2026-07-22T18:07:38Z"} {
+				if !strings.Contains(flags, "-X "+pkg+want) {
+					t.Errorf("%s: build flags %q lack -X %s%s", name, flags, pkg, want)
+				}
+			}
+		}
+	}
+}
+
+func TestStampedSourcesOfAModuleBuildApart(t *testing.T) {
+	// kube-bins/kubernetes builds the stamped Kubernetes servers and the
+	// unstamped JobSet and kwok: one go build would stamp all or none.
+	var got []string
+	for _, g := range groupSources(Sources) {
+		got = append(got, g.label)
+	}
+	want := []string{"etcd", "kubernetes", "kubectl", "jobset+kwok", "scheduler-plugins"}
+	if !slices.Equal(got, want) {
+		t.Errorf("build groups %v, want %v", got, want)
 	}
 }
 

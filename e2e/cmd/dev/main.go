@@ -6,6 +6,12 @@
 //
 // `make dev` brings the cluster up first (make cluster-up) and runs this with its
 // kubeconfig; the cluster is left running for inspection.
+//
+// With --kueue (`make dev KUEUE=1`, on a cluster started with KUEUE=1) the TrainJob
+// goes through Kueue: a ResourceFlavor, a ClusterQueue with quota for exactly this
+// TrainJob and a LocalQueue "dev" in namespace default are created, the TrainJob is
+// submitted to it, and Kueue's steps are printed beside Trainyard's (suspended at
+// creation, Workload pending, admitted, resumed).
 package main
 
 import (
@@ -16,10 +22,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,12 +35,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 )
@@ -41,17 +53,18 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "_output/cluster/kubeconfig", "kubeconfig of the local control plane")
 	root := flag.String("repo", ".", "the Trainyard checkout")
 	timeout := flag.Duration("timeout", 5*time.Minute, "how long to wait for the TrainJob to finish")
+	withKueue := flag.Bool("kueue", false, "submit the TrainJob through Kueue (the cluster must run it: make cluster-up KUEUE=1)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *root, *kubeconfig, *timeout); err != nil {
+	if err := run(ctx, *root, *kubeconfig, *timeout, *withKueue); err != nil {
 		fmt.Fprintln(os.Stderr, "dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, root, kubeconfig string, timeout time.Duration) error {
+func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, withKueue bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading %s (is the cluster up? make cluster-up): %w", kubeconfig, err)
@@ -85,6 +98,16 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration) er
 	}
 	tj.Name = fmt.Sprintf("%s-%d", tj.Name, time.Now().Unix()%100000)
 	tj.Namespace = "default"
+	var kueueState func(context.Context) string
+	if withKueue {
+		dyn := dynamic.NewForConfigOrDie(cfg)
+		if err := setupKueue(ctx, dyn, tj); err != nil {
+			return err
+		}
+		say("Kueue: ResourceFlavor %s, ClusterQueue %s with quota for this TrainJob, LocalQueue %s/%s", kueueName, kueueName, tj.Namespace, kueueName)
+		metav1.SetMetaDataLabel(&tj.ObjectMeta, cluster.KueueQueueNameLabel, kueueName)
+		kueueState = func(ctx context.Context) string { return describeKueue(ctx, dyn, trainers, tj.Namespace, tj.Name) }
+	}
 	if _, err := trainers.TrainerV1alpha1().TrainJobs(tj.Namespace).Create(ctx, tj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating TrainJob: %w", err)
 	}
@@ -93,7 +116,86 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration) er
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, say)
+	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, kueueState, say)
+}
+
+// kueueName names the ResourceFlavor, ClusterQueue and LocalQueue of --kueue.
+const kueueName = "dev"
+
+// setupKueue creates (or keeps) a ResourceFlavor, a ClusterQueue with quota for
+// exactly tj's requests (numNodes × resourcesPerNode) and a LocalQueue in tj's
+// namespace, all named kueueName.
+func setupKueue(ctx context.Context, dyn dynamic.Interface, tj *trainer.TrainJob) error {
+	nodes := int64(1)
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil {
+		nodes = int64(*tj.Spec.Trainer.NumNodes)
+	}
+	var covered, quotas []any
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.ResourcesPerNode != nil {
+		for _, name := range slices.Sorted(maps.Keys(tj.Spec.Trainer.ResourcesPerNode.Requests)) {
+			q := tj.Spec.Trainer.ResourcesPerNode.Requests[name]
+			total := q.DeepCopy()
+			total.Mul(nodes)
+			covered = append(covered, string(name))
+			quotas = append(quotas, map[string]any{"name": string(name), "nominalQuota": total.String()})
+		}
+	}
+	objects := []struct {
+		gvr  schema.GroupVersionResource
+		ns   string
+		kind string
+		spec map[string]any
+	}{
+		{cluster.KueueResourceFlavorGVR, "", "ResourceFlavor", map[string]any{}},
+		{cluster.KueueClusterQueueGVR, "", "ClusterQueue", map[string]any{
+			"namespaceSelector": map[string]any{},
+			"resourceGroups": []any{map[string]any{
+				"coveredResources": covered,
+				"flavors":          []any{map[string]any{"name": kueueName, "resources": quotas}},
+			}},
+		}},
+		{cluster.KueueLocalQueueGVR, tj.Namespace, "LocalQueue", map[string]any{"clusterQueue": kueueName}},
+	}
+	for _, o := range objects {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": o.gvr.GroupVersion().String(), "kind": o.kind,
+			"metadata": map[string]any{"name": kueueName}, "spec": o.spec,
+		}}
+		if _, err := dyn.Resource(o.gvr).Namespace(o.ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				return fmt.Errorf("creating %s %s: %w (the cluster runs no Kueue: make cluster-down, then make dev KUEUE=1)", o.kind, kueueName, err)
+			}
+			return fmt.Errorf("creating %s %s: %w", o.kind, kueueName, err)
+		}
+	}
+	return nil
+}
+
+// describeKueue says what Kueue has done with the TrainJob: whether it is suspended,
+// and its Workload's admission conditions.
+func describeKueue(ctx context.Context, dyn dynamic.Interface, trainers trainerclient.Interface, ns, name string) string {
+	tj, err := trainers.TrainerV1alpha1().TrainJobs(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	state := fmt.Sprintf("TrainJob suspend=%v", tj.Spec.Suspend != nil && *tj.Spec.Suspend)
+	list, err := dyn.Resource(cluster.KueueWorkloadGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return state
+	}
+	for _, wl := range list.Items {
+		if !slices.ContainsFunc(wl.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == tj.UID }) {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+		var parts []string
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			parts = append(parts, fmt.Sprintf("%v=%v", m["type"], m["status"]))
+		}
+		state += fmt.Sprintf(", Workload %s [%s]", wl.GetName(), strings.Join(parts, ", "))
+	}
+	return state
 }
 
 // runtimeManifest prefers upstream's torch-distributed runtime beside the repository.
@@ -197,9 +299,11 @@ func printStageTimeline(logs io.Reader, ns, name string, say func(string, ...any
 }
 
 // follow prints JobSet, pod and condition changes until the TrainJob finishes.
+//
+// kueueState, when not nil, describes what Kueue did; it is printed when it changes.
 func follow(ctx context.Context, kube kubernetes.Interface, trainers trainerclient.Interface, jobsets jobsetclient.Interface,
-	ns, name string, say func(string, ...any)) error {
-	var lastJobSet, lastPods, lastConds string
+	ns, name string, kueueState func(context.Context) string, say func(string, ...any)) error {
+	var lastJobSet, lastPods, lastConds, lastKueue string
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -207,6 +311,12 @@ func follow(ctx context.Context, kube kubernetes.Interface, trainers trainerclie
 		case <-ctx.Done():
 			return fmt.Errorf("TrainJob %s/%s did not finish: %w", ns, name, ctx.Err())
 		case <-tick.C:
+		}
+		if kueueState != nil {
+			if s := kueueState(ctx); s != lastKueue && s != "" {
+				say("Kueue: %s", s)
+				lastKueue = s
+			}
 		}
 		if js, err := jobsets.JobsetV1alpha2().JobSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 			if s := describeJobSet(js); s != lastJobSet {

@@ -70,18 +70,21 @@ func main() {
 // common holds the flags every command has.
 type common struct {
 	stateDir, logDir, cacheDir string
+	kueue                      bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
 	flags.StringVar(&c.stateDir, "state-dir", "", "folder of the kubeconfig, state.json and logs (default <repo>/"+cluster.DefaultStateDir+")")
 	flags.StringVar(&c.logDir, "log-dir", "", "folder of the component logs (default <state-dir>/logs)")
 	flags.StringVar(&c.cacheDir, "cache-dir", "", "binary cache root (default $"+cluster.EnvCacheDir+" or $HOME/.cache/trainyard)")
+	flags.BoolVar(&c.kueue, "kueue", false, "also build (build) or run (up) the Kueue controller manager, its CRDs and webhooks, with the TrainJob integration")
 }
 
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:    cluster.BuildOptions{CacheDir: c.cacheDir},
+		Build:    cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue},
+		Kueue:    c.kueue,
 		Progress: os.Stderr,
 	}
 	if opts.StateDir == "" {
