@@ -350,7 +350,10 @@ func TestBuildSourcesBuildsOnlyTheSourcesGiven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(opts.CacheDir, "bin", "kubeflow-trainer-v2.3.0", TrainerControllerManager)
+	want := filepath.Join(opts.sourceDir(UpstreamTrainer), TrainerControllerManager)
+	if !strings.HasPrefix(want, filepath.Join(opts.CacheDir, "bin", "kubeflow-trainer-v2.3.0-")) {
+		t.Errorf("cache folder %s, want bin/kubeflow-trainer-v2.3.0-<recipe>", want)
+	}
 	if got := bins.Path(TrainerControllerManager); got != want {
 		t.Errorf("Path(%s) = %s, want %s", TrainerControllerManager, got, want)
 	}
