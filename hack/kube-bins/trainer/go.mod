@@ -4,7 +4,7 @@
 // wire-compatible with), which the scale benchmark's peer mode (issue 17,
 // `make bench-peer`) runs beside Trainyard. It is never imported by the main
 // module or by e2e, and no cluster runs it: e2e/cluster builds it on demand
-// (cluster.UpstreamTrainer) into <cache>/bin/kubeflow-trainer-v2.3.0/.
+// (cluster.UpstreamTrainer) into <cache>/bin/kubeflow-trainer-v2.3.0-<recipe>/.
 //
 // It requires nothing else, so every dependency resolves to the version
 // upstream's own go.mod requires (controller-runtime v0.24.1, k8s.io/* v0.36.2,
