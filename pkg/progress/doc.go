@@ -58,6 +58,9 @@
 // exits is not left waiting behind a period; call Coalescer.Flush when a TrainJob
 // finishes. A report equal to the stored trainerStatus, or not newer, is dropped; so is
 // a report whose TrainJob left the informer cache or was re-created under the same name.
-// A write that the rate limits would delay is not made to wait in a worker: the key is
-// requeued for when a token is due, and keys of other namespaces go on being written.
+// A write that the rate limits would delay is not made to wait in a worker: it reserves
+// its tokens (its namespace's, then the global one) and the key is requeued for when
+// they are due, so waiting writes go in turn, each synced once more, and keys of other
+// namespaces go on being written. A report arriving while its TrainJob's write waits
+// for the period or its tokens costs no sync: it replaces the pending report.
 package progress
