@@ -176,13 +176,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve answers one report and returns "" if it was accepted, else the
 // metrics.Reason* value of why not.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
-	if max := int64(h.cfg.MaxInFlight); max > 0 {
+	if limit := int64(h.cfg.MaxInFlight); limit > 0 {
 		n := h.inFlight.Add(1)
 		defer h.inFlight.Add(-1)
-		if n > max {
+		if n > limit {
 			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 			writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
-				fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", max, RetryAfterSeconds), nil)
+				fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", limit, RetryAfterSeconds), nil)
 			return metrics.ReasonTooManyRequests
 		}
 	}

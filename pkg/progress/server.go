@@ -89,10 +89,10 @@ func NewServer(handler http.Handler, opts ServerOptions) (*Server, error) {
 	}
 	var open atomic.Int64
 	if opts.MaxKeepAliveConns > 0 {
-		max := int64(opts.MaxKeepAliveConns)
+		keep := int64(opts.MaxKeepAliveConns)
 		next := handler
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.ProtoMajor == 1 && open.Load() > max {
+			if r.ProtoMajor == 1 && open.Load() > keep {
 				w.Header().Set("Connection", "close")
 			}
 			next.ServeHTTP(w, r)

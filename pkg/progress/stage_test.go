@@ -779,8 +779,8 @@ func TestStageSyncsPerWrite(t *testing.T) {
 		}
 		e.runUntil(t0.Add(duration))
 		writes := len(f.written())
-		if max := int(duration/(10*time.Second)) + 1; writes > max || writes < max-1 {
-			t.Errorf("%d writes in %v, want one per 10 s period (%d)", writes, duration, max)
+		if periods := int(duration/(10*time.Second)) + 1; writes > periods || writes < periods-1 {
+			t.Errorf("%d writes in %v, want one per 10 s period (%d)", writes, duration, periods)
 		}
 		if e.syncs > 2*writes+1 {
 			t.Errorf("%d syncs for %d writes of %d reports, want at most %d (2 per write, 1 for a report waiting at the end)", e.syncs, writes, last, 2*writes+1)
@@ -820,8 +820,8 @@ func TestStageSyncsPerWrite(t *testing.T) {
 		}
 		e.runUntil(t0.Add(duration))
 		writes := len(f.written())
-		if max := 5*int(duration/time.Second) + 5; writes > max || writes < max-10 {
-			t.Errorf("%d writes in %v, want about %d (5/s, burst 5)", writes, duration, max)
+		if allowed := 5*int(duration/time.Second) + 5; writes > allowed || writes < allowed-10 {
+			t.Errorf("%d writes in %v, want about %d (5/s, burst 5)", writes, duration, allowed)
 		}
 		if e.syncs > 3*writes+n {
 			t.Errorf("%d syncs for %d writes of %d reports, want at most %d (3 per write, 1 per TrainJob waiting at the end)", e.syncs, writes, reports, 3*writes+n)
