@@ -9,27 +9,30 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+
+	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 )
 
-// Defaults of ServerOptions and HandlerConfig.MaxInFlight.
+// Defaults of ServerOptions and HandlerConfig.MaxInFlight (statusServer.maxConnections,
+// maxKeepAliveConnections and maxReportsInFlight of the Configuration).
 const (
 	// DefaultMaxConns is how many connections the server has open at once: at ~40 KiB
 	// each (TLS state, 4 KiB read and write buffers, the connection's goroutine and its
 	// request), 80 MiB. Further connections wait in the kernel's accept queue, costing
 	// the process nothing, until one closes. The issue-14 benchmark, without it, had
 	// ~9,200 connections open and a peak RSS of 803 MiB.
-	DefaultMaxConns = 2048
+	DefaultMaxConns = configv1alpha1.DefaultStatusMaxConnections
 	// DefaultMaxKeepAliveConns is how many of them are kept open between reports; a
 	// connection answered while more are open is closed after its answer, so
 	// DefaultMaxConns − DefaultMaxKeepAliveConns connections always turn over and a
 	// waiting trainer is accepted within a report's time. A trainer whose connection
 	// is closed dials again for its next report (a TLS handshake, ~1 ms of CPU).
-	DefaultMaxKeepAliveConns = 1536
+	DefaultMaxKeepAliveConns = configv1alpha1.DefaultStatusMaxKeepAliveConnections
 	// DefaultMaxInFlight is how many reports the handler serves at once. A report
 	// answered from the review cache takes ~0.1 ms, so the bound binds only when
 	// reviews are slow: after a restart every pod's first report waits for its
 	// TokenReview, and on a saturated machine those waits reached 10 s.
-	DefaultMaxInFlight = 256
+	DefaultMaxInFlight = configv1alpha1.DefaultStatusMaxReportsInFlight
 	// MaxHeaderBytes bounds a request's header: a bearer token (~1–2 KiB) and a few
 	// short headers, where net/http's default allows 1 MiB per request.
 	MaxHeaderBytes = 16 << 10

@@ -79,7 +79,11 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 	}
 	if s.server, err = progress.NewServer(progress.NewHandler(progress.HandlerConfig{
 		Authorizer: authorizer, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer, Observer: m,
-	}), progress.ServerOptions{Addr: sc.BindAddress, TLSConfig: cert.TLSConfig()}); err != nil {
+		MaxInFlight: int(ptrDeref(sc.MaxReportsInFlight)),
+	}), progress.ServerOptions{
+		Addr: sc.BindAddress, TLSConfig: cert.TLSConfig(),
+		MaxConns: int(ptrDeref(sc.MaxConnections)), MaxKeepAliveConns: int(ptrDeref(sc.MaxKeepAliveConnections)),
+	}); err != nil {
 		return nil, err
 	}
 	if s.publisher, err = progress.NewCAPublisher(progress.CAPublisherOptions{
