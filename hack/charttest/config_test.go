@@ -90,6 +90,7 @@ func TestConfigFile(t *testing.T) {
 				BindAddress: ":11443", WritePeriod: &metav1.Duration{Duration: 30 * time.Second},
 				QPS: ptr.To[float32](100), Burst: ptr.To[int32](200),
 				NamespaceQPS: ptr.To[float32](5), NamespaceBurst: ptr.To[int32](8),
+				MaxConnections: ptr.To[int32](500), MaxKeepAliveConnections: ptr.To[int32](400), MaxReportsInFlight: ptr.To[int32](50),
 			},
 			"webhook": configv1alpha1.WebhookConfiguration{
 				BindAddress:                        ":10250",

@@ -164,7 +164,8 @@ const (
 	// authenticate it for the TrainJob's audience), forbidden (403, the token
 	// is not a pod's of the TrainJob), not_found (404, no such TrainJob),
 	// invalid (422, a body that does not decode or fails validation), internal
-	// (500, a TokenReview or pod read failed, or a panic). Accepted reports
+	// (500, a TokenReview or pod read failed, or a panic), too_many_requests
+	// (429, more reports in flight than the server handles at once). Accepted reports
 	// are trainyard_progress_reports_total minus these. Labels: reason
 	// (Reason* values).
 	ProgressReportsRejectedTotal = "trainyard_progress_reports_rejected_total"
@@ -265,6 +266,7 @@ const (
 // ReasonInvalid, ReasonForbidden and ReasonInternal; see its doc).
 const (
 	ReasonTooLarge        = "too_large"
+	ReasonTooManyRequests = "too_many_requests"
 	ReasonUnauthenticated = "unauthenticated"
 	ReasonUnchanged       = "unchanged"
 	ReasonStale           = "stale"
@@ -364,7 +366,7 @@ var (
 	admissionOperations = []string{OperationCreate, OperationUpdate, OperationDelete, OperationConnect, OperationOther}
 	admissionResults    = []string{AdmissionAllowed, AdmissionDenied, AdmissionError}
 
-	progressRejectReasons = []string{ReasonTooLarge, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal}
+	progressRejectReasons = []string{ReasonTooLarge, ReasonTooManyRequests, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal}
 	progressDropReasons   = []string{ReasonUnchanged, ReasonStale, ReasonGone}
 	tokenReviewResults    = []string{TokenReviewAllowed, TokenReviewUnauthenticated, TokenReviewForbidden, TokenReviewNotFound, TokenReviewError}
 	progressWriteResults  = []string{ProgressWriteSuccess, ProgressWriteError}

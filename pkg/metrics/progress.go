@@ -75,8 +75,8 @@ func (p progressMetrics) collectors() []prometheus.Collector {
 
 // ObserveProgressReport records one progress report answered after elapsed: rejected is
 // "" for an accepted report (200), else why it was refused, one of ReasonTooLarge,
-// ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal
-// (any other value is recorded as ReasonInternal, so the series stay bounded). It
+// ReasonTooManyRequests, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound,
+// ReasonInvalid, ReasonInternal (any other value is recorded as ReasonInternal, so the series stay bounded). It
 // implements part of the Observer interface of package progress.
 func (m *Metrics) ObserveProgressReport(rejected string, elapsed time.Duration) {
 	m.progress.reports.Inc()

@@ -18,7 +18,7 @@ func TestProgressPreinitialized(t *testing.T) {
 	metrics.New(reg)
 	for name, want := range map[string]int{
 		metrics.ProgressReportsTotal:          1,
-		metrics.ProgressReportsRejectedTotal:  6, // too_large, unauthenticated, forbidden, not_found, invalid, internal
+		metrics.ProgressReportsRejectedTotal:  7, // too_large, too_many_requests, unauthenticated, forbidden, not_found, invalid, internal
 		metrics.ProgressReportDurationSeconds: 1,
 		metrics.ProgressTokenReviewsTotal:     5 + 4, // every result uncached, all but error cached
 		metrics.ProgressReportsCoalescedTotal: 1,

@@ -39,14 +39,20 @@ type entry struct {
 	// server stores: the Stage never writes a report that is not newer, even before the
 	// informer cache shows the write.
 	written time.Time
+	// due is when the Stage's last Sync of the key deferred the write to (its
+	// RequeueAfter: the end of the period, or the turn of the write's rate-limit
+	// tokens); zero when that Sync did not defer it. While it is set, the engine holds
+	// a delayed add of the key for that time, so a new report needs no enqueue.
+	due time.Time
 }
 
 // NewCoalescer returns an empty Coalescer. enqueue is called with a TrainJob's key when
-// a report arrives and none was pending (a pending report's key is already scheduled, by
-// an earlier call or by the Stage's requeue), and by Flush: wire it to the progress
-// pipeline, func(key) { pipeline.Enqueue(progress.Name, key) }. It must not block; nil
-// enqueues nothing (tests). observer, which may be nil, is told about coalesced and
-// dropped reports and about writes; the Stage uses it too.
+// a report arrives, none was pending and no deferred write of the key is scheduled (a
+// pending report's key is already scheduled, by an earlier call or by the Stage's
+// requeue), and by Flush: wire it to the progress pipeline, func(key) {
+// pipeline.Enqueue(progress.Name, key) }. It must not block; nil enqueues nothing
+// (tests). observer, which may be nil, is told about coalesced and dropped reports and
+// about writes; the Stage uses it too.
 func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer) *Coalescer {
 	if observer == nil {
 		observer = nopObserver{}
@@ -55,11 +61,18 @@ func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer) *Coales
 }
 
 // Record makes status the pending report of the TrainJob at key, whose uid is uid (from
-// the informer cache when the report was accepted), and schedules its write. A pending
-// report is replaced and counted as coalesced, unless it is newer than status (by
-// lastUpdatedTime: two pods' reports arriving out of order), in which case status is
-// dropped as stale. State kept for another uid (a deleted TrainJob of the same name) is
-// discarded first. Record keeps status: the caller must not change it afterwards.
+// the informer cache when the report was accepted), and schedules its write unless it
+// is scheduled already. A pending report is replaced and counted as coalesced. status
+// is dropped as stale when it is not newer (by lastUpdatedTime, in seconds) than this
+// process's last write of the TrainJob — the trainer's other pods report the same
+// second — or older than the pending report (two pods' reports arriving out of order).
+// State kept for another uid (a deleted TrainJob of the same name) is discarded first.
+// Record keeps status: the caller must not change it afterwards.
+//
+// A report costs no sync of the Stage unless it may be written sooner than the one
+// already scheduled: the issue-14 benchmark saw 438,638 syncs for 1,675 writes when
+// every report of a TrainJob waiting for its period or its rate-limit tokens requeued
+// it.
 func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.TrainerStatus) {
 	var schedule, coalesced bool
 	var dropped string
@@ -75,12 +88,14 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		if e.pending != nil {
 			dropped = metrics.ReasonGone
 		} else {
-			schedule = true
+			schedule = e.due.IsZero()
 		}
-		c.entries[key] = &entry{uid: uid, pending: status}
+		c.entries[key] = &entry{uid: uid, pending: status, due: e.due}
+	case !e.written.IsZero() && !reportTime(status).After(e.written):
+		dropped = metrics.ReasonStale
 	case e.pending == nil:
 		e.pending = status
-		schedule = true
+		schedule = e.due.IsZero()
 	case reportTime(status).Before(reportTime(e.pending)):
 		dropped = metrics.ReasonStale
 	default:
@@ -107,10 +122,11 @@ func (c *Coalescer) Forget(key cache.ObjectName) {
 	c.mu.Unlock()
 }
 
-// Flush schedules the write of the TrainJob's pending report, if any, now. Call it when
-// the TrainJob finishes (Complete or Failed becomes True): the Stage writes a finished
-// TrainJob's report without waiting for the period, so the last report before
-// completion lands at once. It is a no-op without a pending report.
+// Flush schedules the write of the TrainJob's pending report, if any, now, even when a
+// deferred write is scheduled. Call it when the TrainJob finishes (Complete or Failed
+// becomes True): the Stage writes a finished TrainJob's report without waiting for the
+// period, so the last report before completion lands as soon as the rate limits allow.
+// It is a no-op without a pending report.
 func (c *Coalescer) Flush(key cache.ObjectName) {
 	c.mu.Lock()
 	e := c.entries[key]

@@ -7,16 +7,18 @@
 //
 //   - wire.go: the contract with the pods (endpoint Path, token Audience, environment
 //     variables, projected volume, UpdateTrainJobStatusRequest), upstream's exactly.
-//   - NewHandler: the HTTP endpoint. It checks the body size, the bearer token
-//     (Authorizer), that the TrainJob exists, and the report's values
-//     (ValidateTrainerStatus, the CRD's rules), answers with upstream's status codes and
-//     metav1.Status bodies, and hands an accepted report to the Coalescer. It never
+//   - NewServer: the HTTPS server, bounding its connections (and so its memory).
+//   - NewHandler: the HTTP endpoint. It bounds the reports in flight, checks the body
+//     size, the bearer token (Authorizer), that the TrainJob exists, and the report's
+//     values (ValidateTrainerStatus, the CRD's rules), answers with upstream's status
+//     codes and metav1.Status bodies, and hands an accepted report to the Coalescer. It never
 //     writes to the API server, so a flood of reports costs memory for one report per
 //     TrainJob, not API calls.
 //   - TokenReviewAuthorizer: who may report. Upstream accepts any token of the TrainJob's
 //     namespace issued for its audience; Trainyard also requires the token to be bound
 //     to a pod of the TrainJob (its JobSet's, controlled by a Job), so one TrainJob's
-//     pods cannot write another's progress. Decisions are cached.
+//     pods cannot write another's progress. Decisions are cached, and concurrent
+//     requests with the same token share one review.
 //   - Coalescer: the latest report of each TrainJob, in memory, until it is written; a
 //     newer report replaces a pending one.
 //   - Stage: the write, a stages.Stage named "progress" run in its own single-stage
@@ -58,6 +60,9 @@
 // exits is not left waiting behind a period; call Coalescer.Flush when a TrainJob
 // finishes. A report equal to the stored trainerStatus, or not newer, is dropped; so is
 // a report whose TrainJob left the informer cache or was re-created under the same name.
-// A write that the rate limits would delay is not made to wait in a worker: the key is
-// requeued for when a token is due, and keys of other namespaces go on being written.
+// A write that the rate limits would delay is not made to wait in a worker: it reserves
+// its tokens (its namespace's, then the global one) and the key is requeued for when
+// they are due, so waiting writes go in turn, each synced once more, and keys of other
+// namespaces go on being written. A report arriving while its TrainJob's write waits
+// for the period or its tokens costs no sync: it replaces the pending report.
 package progress

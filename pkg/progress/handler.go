@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +74,12 @@ type HandlerConfig struct {
 	MaxClockSkew time.Duration
 	// Clock times requests and the skew check; nil means the real clock.
 	Clock clock.PassiveClock
+	// MaxInFlight is how many reports are handled at once; a report beyond it is
+	// answered 429 Too Many Requests with Retry-After: 1 at once, before its token is
+	// reviewed, and the trainer's next report tries again. It bounds the memory and
+	// the TokenReviews of a flood of uncached reports (the issue-14 benchmark's peak of
+	// 551 MiB of Go heap). 0 means DefaultMaxInFlight (256); negative, no bound.
+	MaxInFlight int
 }
 
 // NewHandler returns the progress endpoint (upstream v2.3's status server, KEP-2779):
@@ -87,6 +95,8 @@ type HandlerConfig struct {
 // status codes are upstream's; upstream finds a missing TrainJob only when its write
 // fails, after decoding, where Trainyard reads its cache first):
 //
+//  0. load: a report beyond MaxInFlight is 429 with Retry-After (upstream has no bound;
+//     its trainers treat any answer but 200 as a lost report and send the next);
 //  1. body size: a Content-Length over MaxBodyBytes (64 KiB) is 413; a longer body
 //     without one is cut at the limit and also answered 413 when read (upstream
 //     answers that case 422);
@@ -123,6 +133,9 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	h := &handler{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.Handle(http.MethodPost+" "+Path("{namespace}", "{name}"), h)
@@ -134,7 +147,8 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 }
 
 type handler struct {
-	cfg HandlerConfig
+	cfg      HandlerConfig
+	inFlight atomic.Int64 // reports being handled
 }
 
 // trainerStatusPath is the request's trainerStatus, the root of field errors.
@@ -162,6 +176,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve answers one report and returns "" if it was accepted, else the
 // metrics.Reason* value of why not.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
+	if limit := int64(h.cfg.MaxInFlight); limit > 0 {
+		n := h.inFlight.Add(1)
+		defer h.inFlight.Add(-1)
+		if n > limit {
+			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+				fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", limit, RetryAfterSeconds), nil)
+			return metrics.ReasonTooManyRequests
+		}
+	}
 	key := cache.ObjectName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 	if r.ContentLength > MaxBodyBytes {
 		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, tooLarge(r.ContentLength), nil)

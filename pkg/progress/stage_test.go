@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -356,7 +357,8 @@ func TestStageNeverRegresses(t *testing.T) {
 }
 
 // TestStageRateLimits: a namespace out of tokens has its keys requeued while another
-// namespace's are written; the global bucket bounds everyone.
+// namespace's are written; the global bucket bounds everyone; a deferred write holds
+// the tokens it waits for, so writes waiting for the same bucket go in turn.
 func TestStageRateLimits(t *testing.T) {
 	a1, a2, a3, b1 := key("ns-a", "a1"), key("ns-a", "a2"), key("ns-a", "a3"), key("ns-b", "b1")
 	t.Run("per namespace", func(t *testing.T) {
@@ -388,8 +390,9 @@ func TestStageRateLimits(t *testing.T) {
 			f.record(k, status(1, t0))
 		}
 		f.mustSync(a1, stages.WaitForEvent())
-		f.mustSync(b1, stages.RequeueAfter(500*time.Millisecond))
-		f.mustSync(a2, stages.RequeueAfter(500*time.Millisecond))
+		f.mustSync(b1, stages.RequeueAfter(500*time.Millisecond)) // the next token is b1's
+		f.mustSync(a2, stages.RequeueAfter(time.Second))          // and the one after, a2's
+		f.mustSync(b1, stages.RequeueAfter(500*time.Millisecond)) // asking again keeps b1's turn
 		f.advance(500 * time.Millisecond)
 		f.mustSync(b1, stages.WaitForEvent())
 		f.mustSync(a2, stages.RequeueAfter(500*time.Millisecond))
@@ -397,14 +400,29 @@ func TestStageRateLimits(t *testing.T) {
 			t.Errorf("writes (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("a deferred write costs its namespace no token", func(t *testing.T) {
+	t.Run("a dropped deferred write gives its turn back", func(t *testing.T) {
+		a4 := key("ns-a", "a4")
+		f := newStageFixture(t, progress.WriteLimits{NamespaceQPS: 1, NamespaceBurst: 1},
+			trainJob("ns-a", "a1", nil), trainJob("ns-a", "a2", nil), trainJob("ns-a", "a4", nil))
+		for _, k := range []cache.ObjectName{a1, a2, a4} {
+			f.record(k, status(1, t0))
+		}
+		f.mustSync(a1, stages.WaitForEvent())
+		f.mustSync(a2, stages.RequeueAfter(time.Second))
+		if err := f.trainJobs.Delete(trainJob("ns-a", "a2", nil)); err != nil {
+			t.Fatal(err)
+		}
+		f.mustSync(a2, stages.WaitForEvent())            // gone: its token is released
+		f.mustSync(a4, stages.RequeueAfter(time.Second)) // a2's turn, not the one after it
+	})
+	t.Run("asking again takes no other token", func(t *testing.T) {
 		f := newStageFixture(t, progress.WriteLimits{QPS: 1, Burst: 1, NamespaceQPS: 0.001, NamespaceBurst: 2},
 			trainJob("ns-a", "a1", nil), trainJob("ns-a", "a2", nil), trainJob("ns-a", "a3", nil))
 		for _, k := range []cache.ObjectName{a1, a2, a3} {
 			f.record(k, status(1, t0))
 		}
 		f.mustSync(a1, stages.WaitForEvent())
-		for range 5 { // held back by the global bucket; ns-a keeps its second token
+		for range 5 { // held back by the global bucket; a2 holds one token of each bucket, no more
 			f.mustSync(a2, stages.RequeueAfter(time.Second))
 		}
 		f.advance(time.Second)
@@ -674,4 +692,140 @@ func TestStageInAPipeline(t *testing.T) {
 	if p := coalescer.Pending(llm); p != nil {
 		t.Errorf("still pending: %+v", p)
 	}
+}
+
+// engine runs a Stage as the pipeline's engine does, without goroutines, on the
+// fixture's fake clock, so that a test can count syncs: a key the Coalescer enqueues is
+// due at once (an add of a key already due coalesces with it), and RequeueAfter(d)
+// makes it due d later unless it is due sooner already (the delaying queue keeps the
+// earliest). Results other than WaitForEvent and RequeueAfter fail the test.
+type engine struct {
+	f        *stageFixture
+	enqueued int // keys of f.enq made due so far
+	due      map[cache.ObjectName]time.Time
+	syncs    int
+}
+
+func newEngine(f *stageFixture) *engine {
+	return &engine{f: f, due: map[cache.ObjectName]time.Time{}}
+}
+
+// schedule makes k due at at, unless it is due sooner.
+func (e *engine) schedule(k cache.ObjectName, at time.Time) {
+	if cur, ok := e.due[k]; !ok || at.Before(cur) {
+		e.due[k] = at
+	}
+}
+
+// runUntil syncs the keys due up to end in time order (ties by key), moving the clock
+// to each, then moves it to end.
+func (e *engine) runUntil(end time.Time) {
+	e.f.t.Helper()
+	for {
+		keys := e.f.enq.get()
+		for _, k := range keys[e.enqueued:] {
+			e.schedule(k, e.f.clock.Now())
+		}
+		e.enqueued = len(keys)
+		var next cache.ObjectName
+		var at time.Time
+		for k, t := range e.due {
+			if at.IsZero() || t.Before(at) || t.Equal(at) && k.String() < next.String() {
+				next, at = k, t
+			}
+		}
+		if at.IsZero() || at.After(end) {
+			break
+		}
+		delete(e.due, next)
+		if at.After(e.f.clock.Now()) {
+			e.f.clock.SetTime(at)
+		}
+		res, err := e.f.sync(next)
+		e.syncs++
+		switch {
+		case err != nil || res.Code != stages.CodeWaitForEvent && res.Code != stages.CodeRequeueAfter:
+			e.f.t.Fatalf("Sync(%s) = %+v, %v; want WaitForEvent or RequeueAfter", next, res, err)
+		case res.Code == stages.CodeRequeueAfter:
+			e.schedule(next, e.f.clock.Now().Add(res.After))
+		}
+	}
+	e.f.clock.SetTime(end)
+}
+
+// TestStageSyncsPerWrite: however often a TrainJob's pods report, and however long the
+// rate limits make its write wait, the Stage syncs it a few times per write, not once
+// per report or per token the buckets refill (issue 14's benchmark: 438,638 syncs for
+// 1,675 writes); it still writes at most once per period, and the last report before
+// the TrainJob finishes.
+func TestStageSyncsPerWrite(t *testing.T) {
+	const duration = time.Minute
+	t.Run("one TrainJob, 4 pods reporting every second", func(t *testing.T) {
+		llm := key("team-a", "llm")
+		f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
+		e := newEngine(f)
+		var last int32
+		for second := time.Duration(0); second < duration; second += time.Second {
+			// The pods' reports within a second carry the same lastUpdatedTime as the
+			// API server stores it (in seconds), and some arrive after that second's
+			// write; they drift against the period.
+			jitter := time.Duration(second/time.Second%7) * 30 * time.Millisecond
+			for _, offset := range []time.Duration{50, 300, 550, 800} {
+				at := t0.Add(second + offset*time.Millisecond + jitter)
+				e.runUntil(at)
+				last++
+				f.record(llm, status(last%100, at))
+			}
+		}
+		e.runUntil(t0.Add(duration))
+		writes := len(f.written())
+		if periods := int(duration/(10*time.Second)) + 1; writes > periods || writes < periods-1 {
+			t.Errorf("%d writes in %v, want one per 10 s period (%d)", writes, duration, periods)
+		}
+		if e.syncs > 2*writes+1 {
+			t.Errorf("%d syncs for %d writes of %d reports, want at most %d (2 per write, 1 for a report waiting at the end)", e.syncs, writes, last, 2*writes+1)
+		}
+
+		// The TrainJob completes within its period: its last report is written at once.
+		f.advance(100 * time.Millisecond)
+		last++
+		f.record(llm, status(last%100, f.clock.Now()))
+		tj := trainJob("team-a", "llm", nil)
+		tj.Status.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "")}
+		f.setTrainJob(tj)
+		f.coalescer.Flush(llm)
+		e.runUntil(f.clock.Now())
+		got := f.written()
+		if want := "team-a/llm=" + string(mustJSON(t, last%100)); got[len(got)-1] != want {
+			t.Errorf("last write %s, want the last report's, %s", got[len(got)-1], want)
+		}
+		t.Logf("%d reports, %d writes, %d syncs", last, len(got), e.syncs)
+	})
+	t.Run("100 TrainJobs of one namespace held back by its rate limit", func(t *testing.T) {
+		const n = 100
+		limits := progress.WriteLimits{NamespaceQPS: 5, NamespaceBurst: 5} // 100 TrainJobs want 10 writes/s
+		var tjs []*trainer.TrainJob
+		for i := range n {
+			tjs = append(tjs, trainJob("team-a", fmt.Sprintf("tj-%03d", i), nil))
+		}
+		f := newStageFixture(t, limits, tjs...)
+		e := newEngine(f)
+		reports := 0
+		for at := time.Duration(0); at < duration; at += time.Second {
+			e.runUntil(t0.Add(at))
+			for _, tj := range tjs {
+				f.record(key(tj.Namespace, tj.Name), status(int32(at/time.Second), t0.Add(at)))
+				reports++
+			}
+		}
+		e.runUntil(t0.Add(duration))
+		writes := len(f.written())
+		if allowed := 5*int(duration/time.Second) + 5; writes > allowed || writes < allowed-10 {
+			t.Errorf("%d writes in %v, want about %d (5/s, burst 5)", writes, duration, allowed)
+		}
+		if e.syncs > 3*writes+n {
+			t.Errorf("%d syncs for %d writes of %d reports, want at most %d (3 per write, 1 per TrainJob waiting at the end)", e.syncs, writes, reports, 3*writes+n)
+		}
+		t.Logf("%d reports, %d writes, %d syncs", reports, writes, e.syncs)
+	})
 }

@@ -393,6 +393,9 @@ statusServer:
   burst: {{ .Values.statusServer.burst }}
   namespaceQPS: {{ .Values.statusServer.namespaceQPS }}
   namespaceBurst: {{ .Values.statusServer.namespaceBurst }}
+  maxConnections: {{ .Values.statusServer.maxConnections }}
+  maxKeepAliveConnections: {{ .Values.statusServer.maxKeepAliveConnections }}
+  maxReportsInFlight: {{ .Values.statusServer.maxReportsInFlight }}
 featureGates:
   {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}

@@ -214,6 +214,10 @@ func validateStatusServer(cfg *configv1alpha1.Configuration) []string {
 	if *ss.QPS <= 0 || *ss.Burst < 1 || *ss.NamespaceQPS <= 0 || *ss.NamespaceBurst < 1 {
 		problems = append(problems, "statusServer.qps and statusServer.namespaceQPS must be positive, statusServer.burst and statusServer.namespaceBurst at least 1")
 	}
+	if *ss.MaxReportsInFlight < 1 || *ss.MaxKeepAliveConnections < 1 || *ss.MaxConnections <= *ss.MaxKeepAliveConnections {
+		problems = append(problems, fmt.Sprintf("statusServer.maxReportsInFlight (%d) and statusServer.maxKeepAliveConnections (%d) must be at least 1, "+
+			"and statusServer.maxConnections (%d) above maxKeepAliveConnections", *ss.MaxReportsInFlight, *ss.MaxKeepAliveConnections, *ss.MaxConnections))
+	}
 	return problems
 }
 

@@ -74,6 +74,10 @@ func defaults() *configv1alpha1.Configuration {
 			Burst:          ptr.To[int32](100),
 			NamespaceQPS:   ptr.To[float32](10),
 			NamespaceBurst: ptr.To[int32](20),
+
+			MaxConnections:          ptr.To[int32](2048),
+			MaxKeepAliveConnections: ptr.To[int32](1536),
+			MaxReportsInFlight:      ptr.To[int32](256),
 		},
 		SideObjects: configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
 	}
@@ -379,6 +383,14 @@ func TestConfigErrors(t *testing.T) {
 		"status write rate of zero": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  namespaceBurst: 0\n")},
 			wantIn: []string{"statusServer.namespaceBurst"},
+		},
+		"status server keeping as many connections open as it accepts": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxConnections: 100\n  maxKeepAliveConnections: 100\n")},
+			wantIn: []string{"statusServer.maxConnections (100)", "above maxKeepAliveConnections"},
+		},
+		"status server with no report in flight": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxReportsInFlight: 0\n")},
+			wantIn: []string{"statusServer.maxReportsInFlight (0)"},
 		},
 		"metrics auth over plain HTTP from flags": {
 			args:   []string{"--metrics-secure=false", "--metrics-auth"},

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -36,7 +34,7 @@ const progressWorkers = 4
 // forward (progress.Stage), so replicas never fight over the field. The CA ConfigMaps the
 // trainer pods mount are kept by the leader only (caPublisher).
 type progressServer struct {
-	server    *http.Server
+	server    *progress.Server
 	coalescer *progress.Coalescer
 	pipeline  *stages.Pipeline
 	publisher *progress.CAPublisher
@@ -79,14 +77,14 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 	if err != nil {
 		return nil, err
 	}
-	s.server = &http.Server{
-		Addr: sc.BindAddress,
-		Handler: progress.NewHandler(progress.HandlerConfig{
-			Authorizer: authorizer, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer, Observer: m,
-		}),
-		TLSConfig:         cert.TLSConfig(),
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, // trainers keep their connection between reports
+	if s.server, err = progress.NewServer(progress.NewHandler(progress.HandlerConfig{
+		Authorizer: authorizer, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer, Observer: m,
+		MaxInFlight: int(ptrDeref(sc.MaxReportsInFlight)),
+	}), progress.ServerOptions{
+		Addr: sc.BindAddress, TLSConfig: cert.TLSConfig(),
+		MaxConns: int(ptrDeref(sc.MaxConnections)), MaxKeepAliveConns: int(ptrDeref(sc.MaxKeepAliveConnections)),
+	}); err != nil {
+		return nil, err
 	}
 	if s.publisher, err = progress.NewCAPublisher(progress.CAPublisherOptions{
 		Client: leaderKube, Bundle: cert.CABundle, TrainJobs: progress.NamespaceIndex{Indexer: inf.TrainJobs.GetIndexer()},
@@ -138,7 +136,7 @@ func (s *progressServer) serve(ctx context.Context, ln net.Listener, logger klog
 			logger.Error(err, "Progress pipeline stopped")
 		}
 	}()
-	return s.server.ServeTLS(ln, "", "")
+	return s.server.Serve(ln)
 }
 
 // ready reports whether the server listens and has a certificate to serve.

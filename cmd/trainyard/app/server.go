@@ -309,7 +309,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 				serveErrs <- fmt.Errorf("serving progress reports on %s: %w", prog.server.Addr, err)
 			}
 		}()
-		defer shutdownServers(logger, []*http.Server{prog.server})
+		defer shutdownServers(logger, []*http.Server{prog.server.Server})
 	}
 	go served.Run(ctx)
 	m.SetTrainJobPhaseCounts(phaseCounter(inf))

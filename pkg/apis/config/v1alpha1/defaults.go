@@ -55,6 +55,10 @@ const (
 	DefaultStatusWriteBurst        = 100
 	DefaultStatusNamespaceQPS      = 10
 	DefaultStatusNamespaceBurst    = 20
+	// The progress server's bounds: see StatusServerConfiguration and package progress.
+	DefaultStatusMaxConnections          = 2048
+	DefaultStatusMaxKeepAliveConnections = 1536
+	DefaultStatusMaxReportsInFlight      = 256
 )
 
 // SetDefaults_Configuration fills every unset field of c with its documented default.
@@ -174,6 +178,15 @@ func SetDefaults_Configuration(c *Configuration) {
 	}
 	if ss.NamespaceBurst == nil {
 		ss.NamespaceBurst = ptr.To[int32](DefaultStatusNamespaceBurst)
+	}
+	if ss.MaxConnections == nil {
+		ss.MaxConnections = ptr.To[int32](DefaultStatusMaxConnections)
+	}
+	if ss.MaxKeepAliveConnections == nil {
+		ss.MaxKeepAliveConnections = ptr.To[int32](DefaultStatusMaxKeepAliveConnections)
+	}
+	if ss.MaxReportsInFlight == nil {
+		ss.MaxReportsInFlight = ptr.To[int32](DefaultStatusMaxReportsInFlight)
 	}
 }
 

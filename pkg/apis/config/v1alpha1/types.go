@@ -141,6 +141,22 @@ type StatusServerConfiguration struct {
 	NamespaceQPS *float32 `json:"namespaceQPS,omitempty"`
 	// +optional
 	NamespaceBurst *int32 `json:"namespaceBurst,omitempty"`
+	// maxConnections is how many connections a replica's progress server has open at
+	// once (~40 KiB each); more wait in the kernel's accept queue. It bounds the
+	// server's memory. At least 2. Defaults to 2048.
+	// +optional
+	MaxConnections *int32 `json:"maxConnections,omitempty"`
+	// maxKeepAliveConnections is how many of them are kept open between reports; a
+	// connection answered while more are open is closed after its answer, and its
+	// trainer dials again (a TLS handshake) for its next report. At least 1, below
+	// maxConnections. Defaults to 1536.
+	// +optional
+	MaxKeepAliveConnections *int32 `json:"maxKeepAliveConnections,omitempty"`
+	// maxReportsInFlight is how many reports a replica handles at once; more are
+	// answered 429 Too Many Requests with Retry-After: 1 before their token is reviewed.
+	// At least 1. Defaults to 256.
+	// +optional
+	MaxReportsInFlight *int32 `json:"maxReportsInFlight,omitempty"`
 }
 
 // MetricsConfiguration configures the metrics endpoint (and /debug/pprof with

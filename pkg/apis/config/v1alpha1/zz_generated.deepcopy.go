@@ -291,6 +291,21 @@ func (in *StatusServerConfiguration) DeepCopyInto(out *StatusServerConfiguration
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MaxConnections != nil {
+		in, out := &in.MaxConnections, &out.MaxConnections
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxKeepAliveConnections != nil {
+		in, out := &in.MaxKeepAliveConnections, &out.MaxKeepAliveConnections
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxReportsInFlight != nil {
+		in, out := &in.MaxReportsInFlight, &out.MaxReportsInFlight
+		*out = new(int32)
+		**out = **in
+	}
 	return
 }
 
