@@ -152,6 +152,13 @@ BENCH_PEER_FLAGS       ?=
 bench-peer: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=peer --sizes=$(BENCH_PEER_SIZES) --lifecycle-n=$(BENCH_PEER_LIFECYCLE_N) --rounds=$(BENCH_PEER_ROUNDS) $(BENCH_PEER_FLAGS)
 
+BENCH_WRITES_N      ?= 500
+BENCH_WRITES_ROUNDS ?= 3
+
+.PHONY: bench-writes
+bench-writes: ## What each way of writing a JobSet costs the API server (issue 17): server-side apply, create then merge patch, create then apply; BENCH_WRITES_N JobSets per method, BENCH_WRITES_ROUNDS rounds interleaved; latency, apiserver and etcd CPU per 1,000, stored and managedFields size, watch events, field ownership on later updates. Results: bench/results/writes-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=writes --n=$(BENCH_WRITES_N) --rounds=$(BENCH_WRITES_ROUNDS)
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
