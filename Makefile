@@ -127,11 +127,11 @@ bench: ## Scale benchmark on its own local control plane (issue 9): admission of
 	  --baseline=../bench/results/admission-n$(BENCH_N)/result.json --baseline-tolerance=0.1
 	cd e2e && $(GO) run ./cmd/bench --mode=lifecycle --n=$(BENCH_LIFECYCLE_N)
 
-BENCH_SCALE_N ?= 10000
+BENCH_SCALE_N ?= $(or $(N),10000)
 
 .PHONY: bench-scale
-bench-scale: ## Admission of BENCH_SCALE_N TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%).
-	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --baseline=../bench/results/admission-n$(BENCH_N)/result.json
+bench-scale: ## Admission of BENCH_SCALE_N (or N) TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%), then a controller restart with all of them and their JobSets present (issue 17: ready, writes, peak RSS). `make bench-scale N=50000` for issue 17's size.
+	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --restart --timeout=60m --baseline=../bench/results/admission-n$(BENCH_N)/result.json
 
 BENCH_PROGRESS_N           ?= 1000
 BENCH_PROGRESS_DURATION    ?= 60s

@@ -58,6 +58,7 @@ func main() {
 	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
 	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
 	tolerance := flag.Float64("baseline-tolerance", 0.2, "how far below the baseline's throughput still meets the target (0.2: within 20%)")
+	flag.BoolVar(&cfg.Restart, "restart", false, "admission mode: once the controller is idle, stop it and start it again with every TrainJob and JobSet present; time to ready, writes (target 0), peak RSS during the relist (issue 17)")
 	flag.BoolVar(&cfg.Webhooks, "webhooks", false, "register the controller's admission webhooks, so the burst's creates are reviewed (issue 13)")
 	var peer bench.PeerConfig
 	flag.Func("sizes", "peer mode: the admission loads, comma-separated (default 2000,10000)", func(v string) error {
