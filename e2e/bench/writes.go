@@ -22,9 +22,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	"sigs.k8s.io/yaml"
@@ -330,13 +333,18 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if b.Errors > 0 {
 		return WritesPhase{}, fmt.Errorf("%d of %d writes in %s failed, the first: %w", b.Errors, n, ns, b.FirstError)
 	}
-	// The watch delivers the last events shortly after the last write returns.
-	var seen int64
-	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, false, func(context.Context) (bool, error) {
+	// The watch delivers the last events after the last write returns, seconds later
+	// on a saturated machine: wait until it has n (a write that changed nothing makes
+	// none) or has had nothing new for 5 s.
+	seen, still := int64(-1), 0
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		cur := events.Load()
-		done := cur == seen && cur >= int64(n)
-		seen = cur
-		return done, nil
+		if cur == seen {
+			still++
+		} else {
+			seen, still = cur, 0
+		}
+		return cur >= int64(n) || still >= 20, nil
 	})
 	sort.Float64s(latencies)
 	p := WritesPhase{
@@ -379,14 +387,19 @@ func managers(js *jobsetv1alpha2.JobSet) []string {
 	return out
 }
 
-// countEvents watches the JobSets of ns from now and counts the events; stop ends the watch.
+// countEvents watches the JobSets of ns from now and counts the events; stop ends the
+// watch. The watch resumes from its last resourceVersion when the API server closes it
+// (a loaded API server does, and the events in between would go uncounted).
 func (w *writer) countEvents(ctx context.Context, ns string) (*atomic.Int64, func(), error) {
 	list, err := w.jobsets.JobsetV1alpha2().JobSets(ns).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return nil, nil, err
 	}
-	watcher, err := w.jobsets.JobsetV1alpha2().JobSets(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	lw := cache.NewListWatchFromClient(w.jobsets.JobsetV1alpha2().RESTClient(), "jobsets", ns, fields.Everything())
+	watchCtx, cancel := context.WithCancel(ctx)
+	watcher, err := watchtools.NewRetryWatcherWithContext(watchCtx, list.ResourceVersion, lw)
 	if err != nil {
+		cancel()
 		return nil, nil, err
 	}
 	var count atomic.Int64
@@ -398,7 +411,7 @@ func (w *writer) countEvents(ctx context.Context, ns string) (*atomic.Int64, fun
 			}
 		}
 	})
-	return &count, func() { watcher.Stop(); wg.Wait() }, nil
+	return &count, func() { watcher.Stop(); cancel(); wg.Wait() }, nil
 }
 
 // Managers of the ownership checks besides Trainyard's.
