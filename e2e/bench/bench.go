@@ -574,7 +574,8 @@ type sample struct {
 	machineCPU float64
 	peakRSS    int64
 	// quietSince is, in a sample untilIdle returns idle, when the quiet spell began:
-	// the previous sample that saw a request or a busy worker (to within a scrape period).
+	// the first sample that saw no request since the one before and no busy worker.
+	// The controller went idle at most a scrape period before.
 	quietSince time.Time
 }
 
@@ -658,7 +659,7 @@ func (s *sampler) watchHeap(ctx context.Context) func() int64 {
 // keeps requeueing is never idle.
 func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, bool, error) {
 	var prev float64 = -1
-	var prevAt, quietSince time.Time
+	var quietSince time.Time
 	quiet := 0
 	start := time.Now()
 	for {
@@ -671,7 +672,7 @@ func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, 
 			cur.metrics.Value(controllerRuntimeActiveWorkers, nil)
 		if requests == prev && busy == 0 {
 			if quiet == 0 {
-				quietSince = prevAt
+				quietSince = cur.metrics.At
 			}
 			quiet++
 		} else {
@@ -681,7 +682,6 @@ func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, 
 			cur.quietSince = quietSince
 			return cur, true, nil
 		}
-		prevAt = cur.metrics.At
 		if limit > 0 && time.Since(start) >= limit {
 			return cur, false, nil
 		}

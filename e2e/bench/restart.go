@@ -21,9 +21,10 @@ type Restart struct {
 	TrainJobs int `json:"trainJobs"`
 	// ReadySeconds runs until /readyz answered 200: every informer's cache synced.
 	ReadySeconds float64 `json:"readySeconds"`
-	// IdleSeconds runs until the pipeline was idle: no key queued, no worker busy and
-	// no API request since the previous sample (1 s apart); Idle is false when that
-	// did not happen within restartIdleLimit, and IdleSeconds is then the time waited.
+	// IdleSeconds runs until the pipeline was seen idle: no key queued, no worker busy
+	// and no API request since the previous sample, 1 s before (so it went idle at most
+	// 1 s earlier); Idle is false when that did not happen within restartIdleLimit, and
+	// IdleSeconds is then the time waited.
 	IdleSeconds float64 `json:"idleSeconds"`
 	Idle        bool    `json:"idle"`
 	// Requests are the new process's API requests by method until idle; Writes the
@@ -31,6 +32,9 @@ type Restart struct {
 	// is already what the controller wants).
 	Requests map[string]float64 `json:"requests"`
 	Writes   float64            `json:"writes"`
+	// Syncs are the syncs each stage ran until idle: every TrainJob is synced once
+	// per stage as its informer lists it.
+	Syncs map[string]float64 `json:"syncs"`
 	// Errors are failed syncs by stage/reason.
 	Errors map[string]float64 `json:"errors"`
 	// PeakRSSBytes is the new process's VmHWM when idle: the relist's peak.
@@ -77,6 +81,11 @@ func (r *runner) measureRestart(ctx context.Context, n int, args []string) (*Res
 	for method, v := range res.Requests {
 		if isWrite(method) {
 			res.Writes += v
+		}
+	}
+	for _, stage := range last.metrics.LabelValues(metrics.StageDurationSeconds, metrics.LabelStage) {
+		if h := last.metrics.Histogram(metrics.StageDurationSeconds, Labels{metrics.LabelStage: stage}); h.Count > 0 {
+			res.Syncs[stage] = h.Count
 		}
 	}
 	for _, stage := range last.metrics.LabelValues(metrics.StageErrorsTotal, metrics.LabelStage) {

@@ -622,7 +622,7 @@ func Report(r *Result) string {
 		if !rs.Idle {
 			w(" (**not idle** within %s)", restartIdleLimit)
 		}
-		w("\n- API requests: %s; **writes %.0f**; failed syncs: %s\n", methods(rs.Requests, false), rs.Writes, methods(rs.Errors, false))
+		w("\n- API requests: %s; **writes %.0f**; syncs: %s; failed syncs: %s\n", methods(rs.Requests, false), rs.Writes, methods(rs.Syncs, false), methods(rs.Errors, false))
 		w("- peak RSS during the relist %.1f MiB; Go heap in use: peak %.1f MiB; CPU %.2f s\n",
 			float64(rs.PeakRSSBytes)/(1<<20), float64(rs.PeakHeapBytes)/(1<<20), rs.CPUSeconds)
 	}
