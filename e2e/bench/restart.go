@@ -72,6 +72,7 @@ func (r *runner) measureRestart(ctx context.Context, n int, args []string) (*Res
 		IdleSeconds:  round3(last.metrics.At.Sub(start).Seconds()),
 		Requests:     last.metrics.ByLabel(metrics.RESTClientRequestsTotal, "method", nil),
 		Errors:       map[string]float64{},
+		Syncs:        map[string]float64{},
 		PeakRSSBytes: last.peakRSS, CPUSeconds: round3(last.procCPU[ctrl.Name]),
 	}
 	if idle {

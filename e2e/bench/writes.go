@@ -53,11 +53,16 @@ const (
 	MethodCreate = "create"
 	// MethodCreateThenApply is a create first, then server-side applies.
 	MethodCreateThenApply = "create+apply"
+	// MethodCreateAsApply is a create whose body carries the managedFields entry an
+	// apply of the same JobSet would leave (operation Apply, manager "trainyard"), then
+	// server-side applies: would the API server keep that entry, a create could stand in
+	// for the first apply.
+	MethodCreateAsApply = "create-as-apply"
 )
 
 // WriteMethods are the methods in the order of the first round; later rounds rotate it,
 // so no method always runs first (on a colder or a fuller etcd).
-var WriteMethods = []string{MethodApply, MethodCreate, MethodCreateThenApply}
+var WriteMethods = []string{MethodApply, MethodCreate, MethodCreateThenApply, MethodCreateAsApply}
 
 // WritesConfig is one writes-mode run.
 type WritesConfig struct {
@@ -218,6 +223,44 @@ func goldenJobSet(root string) (*jobsetv1alpha2.JobSet, error) {
 type writer struct {
 	*runner
 	template *jobsetv1alpha2.JobSet
+
+	mu sync.Mutex
+	// applyFields is, per namespace, the managedFields an apply of the template leaves
+	// there (MethodCreateAsApply).
+	applyFields map[string][]metav1.ManagedFieldsEntry
+}
+
+// applyFieldsIn returns the managedFields entry of Trainyard's apply of js's shape in
+// its namespace: it applies a copy named "probe" once per namespace and reads it back.
+// Names and namespaces are not among the managed fields, so the entry is every
+// JobSet's of that shape and owner.
+func (w *writer) applyFieldsIn(ctx context.Context, js *jobsetv1alpha2.JobSet) ([]metav1.ManagedFieldsEntry, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f, ok := w.applyFields[js.Namespace]; ok {
+		return f, nil
+	}
+	probe := js.DeepCopy()
+	probe.Name = "probe"
+	if err := w.write(ctx, MethodApply, true, probe); err != nil {
+		return nil, err
+	}
+	got, err := w.jobsets.JobsetV1alpha2().JobSets(js.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var fields []metav1.ManagedFieldsEntry
+	for _, m := range got.ManagedFields {
+		if m.Manager == status.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply {
+			m.Time = nil
+			fields = append(fields, m)
+		}
+	}
+	if w.applyFields == nil {
+		w.applyFields = map[string][]metav1.ManagedFieldsEntry{}
+	}
+	w.applyFields[js.Namespace] = fields
+	return fields, nil
 }
 
 // desired is JobSet i in ns as Trainyard wants it, owned by owner (a ConfigMap standing
@@ -247,8 +290,16 @@ func (w *writer) desired(ns string, i int, owner types.UID, suspend bool, port s
 // write sends js by method: first write or later change.
 func (w *writer) write(ctx context.Context, method string, first bool, js *jobsetv1alpha2.JobSet) error {
 	client := w.jobsets.JobsetV1alpha2()
+	if method == MethodCreateAsApply && first {
+		fields, err := w.applyFieldsIn(ctx, js)
+		if err != nil {
+			return err
+		}
+		js = js.DeepCopy()
+		js.ManagedFields = fields
+	}
 	switch {
-	case method == MethodApply, method == MethodCreateThenApply && !first:
+	case method == MethodApply, (method == MethodCreateThenApply || method == MethodCreateAsApply) && !first:
 		js = js.DeepCopy()
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		body, err := (&status.Desired{JobSet: js}).JobSetApplyBody()
@@ -574,6 +625,10 @@ func WritesReport(res *WritesResult) string {
 		for i, c := range res.Ownership[WriteMethods[0]] {
 			w("| %s |", c.Check)
 			for _, m := range WriteMethods {
+				if i >= len(res.Ownership[m]) {
+					w(" – |")
+					continue
+				}
 				got := res.Ownership[m][i]
 				if got.Holds {
 					w(" yes |")

@@ -41,7 +41,7 @@ func TestWritesReportShowsOwnershipPerMethod(t *testing.T) {
 	for _, s := range []string{
 		"| apply | first | 2.00 | 10.0 |",
 		"| 4000 | 1500 | Apply by trainyard |",
-		"| a label Trainyard drops is removed | yes | yes | **no**: label still set |",
+		"| a label Trainyard drops is removed | yes | yes | **no**: label still set | – |",
 	} {
 		if !strings.Contains(report, s) {
 			t.Errorf("report lacks %q:\n%s", s, report)
