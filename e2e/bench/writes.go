@@ -4,7 +4,6 @@ package bench
 // way it is sent. docs/design/jobset-writes.md records the experiment and the choice.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -536,7 +535,7 @@ func (w *writer) ownership(ctx context.Context, method string) ([]OwnershipCheck
 		return c
 	}
 	trainyardOwns := slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
-		return m.Manager == status.FieldManager && bytes.Contains(m.FieldsV1.Raw, []byte(`"f:suspend"`))
+		return m.Manager == status.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
 	})
 	return []OwnershipCheck{
 		check("Trainyard's suspend lands", ptr.Deref(got.Spec.Suspend, false), "spec.suspend is %v", ptr.Deref(got.Spec.Suspend, false)),
