@@ -219,6 +219,9 @@ func goldenJobSet(root string) (*jobsetv1alpha2.JobSet, error) {
 	return js, nil
 }
 
+// probeName names the JobSet MethodCreateAsApply applies to learn an apply's managedFields.
+const probeName = "probe"
+
 type writer struct {
 	*runner
 	template *jobsetv1alpha2.JobSet
@@ -240,7 +243,7 @@ func (w *writer) applyFieldsIn(ctx context.Context, js *jobsetv1alpha2.JobSet) (
 		return f, nil
 	}
 	probe := js.DeepCopy()
-	probe.Name = "probe"
+	probe.Name = probeName
 	if err := w.write(ctx, MethodApply, true, probe); err != nil {
 		return nil, err
 	}
@@ -408,9 +411,13 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if err != nil {
 		return p, err
 	}
-	var objBytes, mfBytes int
+	// The phase's JobSets only: not MethodCreateAsApply's probe, which was applied.
+	var objBytes, mfBytes, count int
 	for i := range list.Items {
 		js := &list.Items[i]
+		if js.Name == probeName {
+			continue
+		}
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		obj, err := json.Marshal(js)
 		if err != nil {
@@ -421,10 +428,13 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 			return p, err
 		}
 		objBytes, mfBytes = objBytes+len(obj), mfBytes+len(mf)
+		if count == 0 {
+			p.Managers = managers(js)
+		}
+		count++
 	}
-	if len(list.Items) > 0 {
-		p.ObjectBytes, p.ManagedFieldsBytes = objBytes/len(list.Items), mfBytes/len(list.Items)
-		p.Managers = managers(&list.Items[0])
+	if count > 0 {
+		p.ObjectBytes, p.ManagedFieldsBytes = objBytes/count, mfBytes/count
 	}
 	return p, nil
 }
