@@ -127,11 +127,11 @@ bench: ## Scale benchmark on its own local control plane (issue 9): admission of
 	  --baseline=../bench/results/admission-n$(BENCH_N)/result.json --baseline-tolerance=0.1
 	cd e2e && $(GO) run ./cmd/bench --mode=lifecycle --n=$(BENCH_LIFECYCLE_N)
 
-BENCH_SCALE_N ?= 10000
+BENCH_SCALE_N ?= $(or $(N),10000)
 
 .PHONY: bench-scale
-bench-scale: ## Admission of BENCH_SCALE_N TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%).
-	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --baseline=../bench/results/admission-n$(BENCH_N)/result.json
+bench-scale: ## Admission of BENCH_SCALE_N (or N) TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%), then a controller restart with all of them and their JobSets present (issue 17: ready, writes, peak RSS). `make bench-scale N=50000` for issue 17's size.
+	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --restart --timeout=60m --baseline=../bench/results/admission-n$(BENCH_N)/result.json
 
 BENCH_PROGRESS_N           ?= 1000
 BENCH_PROGRESS_DURATION    ?= 60s
@@ -151,6 +151,13 @@ BENCH_PEER_FLAGS       ?=
 .PHONY: bench-peer
 bench-peer: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=peer --sizes=$(BENCH_PEER_SIZES) --lifecycle-n=$(BENCH_PEER_LIFECYCLE_N) --rounds=$(BENCH_PEER_ROUNDS) $(BENCH_PEER_FLAGS)
+
+BENCH_WRITES_N      ?= 500
+BENCH_WRITES_ROUNDS ?= 3
+
+.PHONY: bench-writes
+bench-writes: ## What each way of writing a JobSet costs the API server (issue 17): server-side apply, create then merge patch, create then apply; BENCH_WRITES_N JobSets per method, BENCH_WRITES_ROUNDS rounds interleaved; latency, apiserver and etcd CPU per 1,000, stored and managedFields size, watch events, field ownership on later updates. Results: bench/results/writes-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=writes --n=$(BENCH_WRITES_N) --rounds=$(BENCH_WRITES_ROUNDS)
 
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.

@@ -96,6 +96,9 @@ type Config struct {
 	// <OutDir>/cpu.pprof, and a heap profile once it is idle into
 	// <OutDir>/heap.pprof.
 	CPUProfile time.Duration
+	// Restart (admission mode) stops the controller once it is idle and starts it
+	// again with every TrainJob and JobSet present, measuring the restart (Restart).
+	Restart bool
 	// Progress receives one line per step.
 	Progress io.Writer
 
@@ -277,6 +280,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 
 	if r.cfg.Mode == ModeAdmission {
 		ctrl.Stop()
+		if r.cfg.Restart {
+			if res.Restart, err = r.measureRestart(ctx, res.Admission.Admitted, args); err != nil {
+				return nil, err
+			}
+		}
 		if res.Limit, err = r.measureLimit(ctx); err != nil {
 			return nil, err
 		}
@@ -565,6 +573,10 @@ type sample struct {
 	procCPU    map[string]float64
 	machineCPU float64
 	peakRSS    int64
+	// quietSince is, in a sample untilIdle returns idle, when the quiet spell began:
+	// the first sample that saw no request since the one before and no busy worker.
+	// The controller went idle at most a scrape period before.
+	quietSince time.Time
 }
 
 func (s *sample) describe() string {
@@ -639,13 +651,15 @@ func (s *sampler) watchHeap(ctx context.Context) func() int64 {
 // untilIdle samples every second until the controller has made no API
 // request, has no key queued and no worker busy for three samples in a row
 // (status updates are batched for a second, so a shorter quiet spell could
-// cut off its last writes), and returns the last sample and true. Busy
+// cut off its last writes), and returns the last sample, its quietSince set,
+// and true. Busy
 // workers are Trainyard's trainyard_stage_inflight or controller-runtime's
 // controller_runtime_active_workers (upstream's). With limit > 0 it stops
 // after that long and returns the last sample and false: a controller that
 // keeps requeueing is never idle.
 func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, bool, error) {
 	var prev float64 = -1
+	var quietSince time.Time
 	quiet := 0
 	start := time.Now()
 	for {
@@ -657,11 +671,15 @@ func (s *sampler) untilIdle(ctx context.Context, limit time.Duration) (*sample, 
 		busy := cur.metrics.Value(metrics.WorkqueueDepth, nil) + cur.metrics.Value(metrics.StageInflight, nil) +
 			cur.metrics.Value(controllerRuntimeActiveWorkers, nil)
 		if requests == prev && busy == 0 {
+			if quiet == 0 {
+				quietSince = cur.metrics.At
+			}
 			quiet++
 		} else {
 			quiet = 0
 		}
 		if quiet >= 3 {
+			cur.quietSince = quietSince
 			return cur, true, nil
 		}
 		if limit > 0 && time.Since(start) >= limit {

@@ -287,3 +287,45 @@ func TestWritePlotWritesSVGAndPNG(t *testing.T) {
 		}
 	}
 }
+
+func TestRestartTargetsAndReport(t *testing.T) {
+	r := &Result{
+		Mode: ModeAdmission, N: 2000,
+		Controller: Controller{Requests: map[string]float64{}},
+		Restart: &Restart{
+			TrainJobs: 2000, ReadySeconds: 1.5, IdleSeconds: 4.25, Idle: true,
+			Requests: map[string]float64{"GET": 3, "PATCH": 2}, Writes: 2, Errors: map[string]float64{},
+			PeakRSSBytes: 80 << 20, PeakHeapBytes: 30 << 20,
+		},
+	}
+	met := func() map[string]Target {
+		out := map[string]Target{}
+		for _, tg := range evaluateTargets(r) {
+			out[tg.Name] = tg
+		}
+		return out
+	}
+	got := met()
+	if w := got["writes during a restart"]; w.Met || w.Measured != "2 (PATCH 2)" {
+		t.Errorf("2 writes during the restart: %+v, want not met, measured 2 (PATCH 2)", w)
+	}
+	ready := got["restart ready (caches synced, pipeline idle)"]
+	if !ready.Met || !strings.Contains(ready.Measured, "4.2 s") || !strings.Contains(ready.Note, "N = 50000") {
+		t.Errorf("idle after 4.25 s at N = 2000: %+v, want met, 4.2 s measured, the note naming the target's N", ready)
+	}
+	r.Restart.Writes, r.Restart.Requests = 0, map[string]float64{"GET": 3}
+	r.Restart.Idle, r.Restart.IdleSeconds = false, 600
+	got = met()
+	if w := got["writes during a restart"]; !w.Met {
+		t.Errorf("no writes: %+v, want met", w)
+	}
+	if ready := got["restart ready (caches synced, pipeline idle)"]; ready.Met || !strings.Contains(ready.Note, "not idle") {
+		t.Errorf("never idle: %+v, want not met, the note saying so", ready)
+	}
+	report := Report(r)
+	for _, s := range []string{"## Restart (a fresh controller process, 2000 TrainJobs and their JobSets present)", "**not idle**", "**writes 0**", "peak RSS during the relist 80.0 MiB"} {
+		if !strings.Contains(report, s) {
+			t.Errorf("report lacks %q:\n%s", s, report)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type Result struct {
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// Limit: the API server alone, no controller (admission mode only).
 	Limit *Limit `json:"limit,omitempty"`
+	// Restart: the controller started again with every TrainJob and JobSet present
+	// (admission mode with --restart, issue 17).
+	Restart *Restart `json:"restart,omitempty"`
 	// Progress: the reporting window and the admission bursts (progress mode only).
 	// Controller, Stages, Components and Machine then cover the reporting window.
 	Progress *Progress `json:"progress,omitempty"`
@@ -312,6 +315,9 @@ const (
 	targetCPUPer1000      = 1.5
 	targetRSSBytes        = 150 << 20
 	targetRSSAtN          = 10000
+	// Issue 17: a restart with this many TrainJobs present is ready this fast.
+	targetRestartSeconds = 60.0
+	targetRestartAtN     = 50000
 	// Issue 14: admission throughput drops by less than this while pods report.
 	targetProgressAdmissionDrop = 0.1
 )
@@ -361,6 +367,19 @@ func evaluateTargets(r *Result) []Target {
 				joinNotes(fmt.Sprintf("%d suspended TrainJobs each; %.0f reports/s accepted during the window", r.Progress.WithReports.Admission.Admitted, p.Client.AcceptedPerSecond),
 					machineBound(p)))
 		}
+	}
+	if rs := r.Restart; rs != nil {
+		add("writes during a restart", "0", fmt.Sprintf("%.0f (%s)", rs.Writes, methods(rs.Requests, true)), rs.Writes == 0,
+			fmt.Sprintf("a fresh process with %d TrainJobs and their JobSets present", rs.TrainJobs))
+		note := ""
+		if r.N < targetRestartAtN {
+			note = fmt.Sprintf("the target is for N = %d; this run has N = %d", targetRestartAtN, r.N)
+		}
+		if !rs.Idle {
+			note = joinNotes(note, fmt.Sprintf("not idle within %s", restartIdleLimit))
+		}
+		add("restart ready (caches synced, pipeline idle)", fmt.Sprintf("≤ %.0f s at N = %d", targetRestartSeconds, targetRestartAtN),
+			fmt.Sprintf("%.1f s (caches synced at %.1f s)", rs.IdleSeconds, rs.ReadySeconds), rs.Idle && rs.IdleSeconds <= targetRestartSeconds, note)
 	}
 	add("failed syncs from the controller's cache lag", "0", fmt.Sprintf("%.0f", c.CacheLagErrors), c.CacheLagErrors == 0, "stage errors with reason not_found or conflict")
 	errs := 0
@@ -596,6 +615,16 @@ func Report(r *Result) string {
 		w("- the produced JobSets created raw: %.2f s (%.0f/s)\n", l.JobSetCreateSeconds, l.JobSetCreatesPerSecond)
 		w("- the same JobSets server-side applied (what the controller sends): %.2f s (%.0f/s)\n", l.JobSetApplySeconds, l.JobSetAppliesPerSecond)
 		w("- both: **%.0f TrainJobs/s** (%.0f/s with the applies)\n", l.TrainJobsPerSecond, l.TrainJobsPerSecondWithApply)
+	}
+	if rs := r.Restart; rs != nil {
+		w("\n## Restart (a fresh controller process, %d TrainJobs and their JobSets present)\n\n", rs.TrainJobs)
+		w("- caches synced (/readyz) in %.2f s; pipeline idle in %.2f s", rs.ReadySeconds, rs.IdleSeconds)
+		if !rs.Idle {
+			w(" (**not idle** within %s)", restartIdleLimit)
+		}
+		w("\n- API requests: %s; **writes %.0f**; syncs: %s; failed syncs: %s\n", methods(rs.Requests, false), rs.Writes, methods(rs.Syncs, false), methods(rs.Errors, false))
+		w("- peak RSS during the relist %.1f MiB; Go heap in use: peak %.1f MiB; CPU %.2f s\n",
+			float64(rs.PeakRSSBytes)/(1<<20), float64(rs.PeakHeapBytes)/(1<<20), rs.CPUSeconds)
 	}
 	if l := r.Lifecycle; l != nil {
 		w("\n## Lifecycle (TrainJob created → Complete)\n\n")

@@ -8,6 +8,7 @@
 //	go run ./cmd/bench --mode=admission --n=10000 --baseline=../bench/results/admission-n2000/result.json
 //	go run ./cmd/bench --mode=progress --n=1000 --duration=60s --admission-n=500
 //	go run ./cmd/bench --mode=peer --sizes=2000,10000 --lifecycle-n=500 --rounds=2
+//	go run ./cmd/bench --mode=writes --n=500 --rounds=3
 //
 // `make bench` runs the admission and lifecycle modes with the defaults;
 // `make bench-progress` the progress mode (issue 14); `make bench-peer` the
@@ -38,8 +39,8 @@ func main() {
 	var out, baseline string
 	var qps float64
 	var burst int
-	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) or "peer" (Trainyard and upstream side by side, issue 17)`)
-	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000)")
+	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) "peer" (Trainyard and upstream side by side, issue 17) or "writes" (what each way of writing a JobSet costs the API server, no controller; issue 17)`)
+	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000); writes mode: JobSets per method and round (default there 500)")
 	flag.IntVar(&cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
 	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob (default in progress mode 4: pods per TrainJob)")
 	flag.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "progress mode: how often every pod reports")
@@ -57,6 +58,7 @@ func main() {
 	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
 	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
 	tolerance := flag.Float64("baseline-tolerance", 0.2, "how far below the baseline's throughput still meets the target (0.2: within 20%)")
+	flag.BoolVar(&cfg.Restart, "restart", false, "admission mode: once the controller is idle, stop it and start it again with every TrainJob and JobSet present; time to ready, writes (target 0), peak RSS during the relist (issue 17)")
 	flag.BoolVar(&cfg.Webhooks, "webhooks", false, "register the controller's admission webhooks, so the burst's creates are reviewed (issue 13)")
 	var peer bench.PeerConfig
 	flag.Func("sizes", "peer mode: the admission loads, comma-separated (default 2000,10000)", func(v string) error {
@@ -70,7 +72,7 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&peer.LifecycleN, "lifecycle-n", bench.DefaultPeerLifecycleN, "peer mode: TrainJobs of the lifecycle load (negative: none)")
-	flag.IntVar(&peer.Rounds, "rounds", bench.DefaultPeerRounds, "peer mode: runs of each load per controller, alternating (2: Trainyard, upstream, Trainyard, upstream)")
+	flag.IntVar(&peer.Rounds, "rounds", bench.DefaultPeerRounds, "peer mode: runs of each load per controller, alternating (2: Trainyard, upstream, Trainyard, upstream); writes mode: runs of each method, interleaved (default there 3)")
 	flag.StringVar(&peer.Note, "note", "", "peer mode: a note at the head of the report, e.g. that this is a smoke run")
 	flag.Parse()
 	set := map[string]bool{}
@@ -94,6 +96,28 @@ func main() {
 		out = filepath.Join(root, "bench", "results", fmt.Sprintf("%s-n%d", cfg.Mode, cfg.N))
 	}
 	cfg.OutDir = out
+
+	if cfg.Mode == bench.ModeWrites {
+		if !set["out"] {
+			out = filepath.Join(root, "bench", "results", "writes-"+time.Now().UTC().Format("2006-01-02"))
+		}
+		wc := bench.WritesConfig{RepoRoot: root, OutDir: out, N: cfg.N, Rounds: peer.Rounds, Parallelism: cfg.Parallelism, Progress: os.Stderr}
+		if !set["n"] {
+			wc.N = 500
+		}
+		if !set["rounds"] {
+			wc.Rounds = 3
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		res, err := bench.RunWrites(ctx, wc)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Print(bench.WritesReport(res))
+		fmt.Printf("\nresults in %s\n", out)
+		return
+	}
 
 	if cfg.Mode == bench.ModePeer {
 		if !set["out"] {

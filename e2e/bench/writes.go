@@ -1,0 +1,652 @@
+package bench
+
+// The writes mode (issue 17, item 3): what one JobSet write costs the API server by the
+// way it is sent. docs/design/jobset-writes.md records the experiment and the choice.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	"github.com/trainyard/trainyard/pkg/stages/status"
+)
+
+// ModeWrites measures, with no controller, the API server's cost of each way Trainyard
+// could write a JobSet (WriteMethods), on the JobSet the controller renders for the
+// upstream torch-distributed runtime.
+const ModeWrites = "writes"
+
+// The ways of writing a JobSet the writes mode compares. Each has a first write (the
+// JobSet does not exist) and a later change (the TrainJob resumed: spec.suspend false,
+// a pod template environment variable changed).
+const (
+	// MethodApply is what the status stage does: every write a server-side apply by
+	// field manager "trainyard", with force.
+	MethodApply = "apply"
+	// MethodCreate is plain writes: a create, then a JSON merge patch of the fields
+	// Trainyard sets (labels, annotations, the whole spec: a merge patch replaces lists).
+	MethodCreate = "create"
+	// MethodCreateThenApply is a create first, then server-side applies.
+	MethodCreateThenApply = "create+apply"
+	// MethodCreateAsApply is a create whose body carries the managedFields entry an
+	// apply of the same JobSet would leave (operation Apply, manager "trainyard"), then
+	// server-side applies: would the API server keep that entry, a create could stand in
+	// for the first apply.
+	MethodCreateAsApply = "create-as-apply"
+)
+
+// WriteMethods are the methods in the order of the first round; later rounds rotate it,
+// so no method always runs first (on a colder or a fuller etcd).
+var WriteMethods = []string{MethodApply, MethodCreate, MethodCreateThenApply, MethodCreateAsApply}
+
+// WritesConfig is one writes-mode run.
+type WritesConfig struct {
+	// RepoRoot is the Trainyard checkout (the JobSet is read from its golden files).
+	RepoRoot string
+	// OutDir receives result.json, report.md and the cluster's logs.
+	OutDir string
+	// N is the number of JobSets each method writes per round (each written twice:
+	// first write and later change).
+	N int
+	// Rounds is how often each method runs, interleaved.
+	Rounds int
+	// Parallelism is the writes in flight.
+	Parallelism int
+	// Progress receives one line per step.
+	Progress io.Writer
+}
+
+// WritesResult is result.json of the writes mode.
+type WritesResult struct {
+	StartedAt   time.Time `json:"started_at"`
+	CPUs        int       `json:"cpus"`
+	N           int       `json:"n"`
+	Rounds      int       `json:"rounds"`
+	Parallelism int       `json:"parallelism"`
+	// Runs is every method's phases, in the order they ran.
+	Runs []WritesRun `json:"runs"`
+	// Summary is per method and phase ("apply/first"), the median over rounds.
+	Summary map[string]WritesPhase `json:"summary"`
+	// Ownership is, per method, what the later-update checks found (ownershipChecks).
+	Ownership map[string][]OwnershipCheck `json:"ownership"`
+}
+
+// WritesRun is one method in one round.
+type WritesRun struct {
+	Method string      `json:"method"`
+	Round  int         `json:"round"`
+	First  WritesPhase `json:"first"`
+	Change WritesPhase `json:"change"`
+}
+
+// WritesPhase is N writes of one kind.
+type WritesPhase struct {
+	Writes int `json:"writes"`
+	Errors int `json:"errors"`
+	// Seconds is the phase's wall time; LatencyP50/P99 (s) are per request, with
+	// Parallelism in flight.
+	Seconds    float64 `json:"seconds"`
+	LatencyP50 float64 `json:"latency_p50"`
+	LatencyP99 float64 `json:"latency_p99"`
+	// APIServerCPUPer1000 and EtcdCPUPer1000 are CPU seconds per 1,000 writes, from
+	// /proc/<pid>/stat.
+	APIServerCPUPer1000 float64 `json:"apiserver_cpu_per_1000"`
+	EtcdCPUPer1000      float64 `json:"etcd_cpu_per_1000"`
+	// WatchEvents is the watch events a watch of the namespace received per write.
+	WatchEvents float64 `json:"watch_events_per_write"`
+	// ObjectBytes and ManagedFieldsBytes are the mean JSON size of a stored JobSet
+	// (read back after the phase) and of its metadata.managedFields.
+	ObjectBytes        int `json:"object_bytes"`
+	ManagedFieldsBytes int `json:"managed_fields_bytes"`
+	// Managers lists the managedFields entries of one JobSet, "manager/operation".
+	Managers []string `json:"managers"`
+}
+
+// OwnershipCheck is one property of the later-update path.
+type OwnershipCheck struct {
+	Check string `json:"check"`
+	Holds bool   `json:"holds"`
+	// Detail says what was found when it does not hold.
+	Detail string `json:"detail,omitempty"`
+}
+
+// RunWrites runs the writes mode on a cluster of its own (no JobSet controller, so
+// nothing but the benchmark writes a JobSet) and writes result.json and report.md into
+// cfg.OutDir.
+func RunWrites(ctx context.Context, cfg WritesConfig) (*WritesResult, error) {
+	if cfg.N <= 0 || cfg.Rounds <= 0 || cfg.Parallelism <= 0 {
+		return nil, fmt.Errorf("n, rounds and parallelism must be positive (got %d, %d, %d)", cfg.N, cfg.Rounds, cfg.Parallelism)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	template, err := goldenJobSet(cfg.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", args...) }
+	opts := cluster.Options{
+		StateDir:                filepath.Join(cfg.RepoRoot, "_output", "bench", "cluster-"+ModeWrites),
+		LogDir:                  filepath.Join(cfg.OutDir, "logs"),
+		Progress:                cfg.Progress,
+		Nodes:                   -1,
+		WithoutJobSetController: true,
+	}
+	opts.Build.RepoRoot = cfg.RepoRoot
+	c, err := cluster.Up(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := c.Down(); err != nil {
+			say("stopping the cluster: %v", err)
+		}
+	}()
+	r := &runner{cfg: Config{Parallelism: cfg.Parallelism}, say: say, cluster: c}
+	if err := r.connect(); err != nil {
+		return nil, err
+	}
+	w := &writer{runner: r, template: template}
+	res := &WritesResult{StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), N: cfg.N, Rounds: cfg.Rounds, Parallelism: cfg.Parallelism}
+	for round := range cfg.Rounds {
+		for k := range WriteMethods {
+			method := WriteMethods[(round+k)%len(WriteMethods)]
+			run, err := w.run(ctx, method, round, cfg.N)
+			if err != nil {
+				return nil, err
+			}
+			say("round %d %s: first %.2fs (apiserver %.2f s/1000), change %.2fs (apiserver %.2f s/1000)", round+1, method,
+				run.First.Seconds, run.First.APIServerCPUPer1000, run.Change.Seconds, run.Change.APIServerCPUPer1000)
+			res.Runs = append(res.Runs, run)
+		}
+	}
+	res.Summary = summarize(res.Runs)
+	res.Ownership = map[string][]OwnershipCheck{}
+	for _, method := range WriteMethods {
+		if res.Ownership[method], err = w.ownership(ctx, method); err != nil {
+			return nil, err
+		}
+	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.OutDir, "result.json"), append(data, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	return res, os.WriteFile(filepath.Join(cfg.OutDir, "report.md"), []byte(WritesReport(res)), 0o644)
+}
+
+// goldenJobSet is the JobSet Trainyard renders for upstream's torch-distributed example
+// (pkg/render's golden file, kept current by its tests).
+func goldenJobSet(root string) (*jobsetv1alpha2.JobSet, error) {
+	path := filepath.Join(root, "pkg", "render", "testdata", "golden", "torch-distributed", "01-multi-node.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	js := &jobsetv1alpha2.JobSet{}
+	if err := yaml.UnmarshalStrict(data, js); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return js, nil
+}
+
+// probeName names the JobSet MethodCreateAsApply applies to learn an apply's managedFields.
+const probeName = "probe"
+
+type writer struct {
+	*runner
+	template *jobsetv1alpha2.JobSet
+
+	mu sync.Mutex
+	// applyFields is, per namespace, the managedFields an apply of the template leaves
+	// there (MethodCreateAsApply).
+	applyFields map[string][]metav1.ManagedFieldsEntry
+}
+
+// applyFieldsIn returns the managedFields entry of Trainyard's apply of js's shape in
+// its namespace: it applies a copy named "probe" once per namespace and reads it back.
+// Names and namespaces are not among the managed fields, so the entry is every
+// JobSet's of that shape and owner.
+func (w *writer) applyFieldsIn(ctx context.Context, js *jobsetv1alpha2.JobSet) ([]metav1.ManagedFieldsEntry, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f, ok := w.applyFields[js.Namespace]; ok {
+		return f, nil
+	}
+	probe := js.DeepCopy()
+	probe.Name = probeName
+	if err := w.write(ctx, MethodApply, true, probe); err != nil {
+		return nil, err
+	}
+	got, err := w.jobsets.JobsetV1alpha2().JobSets(js.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var fields []metav1.ManagedFieldsEntry
+	for _, m := range got.ManagedFields {
+		if m.Manager == status.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply {
+			m.Time = nil
+			fields = append(fields, m)
+		}
+	}
+	if w.applyFields == nil {
+		w.applyFields = map[string][]metav1.ManagedFieldsEntry{}
+	}
+	w.applyFields[js.Namespace] = fields
+	return fields, nil
+}
+
+// desired is JobSet i in ns as Trainyard wants it, owned by owner (a ConfigMap standing
+// for the TrainJob, so the garbage collector keeps it), suspended or not, with the
+// pod template's PET_MASTER_PORT at port.
+func (w *writer) desired(ns string, i int, owner types.UID, suspend bool, port string) *jobsetv1alpha2.JobSet {
+	js := w.template.DeepCopy()
+	js.Name, js.Namespace = fmt.Sprintf(trainJobNameFmt, i), ns
+	js.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: owner,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+	js.Spec.Suspend = ptr.To(suspend)
+	for r := range js.Spec.ReplicatedJobs {
+		for c := range js.Spec.ReplicatedJobs[r].Template.Spec.Template.Spec.Containers {
+			ctr := &js.Spec.ReplicatedJobs[r].Template.Spec.Template.Spec.Containers[c]
+			for e := range ctr.Env {
+				if ctr.Env[e].Name == "PET_MASTER_PORT" {
+					ctr.Env[e].Value = port
+				}
+			}
+		}
+	}
+	return js
+}
+
+// write sends js by method: first write or later change.
+func (w *writer) write(ctx context.Context, method string, first bool, js *jobsetv1alpha2.JobSet) error {
+	client := w.jobsets.JobsetV1alpha2()
+	if method == MethodCreateAsApply && first {
+		fields, err := w.applyFieldsIn(ctx, js)
+		if err != nil {
+			return err
+		}
+		js = js.DeepCopy()
+		js.ManagedFields = fields
+	}
+	switch {
+	case method == MethodApply, (method == MethodCreateThenApply || method == MethodCreateAsApply) && !first:
+		js = js.DeepCopy()
+		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
+		body, err := (&status.Desired{JobSet: js}).JobSetApplyBody()
+		if err != nil {
+			return err
+		}
+		return status.RESTJobSetApply(client.RESTClient())(ctx, js.Namespace, js.Name, body)
+	case first:
+		return client.RESTClient().Post().Namespace(js.Namespace).Resource("jobsets").
+			VersionedParams(&metav1.CreateOptions{FieldManager: status.FieldManager}, metav1.ParameterCodec).
+			Body(js).Do(ctx).Error()
+	default:
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"labels": js.Labels, "annotations": js.Annotations},
+			"spec":     js.Spec,
+		})
+		if err != nil {
+			return err
+		}
+		return client.RESTClient().Patch(types.MergePatchType).Namespace(js.Namespace).Resource("jobsets").Name(js.Name).
+			VersionedParams(&metav1.PatchOptions{FieldManager: status.FieldManager}, metav1.ParameterCodec).
+			Body(patch).Do(ctx).Error()
+	}
+}
+
+// run writes n JobSets by method into a fresh namespace (first write, suspended), then
+// changes each (resumed, a new port), measuring each phase.
+func (w *writer) run(ctx context.Context, method string, round, n int) (WritesRun, error) {
+	ns := fmt.Sprintf("writes-%s-%d", strings.ReplaceAll(method, "+", "-"), round)
+	owner, err := w.ownerIn(ctx, ns)
+	if err != nil {
+		return WritesRun{}, err
+	}
+	run := WritesRun{Method: method, Round: round + 1}
+	if run.First, err = w.phase(ctx, ns, n, func(ctx context.Context, i int) error {
+		return w.write(ctx, method, true, w.desired(ns, i, owner, true, "29500"))
+	}); err != nil {
+		return run, err
+	}
+	run.Change, err = w.phase(ctx, ns, n, func(ctx context.Context, i int) error {
+		return w.write(ctx, method, false, w.desired(ns, i, owner, false, "29501"))
+	})
+	return run, err
+}
+
+// ownerIn creates namespace ns and the ConfigMap "owner" in it, and returns its uid.
+func (w *writer) ownerIn(ctx context.Context, ns string) (types.UID, error) {
+	if err := w.createNamespace(ctx, ns); err != nil {
+		return "", err
+	}
+	cm, err := w.kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return cm.UID, nil
+}
+
+// phase runs write(i) for i in [0, n) with the parallelism in flight and measures it:
+// latency per request, the API server's and etcd's CPU, the watch events of ns, and
+// the JobSets' stored size read back afterwards.
+func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx context.Context, i int) error) (WritesPhase, error) {
+	events, stop, err := w.countEvents(ctx, ns)
+	if err != nil {
+		return WritesPhase{}, err
+	}
+	defer stop()
+	pids := w.cluster.ComponentPids()
+	cpu := func() (api, etcd float64) {
+		api, _ = ProcCPUSeconds(pids[cluster.KubeAPIServer])
+		etcd, _ = ProcCPUSeconds(pids[cluster.Etcd])
+		return api, etcd
+	}
+	latencies := make([]float64, n)
+	api0, etcd0 := cpu()
+	b := burst(ctx, n, w.cfg.Parallelism, func(ctx context.Context, i int) error {
+		start := time.Now()
+		err := write(ctx, i)
+		latencies[i] = time.Since(start).Seconds()
+		return err
+	})
+	api1, etcd1 := cpu()
+	if b.Errors > 0 {
+		return WritesPhase{}, fmt.Errorf("%d of %d writes in %s failed, the first: %w", b.Errors, n, ns, b.FirstError)
+	}
+	// The watch delivers the last events after the last write returns, seconds later
+	// on a saturated machine: wait until it has n (a write that changed nothing makes
+	// none) or has had nothing new for 5 s.
+	seen, still := int64(-1), 0
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		cur := events.Load()
+		if cur == seen {
+			still++
+		} else {
+			seen, still = cur, 0
+		}
+		return cur >= int64(n) || still >= 20, nil
+	})
+	sort.Float64s(latencies)
+	p := WritesPhase{
+		Writes: n, Seconds: round3(b.Seconds()),
+		LatencyP50: round4(percentile(latencies, 50)), LatencyP99: round4(percentile(latencies, 99)),
+		APIServerCPUPer1000: round3((api1 - api0) * 1000 / float64(n)),
+		EtcdCPUPer1000:      round3((etcd1 - etcd0) * 1000 / float64(n)),
+		WatchEvents:         round3(float64(events.Load()) / float64(n)),
+	}
+	list, err := w.jobsets.JobsetV1alpha2().JobSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return p, err
+	}
+	// The phase's JobSets only: not MethodCreateAsApply's probe, which was applied.
+	var objBytes, mfBytes, count int
+	for i := range list.Items {
+		js := &list.Items[i]
+		if js.Name == probeName {
+			continue
+		}
+		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
+		obj, err := json.Marshal(js)
+		if err != nil {
+			return p, err
+		}
+		mf, err := json.Marshal(js.ManagedFields)
+		if err != nil {
+			return p, err
+		}
+		objBytes, mfBytes = objBytes+len(obj), mfBytes+len(mf)
+		if count == 0 {
+			p.Managers = managers(js)
+		}
+		count++
+	}
+	if count > 0 {
+		p.ObjectBytes, p.ManagedFieldsBytes = objBytes/count, mfBytes/count
+	}
+	return p, nil
+}
+
+func managers(js *jobsetv1alpha2.JobSet) []string {
+	var out []string
+	for _, m := range js.ManagedFields {
+		out = append(out, string(m.Operation)+" by "+m.Manager)
+	}
+	return out
+}
+
+// countEvents watches the JobSets of ns from now and counts the events; stop ends the
+// watch. The watch resumes from its last resourceVersion when the API server closes it
+// (a loaded API server does, and the events in between would go uncounted).
+func (w *writer) countEvents(ctx context.Context, ns string) (*atomic.Int64, func(), error) {
+	list, err := w.jobsets.JobsetV1alpha2().JobSets(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	lw := cache.NewListWatchFromClient(w.jobsets.JobsetV1alpha2().RESTClient(), "jobsets", ns, fields.Everything())
+	watchCtx, cancel := context.WithCancel(ctx)
+	watcher, err := watchtools.NewRetryWatcherWithContext(watchCtx, list.ResourceVersion, lw)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ev := range watcher.ResultChan() {
+			if ev.Type != watch.Bookmark && ev.Type != watch.Error {
+				count.Add(1)
+			}
+		}
+	})
+	return &count, func() { watcher.Stop(); cancel(); wg.Wait() }, nil
+}
+
+// Managers of the ownership checks besides Trainyard's.
+const (
+	// kueueManager stands for Kueue: it resumes a JobSet it admits and injects its
+	// flavor's node selector into the pod template, by update (jobframework).
+	kueueManager = "kueue"
+	// userManager stands for a user's `kubectl label`.
+	userManager = "kubectl-label"
+)
+
+// ownership runs, for method, the later-update path Kueue and users need on one JobSet:
+// Trainyard writes it first (suspended, with a label it will later drop); Kueue resumes
+// it and adds a node selector to the pod template, and a user adds a label, each by
+// update; then Trainyard's later change (a new pod template port, the label dropped,
+// suspend true again as on a preemption) is sent by method. Each check says whether
+// the result is what Trainyard and the other managers want.
+func (w *writer) ownership(ctx context.Context, method string) ([]OwnershipCheck, error) {
+	ns := "ownership-" + strings.ReplaceAll(method, "+", "-")
+	owner, err := w.ownerIn(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	const dropped = "trainyard.dev/dropped-later"
+	first := w.desired(ns, 0, owner, true, "29500")
+	first.Labels = map[string]string{dropped: "x", "trainyard.dev/kept": "x"}
+	if err := w.write(ctx, method, true, first); err != nil {
+		return nil, fmt.Errorf("ownership, %s, first write: %w", method, err)
+	}
+	client := w.jobsets.JobsetV1alpha2().JobSets(ns)
+	// Kueue: resume, and its flavor's node selector into every pod template.
+	js, err := client.Get(ctx, first.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	js.Spec.Suspend = ptr.To(false)
+	for r := range js.Spec.ReplicatedJobs {
+		js.Spec.ReplicatedJobs[r].Template.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a100"}
+	}
+	if _, err := client.Update(ctx, js, metav1.UpdateOptions{FieldManager: kueueManager}); err != nil {
+		return nil, fmt.Errorf("ownership, %s, Kueue's update: %w", method, err)
+	}
+	// A user's label.
+	if _, err := client.Patch(ctx, first.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"vision"}}}`),
+		metav1.PatchOptions{FieldManager: userManager}); err != nil {
+		return nil, fmt.Errorf("ownership, %s, the user's label: %w", method, err)
+	}
+	// Trainyard's later change: suspended again (Kueue preempts through the TrainJob),
+	// a new port, one of its labels dropped.
+	later := w.desired(ns, 0, owner, true, "29501")
+	later.Labels = map[string]string{"trainyard.dev/kept": "x"}
+	if err := w.write(ctx, method, false, later); err != nil {
+		return nil, fmt.Errorf("ownership, %s, later change: %w", method, err)
+	}
+	got, err := client.Get(ctx, first.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pod := got.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+	port := ""
+	for _, e := range pod.Containers[0].Env {
+		if e.Name == "PET_MASTER_PORT" {
+			port = e.Value
+		}
+	}
+	check := func(name string, holds bool, detail string, args ...any) OwnershipCheck {
+		c := OwnershipCheck{Check: name, Holds: holds}
+		if !holds {
+			c.Detail = fmt.Sprintf(detail, args...)
+		}
+		return c
+	}
+	trainyardOwns := slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+		return m.Manager == status.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
+	})
+	return []OwnershipCheck{
+		check("Trainyard's suspend lands", ptr.Deref(got.Spec.Suspend, false), "spec.suspend is %v", ptr.Deref(got.Spec.Suspend, false)),
+		check("Trainyard's pod template change lands", port == "29501", "PET_MASTER_PORT is %q", port),
+		check("a label Trainyard drops is removed", got.Labels[dropped] == "", "label %s still set; managers: %s", dropped, strings.Join(managers(got), ", ")),
+		check("Trainyard's field manager owns spec.suspend", trainyardOwns, "managers: %s", strings.Join(managers(got), ", ")),
+		check("the user's label survives", got.Labels["team"] == "vision", "labels %v", got.Labels),
+		check("Kueue's node selector survives", equality.Semantic.DeepEqual(pod.NodeSelector, map[string]string{"flavor": "a100"}), "nodeSelector %v", pod.NodeSelector),
+	}, nil
+}
+
+// summarize returns, per method and phase, the median of each figure over the rounds.
+func summarize(runs []WritesRun) map[string]WritesPhase {
+	out := map[string]WritesPhase{}
+	for _, method := range WriteMethods {
+		for _, phase := range []string{"first", "change"} {
+			var ps []WritesPhase
+			for _, r := range runs {
+				if r.Method == method {
+					ps = append(ps, map[string]WritesPhase{"first": r.First, "change": r.Change}[phase])
+				}
+			}
+			if len(ps) == 0 {
+				continue
+			}
+			med := func(f func(WritesPhase) float64) float64 {
+				xs := make([]float64, len(ps))
+				for i, p := range ps {
+					xs[i] = f(p)
+				}
+				sort.Float64s(xs)
+				return xs[len(xs)/2]
+			}
+			last := ps[len(ps)-1]
+			out[method+"/"+phase] = WritesPhase{
+				Writes:              last.Writes,
+				Seconds:             med(func(p WritesPhase) float64 { return p.Seconds }),
+				LatencyP50:          med(func(p WritesPhase) float64 { return p.LatencyP50 }),
+				LatencyP99:          med(func(p WritesPhase) float64 { return p.LatencyP99 }),
+				APIServerCPUPer1000: med(func(p WritesPhase) float64 { return p.APIServerCPUPer1000 }),
+				EtcdCPUPer1000:      med(func(p WritesPhase) float64 { return p.EtcdCPUPer1000 }),
+				WatchEvents:         med(func(p WritesPhase) float64 { return p.WatchEvents }),
+				ObjectBytes:         last.ObjectBytes,
+				ManagedFieldsBytes:  last.ManagedFieldsBytes,
+				Managers:            last.Managers,
+			}
+		}
+	}
+	return out
+}
+
+// WritesReport renders res as markdown.
+func WritesReport(res *WritesResult) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# JobSet writes: what each costs the API server (issue 17)\n\n")
+	w("%s · %d CPUs · %d JobSets per method and round, %d rounds interleaved, %d writes in flight; medians over rounds\n\n",
+		res.StartedAt.Format(time.RFC3339), res.CPUs, res.N, res.Rounds, res.Parallelism)
+	w("| method | phase | wall s | p50 ms | p99 ms | apiserver CPU s/1000 | etcd CPU s/1000 | watch events/write | object bytes | managedFields bytes | managers |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, method := range WriteMethods {
+		for _, phase := range []string{"first", "change"} {
+			p, ok := res.Summary[method+"/"+phase]
+			if !ok {
+				continue
+			}
+			w("| %s | %s | %.2f | %.1f | %.1f | %.2f | %.2f | %.2f | %d | %d | %s |\n", method, phase, p.Seconds,
+				p.LatencyP50*1000, p.LatencyP99*1000, p.APIServerCPUPer1000, p.EtcdCPUPer1000, p.WatchEvents,
+				p.ObjectBytes, p.ManagedFieldsBytes, strings.Join(p.Managers, "; "))
+		}
+	}
+	w("\n## Every round\n\n| round | method | first: wall s, apiserver s/1000 | change: wall s, apiserver s/1000 |\n|---|---|---|---|\n")
+	for _, r := range res.Runs {
+		w("| %d | %s | %.2f, %.2f | %.2f, %.2f |\n", r.Round, r.Method, r.First.Seconds, r.First.APIServerCPUPer1000, r.Change.Seconds, r.Change.APIServerCPUPer1000)
+	}
+	w("\n## Later updates: field ownership\n\n| check |")
+	for _, m := range WriteMethods {
+		w(" %s |", m)
+	}
+	w("\n|---|")
+	for range WriteMethods {
+		w("---|")
+	}
+	w("\n")
+	if len(res.Ownership) > 0 {
+		for i, c := range res.Ownership[WriteMethods[0]] {
+			w("| %s |", c.Check)
+			for _, m := range WriteMethods {
+				if i >= len(res.Ownership[m]) {
+					w(" – |")
+					continue
+				}
+				got := res.Ownership[m][i]
+				if got.Holds {
+					w(" yes |")
+				} else {
+					w(" **no**: %s |", got.Detail)
+				}
+			}
+			w("\n")
+		}
+	}
+	return b.String()
+}
