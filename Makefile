@@ -98,9 +98,21 @@ fuzz: ## Long randomized runs: FUZZ_ROUNDS seeds of the convergence test (issue 
 fuzz-short: ## Every Go fuzz target (FUZZ_TARGETS: patch merge, ML policies, render, admission, progress reports) for FUZZ_SHORT_TIME (default 30s) each; part of check.
 	$(call run-fuzz-targets,$(FUZZ_SHORT_TIME),$(FUZZ_SHORT_MINIMIZE_TIME))
 
+# The Kubernetes 1.37 leg of test-e2e (issue 16): only the tests whose behavior
+# differs from 1.36, in the packages that have them: the Workload API (v1beta1,
+# PodGroup spec.workloadRef), PodGroup-level DRA claims (KEP-5729), the DRA tests and
+# the version stamp. The rest runs on the default 1.36 alone.
+E2E_KUBE137_PACKAGES := ./clustertest/ ./trainjob/
+E2E_KUBE137_RUN      := ^(TestWorkload.*|TestDRA.*|TestKubectlVersionReportsTheRelease)$$
+
 .PHONY: test-e2e
-test-e2e: ## End-to-end tests on the local control plane (each test package starts its own cluster).
+test-e2e: ## End-to-end tests on the local control plane (each test package starts its own cluster), then the 1.37 leg (test-e2e-137).
 	cd e2e && $(GO) test -count=1 $(E2E_TEST_FLAGS) ./...
+	$(MAKE) test-e2e-137
+
+.PHONY: test-e2e-137
+test-e2e-137: ## The e2e tests whose behavior differs on Kubernetes 1.37 (E2E_KUBE137_RUN in E2E_KUBE137_PACKAGES), on 1.37 clusters.
+	cd e2e && E2E_KUBE_VERSION=1.37 $(GO) test -count=1 $(E2E_TEST_FLAGS) -run '$(E2E_KUBE137_RUN)' $(E2E_KUBE137_PACKAGES)
 
 ##@ Run
 

@@ -10,6 +10,12 @@
 #   make cluster-status    show the running cluster
 #   make cluster-down      stop it (also after a crash) and remove its data
 #
+# KUBE_VERSION=1.37 runs Kubernetes 1.37 instead of the default 1.36 (its
+# kube-apiserver, kube-controller-manager and kube-scheduler built once from
+# hack/kube-bins/kubernetes-1.37 and cached beside 1.36's; the Workload API
+# served as scheduling.k8s.io/v1beta1) in cluster-build, cluster-up and
+# cluster-ensure.
+#
 # KUEUE=1 adds Kueue (built once, cached like the rest) to cluster-build,
 # cluster-up and cluster-ensure: the Kueue controller manager runs as a
 # component, with its CRDs, its webhooks and the TrainJob integration.
@@ -32,6 +38,8 @@ CLUSTER_NODE_GPUS ?= 8
 CLUSTER_UP_FLAGS ?=
 KUEUE ?=
 CLUSTER_KUEUE_FLAGS := $(if $(filter 1 true yes,$(KUEUE)),--kueue)
+KUBE_VERSION ?=
+CLUSTER_KUBE_FLAGS := $(if $(KUBE_VERSION),--kube-version=$(KUBE_VERSION))
 # Flags for `make test-e2e`.
 E2E_TEST_FLAGS ?= -timeout 30m
 
@@ -46,17 +54,20 @@ localcluster:
 	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
 
 cluster-build: localcluster
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUEUE_FLAGS)
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS)
 
 cluster-up: localcluster
-	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS)
+	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS)
 
 # cluster-ensure starts a cluster unless a ready one is already recorded in the
-# state dir; with KUEUE=1 it must run Kueue too, else it says to restart it.
+# state dir; with KUEUE=1 it must run Kueue too, and with KUBE_VERSION that
+# version, else it says to restart it.
 cluster-ensure: localcluster
 	@status=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null || true); \
 	if ! grep -qx ready <<<"$$status"; then \
-	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS); \
+	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS); \
+	elif [ -n "$(KUBE_VERSION)" ] && ! grep -qx 'kubernetes: $(KUBE_VERSION)' <<<"$$status"; then \
+	  echo "the running cluster is not Kubernetes $(KUBE_VERSION): make cluster-down, then make cluster-up KUBE_VERSION=$(KUBE_VERSION)" >&2; exit 1; \
 	elif [ -n "$(CLUSTER_KUEUE_FLAGS)" ] && ! grep -Eq '^ +kueue +pid [0-9]+ +running' <<<"$$status"; then \
 	  echo "the running cluster has no Kueue: make cluster-down, then make cluster-up KUEUE=1" >&2; exit 1; \
 	fi

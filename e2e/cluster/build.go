@@ -54,15 +54,30 @@ type BuildOptions struct {
 	Niceness int
 	// Kueue adds KueueSource to the sources built, for Options.Kueue.
 	Kueue bool
+	// KubeVersion is the Kubernetes minor version whose control-plane
+	// binaries are built ("1.37"; see LookupKubeRelease); "" means
+	// DefaultKubeVersion.
+	KubeVersion string
 }
 
-// sources lists what Build makes sure is cached: Sources, and KueueSource
-// when asked for.
-func (o *BuildOptions) sources() []Source {
-	if !o.Kueue {
-		return Sources
+// sources lists what Build makes sure is cached: Sources, with the
+// "kubernetes" entry replaced by the Source of o.KubeVersion's release, and
+// KueueSource when asked for.
+func (o *BuildOptions) sources() ([]Source, error) {
+	release, err := LookupKubeRelease(o.KubeVersion)
+	if err != nil {
+		return nil, err
 	}
-	return append(slices.Clip(Sources), KueueSource)
+	srcs := slices.Clone(Sources)
+	for i := range srcs {
+		if srcs[i].Name == release.Source.Name {
+			srcs[i] = release.Source
+		}
+	}
+	if o.Kueue {
+		srcs = append(srcs, KueueSource)
+	}
+	return srcs, nil
 }
 
 // Binaries locates the built binaries and the manifest assets of all
@@ -82,7 +97,8 @@ func (b *Binaries) Path(name string) string {
 	return p
 }
 
-// Build makes sure every binary and asset of [Sources], and of [KueueSource]
+// Build makes sure every binary and asset of [Sources] (its Kubernetes
+// servers those of opts.KubeVersion's [KubeRelease]), and of [KueueSource]
 // with opts.Kueue, is in the cache and returns where they are. A source
 // already cached (its folder, named by its recipe, exists) is reused without
 // calling the go tool. Missing ones are built with one
@@ -102,6 +118,10 @@ func Build(ctx context.Context, opts BuildOptions) (*Binaries, error) {
 // [UpstreamTrainer]; the returned Binaries locate only theirs.
 func BuildSources(ctx context.Context, opts BuildOptions, srcs ...Source) (*Binaries, error) {
 	if err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	srcs, err := opts.sources()
+	if err != nil {
 		return nil, err
 	}
 	bins := &Binaries{paths: map[string]string{}}

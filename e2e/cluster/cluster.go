@@ -182,6 +182,9 @@ func Attach(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	if err := readyz(ctx, c.client); err != nil {
 		return nil, fmt.Errorf("cluster of %s is not ready: %w", kubeconfig, err)
 	}
+	if minor, err := serverMinor(c.client); err == nil {
+		c.opts.KubeVersion = minor
+	}
 	return c, nil
 }
 
@@ -195,7 +198,8 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
 // Dynamic returns a dynamic client with admin rights, for the
-// scheduling.k8s.io/v1alpha2 and CRD types client-go has no types for.
+// scheduling.k8s.io/v1alpha2 (Kubernetes 1.36, see WorkloadAPI) and CRD types
+// client-go has no types for.
 func (c *Cluster) Dynamic() dynamic.Interface { return c.dynamic }
 
 // LogDir returns the folder of the component logs.

@@ -97,7 +97,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--feature-gates=" + c.opts.FeatureGates,
-		"--runtime-config=" + DefaultRuntimeConfig,
+		"--runtime-config=" + c.release().RuntimeConfig,
 	}
 	if c.opts.AuditLog {
 		policy := filepath.Join(dir, "audit-policy.yaml")

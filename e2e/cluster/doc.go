@@ -7,7 +7,8 @@
 // cached outside the clone (see [Build]):
 //
 //	etcd v3.6.8
-//	kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes v1.36.3)
+//	kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes v1.36.3,
+//	  or v1.37.2 with Options.KubeVersion "1.37", see [KubeRelease])
 //	JobSet controller v0.12.0 (with its mutating and validating webhooks)
 //	kwok v0.8.0, which fakes nodes and drives pod phases through Stage objects
 //	kubectl v1.36.3, not run by the cluster: tests use it as users do ([Kubectl])
@@ -16,7 +17,8 @@
 // [Up] starts them as child processes on free 127.0.0.1 ports, each in its own
 // process group with its output in <StateDir>/logs/<component>.log; enables the
 // Workload API (scheduling.k8s.io/v1alpha2, gates GenericWorkload and
-// GangScheduling) and DRA; installs the CRDs Trainyard works with (Trainyard's
+// GangScheduling; on 1.37 v1beta1, gates GenericWorkload and
+// DRAWorkloadResourceClaims: [Cluster.WorkloadAPI]) and DRA; installs the CRDs Trainyard works with (Trainyard's
 // own, JobSet, scheduler-plugins and Volcano PodGroups); registers kwok fake
 // GPU nodes with a DRA DeviceClass and one ResourceSlice per node; and writes an
 // admin kubeconfig plus a state file so that [DownFromState] can clean up after

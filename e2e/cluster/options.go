@@ -15,12 +15,10 @@ import (
 const DefaultStateDir = "_output/cluster"
 
 // DefaultFeatureGates is passed to kube-apiserver, kube-controller-manager
-// and kube-scheduler: the Workload API with gang scheduling, and DRA (GA and
-// locked on in 1.36; named so the intent is explicit).
-const DefaultFeatureGates = "GenericWorkload=true,GangScheduling=true,DynamicResourceAllocation=true"
-
-// DefaultRuntimeConfig makes kube-apiserver serve the Workload API.
-const DefaultRuntimeConfig = "scheduling.k8s.io/v1alpha2=true"
+// and kube-scheduler of the default release (DefaultKubeVersion): the Workload
+// API with gang scheduling, and DRA. Each release has its own, see
+// KubeRelease.FeatureGates.
+var DefaultFeatureGates = kubeReleases[DefaultKubeVersion].FeatureGates
 
 // Pod annotations understood by the kwok stages (assets/pod-stages.yaml).
 const (
@@ -79,7 +77,14 @@ type Options struct {
 	NodeShape NodeShape
 	// APIServerPort pins kube-apiserver's port on 127.0.0.1; 0 picks a free one.
 	APIServerPort int
-	// FeatureGates for the Kubernetes components. Default: DefaultFeatureGates.
+	// KubeVersion is the Kubernetes minor version of the control plane:
+	// "1.36" (DefaultKubeVersion, when "") or "1.37" (see LookupKubeRelease).
+	// It chooses the build of kube-apiserver, kube-controller-manager and
+	// kube-scheduler (Build.KubeVersion follows it), their default feature
+	// gates and the Workload API version served (KubeRelease).
+	KubeVersion string
+	// FeatureGates for the Kubernetes components. Default: the release's
+	// KubeRelease.FeatureGates.
 	FeatureGates string
 	// Detach lets the components outlive this process (for `localcluster up
 	// --detach`); they are then stopped with DownFromState. Without it they
@@ -146,6 +151,11 @@ func (o *Options) withDefaults() error {
 		return err
 	}
 	o.Build.Kueue = o.Build.Kueue || o.Kueue
+	release, err := LookupKubeRelease(o.KubeVersion)
+	if err != nil {
+		return err
+	}
+	o.KubeVersion, o.Build.KubeVersion = release.Version, release.Version
 	if o.Build.LogDir == "" {
 		o.Build.LogDir = o.LogDir
 	}
@@ -163,7 +173,7 @@ func (o *Options) withDefaults() error {
 	}
 	o.NodeShape = o.NodeShape.mergedWith(DefaultNodeShape())
 	if o.FeatureGates == "" {
-		o.FeatureGates = DefaultFeatureGates
+		o.FeatureGates = release.FeatureGates
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 90 * time.Second

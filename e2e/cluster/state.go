@@ -17,14 +17,16 @@ import (
 // State is the content of <StateDir>/state.json: enough to find and stop a
 // cluster whose owner process is gone.
 type State struct {
-	StartedAt  time.Time      `json:"startedAt"`
-	OwnerPid   int            `json:"ownerPid"` // the process that ran Up
-	Detached   bool           `json:"detached"`
-	WorkDir    string         `json:"workDir"`
-	Kubeconfig string         `json:"kubeconfig"`
-	LogDir     string         `json:"logDir"`
-	Server     string         `json:"server,omitempty"`
-	Processes  []ProcessState `json:"processes"`
+	StartedAt  time.Time `json:"startedAt"`
+	OwnerPid   int       `json:"ownerPid"` // the process that ran Up
+	Detached   bool      `json:"detached"`
+	WorkDir    string    `json:"workDir"`
+	Kubeconfig string    `json:"kubeconfig"`
+	LogDir     string    `json:"logDir"`
+	Server     string    `json:"server,omitempty"`
+	// KubeVersion is the Kubernetes minor version, "1.37" (Options.KubeVersion).
+	KubeVersion string         `json:"kubeVersion,omitempty"`
+	Processes   []ProcessState `json:"processes"`
 }
 
 // ProcessState describes one started component.
@@ -71,6 +73,7 @@ func (c *Cluster) writeState() error {
 	s := State{
 		StartedAt: c.startedAt, OwnerPid: os.Getpid(), Detached: c.opts.Detach,
 		WorkDir: c.workDir, Kubeconfig: c.kubeconfig, LogDir: c.opts.LogDir,
+		KubeVersion: c.opts.KubeVersion,
 	}
 	if c.ports[KubeAPIServer] != 0 {
 		s.Server = c.serverURL()

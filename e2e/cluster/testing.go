@@ -43,7 +43,8 @@ var shared *Cluster
 //
 //	func TestMain(m *testing.M) { os.Exit(cluster.ForTests(m)) }
 //
-// It starts a cluster with default options, its state and logs in
+// It starts a cluster with default options (Kubernetes $E2E_KUBE_VERSION, see
+// TestOptions), its state and logs in
 // <TestStateRoot>/<package> (e.g. _output/e2e/clustertest/logs) so that the
 // test binaries of `go test ./...` do not collide, runs the tests, and stops
 // the cluster. With EnvReuse=1 it attaches to a live cluster instead and
@@ -133,13 +134,14 @@ func TestStateRoot() (string, error) {
 
 // TestOptions returns default Options whose StateDir (and so logs) is
 // <TestStateRoot>/<name>, for tests that run a cluster of their own beside
-// the shared one. ForTests' reaper covers such clusters too.
+// the shared one, and whose KubeVersion is $E2E_KUBE_VERSION (EnvKubeVersion;
+// Up refuses an unknown one). ForTests' reaper covers such clusters too.
 func TestOptions(name string) Options {
 	root, err := TestStateRoot()
 	if err != nil {
 		root = filepath.Join(os.TempDir(), "trainyard-e2e")
 	}
-	return Options{StateDir: filepath.Join(root, name)}
+	return Options{StateDir: filepath.Join(root, name), KubeVersion: os.Getenv(EnvKubeVersion)}
 }
 
 // NewNamespace creates a namespace named after the test and deletes it when

@@ -16,12 +16,48 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 )
 
-// The Workload API as served by Kubernetes 1.36; client-go v0.37 has no
-// types for v1alpha2, hence the dynamic client.
-var (
-	workloadGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
-	podGroupGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
-)
+// workloadManifests are a Workload with one gang template of minCount 3 and a
+// PodGroup of it, in the Workload API version the cluster serves: v1alpha2
+// (1.36), whose PodGroup names its template with
+// podGroupTemplateRef.workload{workloadName, podGroupTemplateName}, or v1beta1
+// (1.37), with workloadRef{workloadName, templateName}. The dynamic client
+// speaks both: client-go v0.37 has no types for v1alpha2.
+func workloadManifests(gv schema.GroupVersion) (workload, podGroup string) {
+	workload = `
+apiVersion: ` + gv.String() + `
+kind: Workload
+metadata:
+  name: trainer
+spec:
+  podGroupTemplates:
+  - name: trainer
+    schedulingPolicy:
+      gang:
+        minCount: 3
+`
+	ref := `
+  podGroupTemplateRef:
+    workload:
+      workloadName: trainer
+      podGroupTemplateName: trainer`
+	if gv.Version != "v1alpha2" {
+		ref = `
+  workloadRef:
+    workloadName: trainer
+    templateName: trainer`
+	}
+	podGroup = `
+apiVersion: ` + gv.String() + `
+kind: PodGroup
+metadata:
+  name: trainer-0
+spec:` + ref + `
+  schedulingPolicy:
+    gang:
+      minCount: 3
+`
+	return workload, podGroup
+}
 
 // poolLabel keeps the gang's pods on nodes this test adds (and other tests'
 // pods off them, through a taint of the same key).
@@ -29,7 +65,8 @@ const poolLabel = "trainyard.dev/e2e-pool"
 
 // TestWorkloadGangScheduling: three pods of a gang with minCount 3 each need
 // 4 of a node's 8 GPUs. With one node two would fit, but the gang holds all
-// three Pending; a second node lets all three bind.
+// three Pending; a second node lets all three bind. On 1.36 (v1alpha2) and 1.37
+// (v1beta1).
 func TestWorkloadGangScheduling(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := cluster.NewNamespace(t, c)
@@ -51,32 +88,10 @@ func TestWorkloadGangScheduling(t *testing.T) {
 	}
 	addPoolNode(ns + "-a")
 
-	workload := object(t, `
-apiVersion: scheduling.k8s.io/v1alpha2
-kind: Workload
-metadata:
-  name: trainer
-spec:
-  podGroupTemplates:
-  - name: trainer
-    schedulingPolicy:
-      gang:
-        minCount: 3
-`)
-	podGroup := object(t, `
-apiVersion: scheduling.k8s.io/v1alpha2
-kind: PodGroup
-metadata:
-  name: trainer-0
-spec:
-  podGroupTemplateRef:
-    workload:
-      workloadName: trainer
-      podGroupTemplateName: trainer
-  schedulingPolicy:
-    gang:
-      minCount: 3
-`)
+	gv := c.WorkloadAPI()
+	workloadYAML, podGroupYAML := workloadManifests(gv)
+	workload, podGroup := object(t, workloadYAML), object(t, podGroupYAML)
+	workloadGVR, podGroupGVR := gv.WithResource("workloads"), gv.WithResource("podgroups")
 	if _, err := c.Dynamic().Resource(workloadGVR).Namespace(ns).Create(ctx, workload, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating Workload: %v", err)
 	}

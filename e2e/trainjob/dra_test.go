@@ -3,6 +3,7 @@ package trainjob
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -135,6 +135,9 @@ func TestDRACapacityHint(t *testing.T) {
 // and the TrainJob completes.
 func TestWorkloadSharedClaimStaysPodLevelOn136(t *testing.T) {
 	e := newEnv(t)
+	if v := e.c.KubeVersion(); v != cluster.KubeVersion136 {
+		t.Skipf("Kubernetes %s: PodGroup-level claims are served (TestWorkloadSharedClaimReservedForPodGroupOn137)", v)
+	}
 	startController(t, e.c)
 	e.createGPUClaim(t, "shared-gpu", 1)
 	e.createRuntimeWith(t, "torch-gang", map[string]string{cluster.AnnotationCompleteDelay: "5s"}, func(rt *trainer.TrainingRuntime) {
@@ -147,8 +150,7 @@ func TestWorkloadSharedClaimStaysPodLevelOn136(t *testing.T) {
 	if c.Reason != "PodGroupClaimsNeedKubernetes137" || !strings.Contains(c.Message, "node/data") || !strings.Contains(c.Message, "Kubernetes 1.37") {
 		t.Errorf("PodGroupResourceClaims = %s/%q, want PodGroupClaimsNeedKubernetes137 naming node/data and Kubernetes 1.37", c.Reason, c.Message)
 	}
-	pg, err := e.c.Dynamic().Resource(schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}).
-		Namespace(e.ns).Get(context.Background(), "shared-node", metav1.GetOptions{})
+	pg, err := e.c.Dynamic().Resource(e.c.WorkloadAPI().WithResource("podgroups")).Namespace(e.ns).Get(context.Background(), "shared-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting PodGroup shared-node: %v", err)
 	}
@@ -161,6 +163,53 @@ func TestWorkloadSharedClaimStaysPodLevelOn136(t *testing.T) {
 			return false, err.Error()
 		}
 		return len(claim.Status.ReservedFor) == 2, fmt.Sprintf("reservedFor %v", claim.Status.ReservedFor)
+	})
+	e.waitCondition(t, "shared", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
+}
+
+// TestWorkloadSharedClaimReservedForPodGroupOn137 (KEP-5729): the same TrainJob on
+// Kubernetes 1.37, which serves scheduling.k8s.io/v1beta1 with DRAWorkloadResourceClaims:
+// the PodGroup carries the shared claim, the resourceclaim controller reserves the claim
+// once, for the PodGroup (not per pod), PodGroupResourceClaims=True says so, and the
+// TrainJob completes.
+func TestWorkloadSharedClaimReservedForPodGroupOn137(t *testing.T) {
+	e := newEnv(t)
+	if v := e.c.KubeVersion(); v != cluster.KubeVersion137 {
+		t.Skipf("Kubernetes %s serves no PodGroup-level claims (TestWorkloadSharedClaimStaysPodLevelOn136); run with %s=%s",
+			v, cluster.EnvKubeVersion, cluster.KubeVersion137)
+	}
+	startController(t, e.c)
+	e.createGPUClaim(t, "shared-gpu", 1)
+	e.createRuntimeWith(t, "torch-gang", map[string]string{cluster.AnnotationCompleteDelay: "5s"}, func(rt *trainer.TrainingRuntime) {
+		rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
+	})
+	e.createTrainJob(t, trainJob("shared", trainer.TrainingRuntimeKind, "torch-gang").withNumNodes(2).
+		withClaim(corev1.PodResourceClaim{Name: "data", ResourceClaimName: ptr.To("shared-gpu")}, nil))
+
+	c := e.waitCondition(t, "shared", "PodGroupResourceClaims", metav1.ConditionTrue, time.Minute)
+	if c.Reason != "ReservedForPodGroup" || !strings.Contains(c.Message, "scheduling.k8s.io/v1beta1") {
+		t.Errorf("PodGroupResourceClaims = True/%s %q, want ReservedForPodGroup naming scheduling.k8s.io/v1beta1", c.Reason, c.Message)
+	}
+	pg, err := e.c.Dynamic().Resource(e.c.WorkloadAPI().WithResource("podgroups")).Namespace(e.ns).Get(context.Background(), "shared-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting PodGroup shared-node: %v", err)
+	}
+	claims, _, _ := unstructured.NestedSlice(pg.Object, "spec", "resourceClaims")
+	if want := []any{map[string]any{"name": "data", "resourceClaimName": "shared-gpu"}}; !reflect.DeepEqual(claims, want) {
+		t.Errorf("PodGroup resourceClaims = %v, want %v", claims, want)
+	}
+	want := resourcev1.ResourceClaimConsumerReference{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "shared-node", UID: pg.GetUID()}
+	cluster.Eventually(t, time.Minute, "the shared claim allocated and reserved for the PodGroup alone", func(ctx context.Context) (bool, string) {
+		claim, err := e.c.Client().ResourceV1().ResourceClaims(e.ns).Get(ctx, "shared-gpu", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return claim.Status.Allocation != nil && len(claim.Status.ReservedFor) == 1 && claim.Status.ReservedFor[0] == want,
+			fmt.Sprintf("allocated %v, reservedFor %+v", claim.Status.Allocation != nil, claim.Status.ReservedFor)
+	})
+	cluster.Eventually(t, time.Minute, "both pods Running", func(ctx context.Context) (bool, string) {
+		bound, pending, err := e.boundPods(ctx, "shared")
+		return err == nil && bound == 2, fmt.Sprintf("bound %d, pending %d, err %v", bound, pending, err)
 	})
 	e.waitCondition(t, "shared", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
 }

@@ -3,6 +3,7 @@ package trainjob
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +21,6 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-)
-
-var (
-	workloadGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
-	podGroupGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
 )
 
 // poolLabel pins a test's pods to nodes the test adds (and keeps other pods off them
@@ -79,9 +75,10 @@ func (e *env) boundPods(ctx context.Context, name string) (bound, pending int, e
 
 // TestWorkloadGangSchedulesAllOrNothing: a TrainJob of three pods that each need 4 of
 // a node's 8 GPUs, on a runtime with podGroupPolicy.workload, gets a Workload and a
-// PodGroup with minCount 3; on one node none of its pods binds, and a second node lets
-// all three bind together and the TrainJob completes. Deleting the TrainJob deletes the
-// Workload and PodGroup.
+// PodGroup with minCount 3, in the Workload API version the cluster serves (v1alpha2 on
+// 1.36, v1beta1 on 1.37, each with its own reference to the Workload's template); on
+// one node none of its pods binds, and a second node lets all three bind together and
+// the TrainJob completes. Deleting the TrainJob deletes the Workload and PodGroup.
 func TestWorkloadGangSchedulesAllOrNothing(t *testing.T) {
 	e := newEnv(t)
 	startController(t, e.c)
@@ -90,17 +87,25 @@ func TestWorkloadGangSchedulesAllOrNothing(t *testing.T) {
 	e.createTrainJob(t, trainJob("gang", trainer.TrainingRuntimeKind, "gang").withNumNodes(3))
 
 	// Unstructured: the e2e module's client libraries (v0.37) have no v1alpha2 types.
-	var minCount int64
+	gv := e.c.WorkloadAPI()
+	workloadGVR, podGroupGVR := gv.WithResource("workloads"), gv.WithResource("podgroups")
+	var pg *unstructured.Unstructured
 	cluster.Eventually(t, time.Minute, "PodGroup gang-node", func(ctx context.Context) (bool, string) {
-		pg, err := e.c.Dynamic().Resource(podGroupGVR).Namespace(e.ns).Get(ctx, "gang-node", metav1.GetOptions{})
-		if err != nil {
+		var err error
+		if pg, err = e.c.Dynamic().Resource(podGroupGVR).Namespace(e.ns).Get(ctx, "gang-node", metav1.GetOptions{}); err != nil {
 			return false, err.Error()
 		}
-		minCount, _, _ = unstructured.NestedInt64(pg.Object, "spec", "schedulingPolicy", "gang", "minCount")
 		return true, ""
 	})
-	if minCount != 3 {
+	if minCount, _, _ := unstructured.NestedInt64(pg.Object, "spec", "schedulingPolicy", "gang", "minCount"); minCount != 3 {
 		t.Errorf("PodGroup gang minCount = %d, want 3", minCount)
+	}
+	refPath, wantRef := []string{"spec", "workloadRef"}, map[string]string{"workloadName": "gang", "templateName": "node"}
+	if gv.Version == "v1alpha2" {
+		refPath, wantRef = []string{"spec", "podGroupTemplateRef", "workload"}, map[string]string{"workloadName": "gang", "podGroupTemplateName": "node"}
+	}
+	if ref, _, _ := unstructured.NestedStringMap(pg.Object, refPath...); !maps.Equal(ref, wantRef) {
+		t.Errorf("PodGroup %s %s = %v, want %v", gv, strings.Join(refPath, "."), ref, wantRef)
 	}
 	if _, err := e.c.Dynamic().Resource(workloadGVR).Namespace(e.ns).Get(context.Background(), "gang", metav1.GetOptions{}); err != nil {
 		t.Errorf("Workload gang: %v", err)

@@ -38,8 +38,10 @@ const (
 	// when a podGroupPolicy.workload TrainJob's pods share a ResourceClaim that Trainyard
 	// would reserve for their PodGroup (KEP-5729) but the served Workload API version
 	// cannot take PodGroup-level claims (Kubernetes 1.36's v1alpha2 has them only behind
-	// an alpha gate); the claim stays pod-level and the TrainJob runs. Set with the
-	// JobSet apply; turns True once the claims go to the PodGroup.
+	// an alpha gate); the claim stays pod-level and the TrainJob runs. It is True
+	// (reason ReasonPodGroupClaims) when the served version takes them and they go to
+	// the PodGroup (Kubernetes 1.37). Set with the JobSet apply; absent when the pods
+	// share no claim.
 	ConditionPodGroupResourceClaims = "PodGroupResourceClaims"
 
 	ReasonRuntimeNotFound = "TrainingRuntimeNotFound"

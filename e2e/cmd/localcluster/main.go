@@ -69,23 +69,26 @@ func main() {
 
 // common holds the flags every command has.
 type common struct {
-	stateDir, logDir, cacheDir string
-	kueue                      bool
+	stateDir, logDir, cacheDir, kubeVersion string
+	kueue                                   bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
 	flags.StringVar(&c.stateDir, "state-dir", "", "folder of the kubeconfig, state.json and logs (default <repo>/"+cluster.DefaultStateDir+")")
 	flags.StringVar(&c.logDir, "log-dir", "", "folder of the component logs (default <state-dir>/logs)")
 	flags.StringVar(&c.cacheDir, "cache-dir", "", "binary cache root (default $"+cluster.EnvCacheDir+" or $HOME/.cache/trainyard)")
+	flags.StringVar(&c.kubeVersion, "kube-version", cluster.DefaultKubeVersion,
+		"Kubernetes minor version to build (build) or run (up): "+cluster.KubeVersion136+" or "+cluster.KubeVersion137)
 	flags.BoolVar(&c.kueue, "kueue", false, "also build (build) or run (up) the Kueue controller manager, its CRDs and webhooks, with the TrainJob integration")
 }
 
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:    cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue},
-		Kueue:    c.kueue,
-		Progress: os.Stderr,
+		Build:       cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion},
+		Kueue:       c.kueue,
+		KubeVersion: c.kubeVersion,
+		Progress:    os.Stderr,
 	}
 	if opts.StateDir == "" {
 		root, err := cluster.FindRepoRoot()
@@ -133,7 +136,7 @@ func runUp(ctx context.Context, args []string) error {
 	flags.StringVar(&memory, "memory", "256Gi", "memory capacity per node")
 	flags.IntVar(&pods, "pods", 110, "pod capacity per node")
 	flags.IntVar(&apiServerPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free one)")
-	flags.StringVar(&gates, "feature-gates", cluster.DefaultFeatureGates, "feature gates of the Kubernetes components")
+	flags.StringVar(&gates, "feature-gates", "", "feature gates of the Kubernetes components (default: the version's, "+cluster.DefaultFeatureGates+" on "+cluster.DefaultKubeVersion+")")
 	flags.DurationVar(&timeout, "timeout", 20*time.Minute, "overall bound for building and starting")
 	flags.DurationVar(&startTimeout, "start-timeout", 90*time.Second, "bound for each component to become ready")
 	_ = flags.Parse(args)
@@ -211,8 +214,8 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("cluster started %s by pid %d (detached: %v)\nserver: %s\ndata:   %s\nlogs:   %s\n",
-		s.StartedAt.Local().Format(time.RFC3339), s.OwnerPid, s.Detached, s.Server, s.WorkDir, s.LogDir)
+	fmt.Printf("cluster started %s by pid %d (detached: %v)\nkubernetes: %s\nserver: %s\ndata:   %s\nlogs:   %s\n",
+		s.StartedAt.Local().Format(time.RFC3339), s.OwnerPid, s.Detached, s.KubeVersion, s.Server, s.WorkDir, s.LogDir)
 	live := map[int]bool{}
 	for _, p := range s.Live() {
 		live[p.Pid] = true

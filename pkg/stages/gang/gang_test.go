@@ -281,7 +281,8 @@ func TestWorkloadVersions(t *testing.T) {
 // Shared claims (resourceClaimName) of a gang's pods are reserved for its PodGroup on
 // the 1.37 versions (KEP-5729), at most four, in the pods' order, in both the PodGroup
 // and its template; claims from templates stay pod-level; on v1alpha2 nothing moves and
-// PodGroupResourceClaims=False explains why; an earlier False turns True once they move.
+// PodGroupResourceClaims=False explains why; where they move it is True (and an earlier
+// False turns True).
 func TestWorkloadPodGroupResourceClaims(t *testing.T) {
 	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}}
 	claim := func(name string, shared bool) corev1.PodResourceClaim {
@@ -320,8 +321,13 @@ func TestWorkloadPodGroupResourceClaims(t *testing.T) {
 		if got := plan.PodSpec(plan.TrainerJob(p.JobSet)).ResourceClaims; len(got) != 6 {
 			t.Errorf("pod claims = %v, want all six kept (pods consume a PodGroup claim through their identical entry)", got)
 		}
-		if len(p.Conditions) != 0 {
-			t.Errorf("conditions = %v, want none on the happy path", p.Conditions)
+		if len(p.Conditions) != 1 {
+			t.Fatalf("conditions = %v, want PodGroupResourceClaims=True", p.Conditions)
+		}
+		c := p.Conditions[0]
+		if c.Type != trainjob.ConditionPodGroupResourceClaims || c.Status != metav1.ConditionTrue || c.Reason != trainjob.ReasonPodGroupClaims ||
+			!strings.Contains(c.Message, "[node/a node/b node/c node/d]") || !strings.Contains(c.Message, "scheduling.k8s.io/v1beta1") {
+			t.Errorf("condition = %+v, want True/%s naming the four claims moved and the version", c, trainjob.ReasonPodGroupClaims)
 		}
 	})
 	t.Run("1.36: pod-level, with a condition", func(t *testing.T) {

@@ -15,7 +15,8 @@
 //     v1beta1 and v1alpha3 (Kubernetes 1.37, feature gate DRAWorkloadResourceClaims,
 //     beta) get them: v1alpha2 has the field behind an alpha gate discovery cannot
 //     see, so there the claims stay pod-level and the condition PodGroupResourceClaims
-//     =False says that reserving them for the PodGroup needs Kubernetes 1.37. Claims
+//     =False says that reserving them for the PodGroup needs Kubernetes 1.37; where they
+//     move, PodGroupResourceClaims=True (reason ReservedForPodGroup) says so. Claims
 //     from ResourceClaimTemplates stay pod-level everywhere: one claim per pod.
 //
 // Initializers get no group: they must finish before the trainer starts (dependsOn), so
@@ -39,7 +40,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -116,7 +116,9 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		},
 	}
 	var podGroups []runtime.Object
-	var podLevel []string // shared claims left pod-level because the version cannot take them
+	// Shared claims, as "<replicatedJob>/<claim>": left pod-level because the version
+	// cannot take them, or moved to the PodGroups.
+	var podLevel, atGroup []string
 	for i := range p.JobSet.Spec.ReplicatedJobs {
 		rj := &p.JobSet.Spec.ReplicatedJobs[i]
 		switch plan.Ancestor(rj) {
@@ -129,10 +131,14 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		}
 		policy := schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: minCount}}
 		claims := sharedClaims(plan.PodSpec(rj))
-		if !podGroupClaims(version) {
-			for _, c := range claims {
+		for _, c := range claims {
+			if podGroupClaims(version) {
+				atGroup = append(atGroup, rj.Name+"/"+c.Name)
+			} else {
 				podLevel = append(podLevel, rj.Name+"/"+c.Name)
 			}
+		}
+		if !podGroupClaims(version) {
 			claims = nil
 		}
 		workload.Spec.PodGroupTemplates = append(workload.Spec.PodGroupTemplates,
@@ -157,7 +163,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 	if len(workload.Spec.PodGroupTemplates) == 0 {
 		return nil
 	}
-	setClaimsCondition(tj, p, version, podLevel)
+	setClaimsCondition(tj, p, version, podLevel, atGroup)
 	// The Workload first: the PodGroups reference it.
 	for _, obj := range append([]runtime.Object{workload}, podGroups...) {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
@@ -187,10 +193,14 @@ func sharedClaims(pod *corev1.PodSpec) []schedulingv1alpha2.PodGroupResourceClai
 	return out
 }
 
-// setClaimsCondition asks for PodGroupResourceClaims=False (through p.Conditions, set
-// with the JobSet apply) when shared claims stayed pod-level for want of a version
-// that takes them, and turns an earlier False True once they no longer do.
-func setClaimsCondition(tj *trainer.TrainJob, p *plan.Plan, version string, podLevel []string) {
+// setClaimsCondition asks for PodGroupResourceClaims (through p.Conditions, set with
+// the JobSet apply) whenever the gangs' pods share claims: False when they stayed
+// pod-level for want of a version that takes them (podLevel, "<replicatedJob>/<claim>"),
+// True (reason ReservedForPodGroup) when they went to the PodGroups (atGroup, the same
+// form), so that a TrainJob on Kubernetes 1.37 says its claims are reserved for its
+// PodGroups, and one that moved from 1.36 sees its False turn True. A TrainJob without
+// shared claims gets no condition.
+func setClaimsCondition(tj *trainer.TrainJob, p *plan.Plan, version string, podLevel, atGroup []string) {
 	switch {
 	case len(podLevel) > 0:
 		p.Conditions = append(p.Conditions, metav1.Condition{
@@ -200,11 +210,11 @@ func setClaimsCondition(tj *trainer.TrainJob, p *plan.Plan, version string, podL
 				"need scheduling.k8s.io/v1beta1 or v1alpha3 (Kubernetes 1.37); this cluster serves %s. The TrainJob runs; "+
 				"a claim can be reserved by at most 256 pods", podLevel, version),
 		})
-	case meta.IsStatusConditionFalse(tj.Status.Conditions, trainjob.ConditionPodGroupResourceClaims):
+	case len(atGroup) > 0:
 		p.Conditions = append(p.Conditions, metav1.Condition{
 			Type: trainjob.ConditionPodGroupResourceClaims, Status: metav1.ConditionTrue,
 			Reason: trainjob.ReasonPodGroupClaims, ObservedGeneration: tj.Generation,
-			Message: "the shared ResourceClaims are reserved for the PodGroups (" + version + ")",
+			Message: fmt.Sprintf("the shared ResourceClaims %v are reserved for the PodGroups (%s), once each, not per pod", atGroup, version),
 		})
 	}
 }
