@@ -111,17 +111,17 @@ func (b *Binaries) Path(name string) string {
 // The first build on a machine takes about 10 minutes on 2 idle cores.
 // Errors name the sources and the build log.
 func Build(ctx context.Context, opts BuildOptions) (*Binaries, error) {
-	return BuildSources(ctx, opts, opts.sources()...)
+	srcs, err := opts.sources()
+	if err != nil {
+		return nil, err
+	}
+	return BuildSources(ctx, opts, srcs...)
 }
 
 // BuildSources is [Build] for the sources given instead of [Sources], e.g.
 // [UpstreamTrainer]; the returned Binaries locate only theirs.
 func BuildSources(ctx context.Context, opts BuildOptions, srcs ...Source) (*Binaries, error) {
 	if err := opts.withDefaults(); err != nil {
-		return nil, err
-	}
-	srcs, err := opts.sources()
-	if err != nil {
 		return nil, err
 	}
 	bins := &Binaries{paths: map[string]string{}}
