@@ -155,11 +155,36 @@ func (c *Cluster) waitEstablished(ctx context.Context, name string) error {
 // kustomize overlay does. It returns once a dry-run JobSet is defaulted:
 // the controller panics on JobSets that were not.
 func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
-	data, err := os.ReadFile(c.bins.Path(assetJobSetWebhooks))
+	err := c.installWebhookManifest(ctx, assetJobSetWebhooks, JobSet, func(w localWebhook) bool {
+		if podWebhook(w.rules) {
+			*w.objectSelector = jobSetPodSelector()
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("installing JobSet webhooks: %w", err)
+	}
+	return c.waitJobSetDefaulting(ctx)
+}
+
+// localWebhook is one webhook of a Mutating- or ValidatingWebhookConfiguration,
+// the fields installWebhookManifest's callers read or set.
+type localWebhook struct {
+	rules                             []admissionv1.RuleWithOperations
+	namespaceSelector, objectSelector **metav1.LabelSelector
+}
+
+// installWebhookManifest registers the webhook configurations of a
+// component's shipped manifest (the asset named asset) with the API server,
+// each named "<component>-<name>", with the webhooks that adopt keeps (it
+// may set their selectors; false leaves one out), each pointed at the local
+// component (pointAtLocal).
+func (c *Cluster) installWebhookManifest(ctx context.Context, asset, component string, adopt func(localWebhook) bool) error {
+	data, err := os.ReadFile(c.bins.Path(asset))
 	if err != nil {
 		return err
 	}
-	err = forEachYAMLDoc(data, func(doc []byte) error {
+	return forEachYAMLDoc(data, func(doc []byte) error {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			return err
@@ -170,37 +195,35 @@ func (c *Cluster) installJobSetWebhooks(ctx context.Context) error {
 			if err := yaml.Unmarshal(doc, cfg); err != nil {
 				return err
 			}
-			cfg.Name = "jobset-" + cfg.Name
-			for i := range cfg.Webhooks {
-				w := &cfg.Webhooks[i]
-				c.pointAtLocal(JobSet, &w.ClientConfig)
-				if podWebhook(w.Rules) {
-					w.ObjectSelector = jobSetPodSelector()
+			cfg.Name = component + "-" + cfg.Name
+			kept := cfg.Webhooks[:0]
+			for _, w := range cfg.Webhooks {
+				if adopt(localWebhook{w.Rules, &w.NamespaceSelector, &w.ObjectSelector}) {
+					c.pointAtLocal(component, &w.ClientConfig)
+					kept = append(kept, w)
 				}
 			}
+			cfg.Webhooks = kept
 			return createOrReplace(ctx, c.client.AdmissionregistrationV1().MutatingWebhookConfigurations(), cfg)
 		case "ValidatingWebhookConfiguration":
 			cfg := &admissionv1.ValidatingWebhookConfiguration{}
 			if err := yaml.Unmarshal(doc, cfg); err != nil {
 				return err
 			}
-			cfg.Name = "jobset-" + cfg.Name
-			for i := range cfg.Webhooks {
-				w := &cfg.Webhooks[i]
-				c.pointAtLocal(JobSet, &w.ClientConfig)
-				if podWebhook(w.Rules) {
-					w.ObjectSelector = jobSetPodSelector()
+			cfg.Name = component + "-" + cfg.Name
+			kept := cfg.Webhooks[:0]
+			for _, w := range cfg.Webhooks {
+				if adopt(localWebhook{w.Rules, &w.NamespaceSelector, &w.ObjectSelector}) {
+					c.pointAtLocal(component, &w.ClientConfig)
+					kept = append(kept, w)
 				}
 			}
+			cfg.Webhooks = kept
 			return createOrReplace(ctx, c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), cfg)
 		default:
 			return fmt.Errorf("unexpected kind %q", meta.Kind)
 		}
 	})
-	if err != nil {
-		return fmt.Errorf("installing JobSet webhooks: %w", err)
-	}
-	return c.waitJobSetDefaulting(ctx)
 }
 
 // pointAtLocal replaces a webhook's service reference by the URL of the

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/yaml"
 )
 
 // KueueNamespace is the namespace Kueue considers its own (Configuration
@@ -176,56 +174,19 @@ var kueueWebhookGroups = []string{"kueue.x-k8s.io", "trainer.kubeflow.org"}
 // (not kube-system, not kueue-system). It returns once a TrainJob created
 // with a queue name is defaulted by Kueue (dry run).
 func (c *Cluster) installKueueWebhooks(ctx context.Context) error {
-	data, err := os.ReadFile(c.bins.Path(assetKueueWebhooks))
-	if err != nil {
-		return err
-	}
-	keep := func(rules []admissionv1.RuleWithOperations) bool {
-		for _, r := range rules {
+	selector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem, KueueNamespace},
+	}}}
+	err := c.installWebhookManifest(ctx, assetKueueWebhooks, Kueue, func(w localWebhook) bool {
+		for _, r := range w.rules {
 			for _, g := range r.APIGroups {
 				if !slices.Contains(kueueWebhookGroups, g) {
 					return false
 				}
 			}
 		}
-		return len(rules) > 0
-	}
-	selector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem, KueueNamespace},
-	}}}
-	err = forEachYAMLDoc(data, func(doc []byte) error {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return err
-		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			cfg := &admissionv1.MutatingWebhookConfiguration{}
-			if err := yaml.Unmarshal(doc, cfg); err != nil {
-				return err
-			}
-			cfg.Name = "kueue-" + cfg.Name
-			cfg.Webhooks = slices.DeleteFunc(cfg.Webhooks, func(w admissionv1.MutatingWebhook) bool { return !keep(w.Rules) })
-			for i := range cfg.Webhooks {
-				c.pointAtLocal(Kueue, &cfg.Webhooks[i].ClientConfig)
-				cfg.Webhooks[i].NamespaceSelector = selector
-			}
-			return createOrReplace(ctx, c.client.AdmissionregistrationV1().MutatingWebhookConfigurations(), cfg)
-		case "ValidatingWebhookConfiguration":
-			cfg := &admissionv1.ValidatingWebhookConfiguration{}
-			if err := yaml.Unmarshal(doc, cfg); err != nil {
-				return err
-			}
-			cfg.Name = "kueue-" + cfg.Name
-			cfg.Webhooks = slices.DeleteFunc(cfg.Webhooks, func(w admissionv1.ValidatingWebhook) bool { return !keep(w.Rules) })
-			for i := range cfg.Webhooks {
-				c.pointAtLocal(Kueue, &cfg.Webhooks[i].ClientConfig)
-				cfg.Webhooks[i].NamespaceSelector = selector
-			}
-			return createOrReplace(ctx, c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), cfg)
-		default:
-			return fmt.Errorf("unexpected kind %q", meta.Kind)
-		}
+		*w.namespaceSelector = selector
+		return len(w.rules) > 0
 	})
 	if err != nil {
 		return fmt.Errorf("installing Kueue webhooks: %w", err)
