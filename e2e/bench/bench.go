@@ -154,6 +154,29 @@ const (
 	idleScrapePeriod = time.Second
 )
 
+// clusterOptions returns the options of the local control plane a benchmark
+// mode runs on: its own state folder (_output/bench/cluster-<mode> under
+// repoRoot), logs in outDir/logs, and, for pods > 0, the JobSet controller
+// with kwok nodes of 500 pods each, room for every pod at once (kwok nodes are
+// free, and a run measures the controller, not a scheduling backlog); for
+// pods == 0 neither nodes nor the JobSet controller.
+func clusterOptions(repoRoot, outDir string, progress io.Writer, mode string, pods int) cluster.Options {
+	opts := cluster.Options{
+		StateDir: filepath.Join(repoRoot, "_output", "bench", "cluster-"+mode),
+		LogDir:   filepath.Join(outDir, "logs"),
+		Progress: progress,
+		Nodes:    -1,
+	}
+	opts.Build.RepoRoot = repoRoot
+	if pods == 0 {
+		opts.WithoutJobSetController = true
+		return opts
+	}
+	opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resource.MustParse("1000"), Memory: resource.MustParse("4Ti")}
+	opts.Nodes = (pods + 499) / 500
+	return opts
+}
+
 // Run runs one benchmark on a cluster of its own (started here and stopped
 // at the end) and writes its results into cfg.OutDir. It returns the
 // result even when a target is missed; errors are for runs that could not
@@ -170,22 +193,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := cluster.Options{
-		StateDir: filepath.Join(cfg.RepoRoot, "_output", "bench", "cluster-"+cfg.Mode),
-		LogDir:   filepath.Join(cfg.OutDir, "logs"),
-		Progress: cfg.Progress,
-		Nodes:    -1,
+	pods := 0
+	if cfg.Mode != ModeAdmission {
+		pods = cfg.N * int(cfg.NumNodes)
 	}
-	opts.Build.RepoRoot = cfg.RepoRoot
-	if cfg.Mode == ModeAdmission {
-		opts.WithoutJobSetController = true
-	} else {
-		// Room for every pod at once: kwok nodes are free, and the run
-		// measures the controller, not a scheduling backlog.
-		pods := cfg.N * int(cfg.NumNodes)
-		opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resource.MustParse("1000"), Memory: resource.MustParse("4Ti")}
-		opts.Nodes = (pods + 499) / 500
-	}
+	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, cfg.Mode, pods)
 	c, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return nil, err

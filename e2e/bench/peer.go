@@ -10,7 +10,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -378,19 +377,9 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (*PeerResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := cluster.Options{
-		StateDir:                filepath.Join(cfg.RepoRoot, "_output", "bench", "cluster-"+ModePeer),
-		LogDir:                  filepath.Join(cfg.OutDir, "logs"),
-		Progress:                cfg.Progress,
-		Nodes:                   -1,
-		WithoutJobSetController: true,
-	}
-	opts.Build.RepoRoot = cfg.RepoRoot
-	if cfg.LifecycleN > 0 {
-		pods := cfg.LifecycleN * int(cfg.NumNodes)
-		opts.NodeShape = cluster.NodeShape{Pods: 500, CPU: resource.MustParse("1000"), Memory: resource.MustParse("4Ti")}
-		opts.Nodes = (pods + 499) / 500
-	}
+	// The JobSet controller starts only for the lifecycle load, after the admission loads.
+	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, ModePeer, cfg.LifecycleN*int(cfg.NumNodes))
+	opts.WithoutJobSetController = true
 	c, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return nil, err

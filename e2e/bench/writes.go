@@ -152,15 +152,7 @@ func RunWrites(ctx context.Context, cfg WritesConfig) (*WritesResult, error) {
 		return nil, err
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", args...) }
-	opts := cluster.Options{
-		StateDir:                filepath.Join(cfg.RepoRoot, "_output", "bench", "cluster-"+ModeWrites),
-		LogDir:                  filepath.Join(cfg.OutDir, "logs"),
-		Progress:                cfg.Progress,
-		Nodes:                   -1,
-		WithoutJobSetController: true,
-	}
-	opts.Build.RepoRoot = cfg.RepoRoot
-	c, err := cluster.Up(ctx, opts)
+	c, err := cluster.Up(ctx, clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, ModeWrites, 0))
 	if err != nil {
 		return nil, err
 	}
