@@ -18,7 +18,7 @@ import (
 const (
 	// DefaultMaxConns is how many connections the server has open at once: at ~40 KiB
 	// each (TLS state, 4 KiB read and write buffers, the connection's goroutine and its
-	// request), 80 MiB. Further connections wait in the kernel's accept queue, costing
+	// request), 200 MiB. Further connections wait in the kernel's accept queue, costing
 	// the process nothing, until one closes. The issue-14 benchmark, without it, had
 	// ~9,200 connections open and a peak RSS of 803 MiB.
 	DefaultMaxConns = configv1alpha1.DefaultStatusMaxConnections

@@ -75,8 +75,8 @@ func defaults() *configv1alpha1.Configuration {
 			NamespaceQPS:   ptr.To[float32](10),
 			NamespaceBurst: ptr.To[int32](20),
 
-			MaxConnections:          ptr.To[int32](2048),
-			MaxKeepAliveConnections: ptr.To[int32](1536),
+			MaxConnections:          ptr.To[int32](5120),
+			MaxKeepAliveConnections: ptr.To[int32](4096),
 			MaxReportsInFlight:      ptr.To[int32](256),
 		},
 		SideObjects: configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},

@@ -56,8 +56,8 @@ const (
 	DefaultStatusNamespaceQPS      = 10
 	DefaultStatusNamespaceBurst    = 20
 	// The progress server's bounds: see StatusServerConfiguration and package progress.
-	DefaultStatusMaxConnections          = 2048
-	DefaultStatusMaxKeepAliveConnections = 1536
+	DefaultStatusMaxConnections          = 5120
+	DefaultStatusMaxKeepAliveConnections = 4096
 	DefaultStatusMaxReportsInFlight      = 256
 )
 

@@ -143,13 +143,14 @@ type StatusServerConfiguration struct {
 	NamespaceBurst *int32 `json:"namespaceBurst,omitempty"`
 	// maxConnections is how many connections a replica's progress server has open at
 	// once (~40 KiB each); more wait in the kernel's accept queue. It bounds the
-	// server's memory. At least 2. Defaults to 2048.
+	// server's memory. At least 2. Defaults to 5120.
 	// +optional
 	MaxConnections *int32 `json:"maxConnections,omitempty"`
 	// maxKeepAliveConnections is how many of them are kept open between reports; a
 	// connection answered while more are open is closed after its answer, and its
 	// trainer dials again (a TLS handshake) for its next report. At least 1, below
-	// maxConnections. Defaults to 1536.
+	// maxConnections. Defaults to 4096, for 4,096 trainers reporting through one replica
+	// without dialling again.
 	// +optional
 	MaxKeepAliveConnections *int32 `json:"maxKeepAliveConnections,omitempty"`
 	// maxReportsInFlight is how many reports a replica handles at once; more are
