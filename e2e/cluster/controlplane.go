@@ -55,6 +55,9 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 			"--initial-cluster=trainyard=" + peer,
 			// A throw-away cluster: durability is not worth the fsync cost.
 			"--unsafe-no-fsync=true",
+			// The 50,000-TrainJob benchmark with its raw-create limit holds ~250,000
+			// objects and their history: past etcd's default 2 GiB quota (NOSPACE).
+			"--quota-backend-bytes=8589934592",
 		},
 		ports: []int{c.ports[Etcd], c.ports[portEtcdPeer]},
 		ready: httpProbe(http.DefaultClient, client+"/health", `"health":"true"`),
