@@ -469,7 +469,8 @@ func kueueTargets(r *Result, k *Kueue) []Target {
 		Target:   fmt.Sprintf("≤ %.0f (lifecycle mode's target)", targetLifecycleWrites),
 		Measured: fmt.Sprintf("%.3f (%s)", c.WritesPerTrainJob, methods(c.Requests, true)),
 		Met:      c.WritesPerTrainJob <= targetLifecycleWrites,
-		Note:     "Trainyard's writes only, Kueue's are its own; a queued TrainJob's JobSet is written twice, created suspended and then resumed",
+		Note: "Trainyard's writes only (Kueue's are its own): a queued TrainJob's JobSet is written twice, created suspended and then resumed, " +
+			"and its status follows the JobSet's counts (jobsStatus, which Kueue reads) from suspended to succeeded; who writes what is under \"Through Kueue\"",
 	}, {
 		Name:     "Kueue's unsuspend → JobSet unsuspended p99",
 		Target:   fmt.Sprintf("≤ %.0f s", targetKueueResumeP99Seconds),
