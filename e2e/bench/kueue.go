@@ -649,7 +649,8 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 	if err := line(running, fmt.Sprintf("quota (%d)", r.Kueue.Quota), plotter.XYs{{X: 0, Y: quota}, {X: end, Y: quota}}, 2, true); err != nil {
 		return err
 	}
-	running.Y.Min, running.Y.Max = 0, quota*1.5 // room for the legend above the curves
+	// Room for the legend above the curves, which may pass the quota.
+	running.Y.Min, running.Y.Max = 0, max(quota, float64(r.Kueue.PeakTrainJobs), float64(r.Kueue.PeakJobSets))*1.5
 	running.Add(plotter.NewGrid())
 
 	lat := plot.New()
@@ -663,13 +664,12 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 	for i, d := range []struct {
 		name string
 		xs   []float64
-	}{{"unsuspend → JobSet unsuspended", k.resume}, {"created → Complete", tl.finishLatencies}} {
+	}{{"Kueue's unsuspend → JobSet unsuspended", k.resume}, {"created → Complete", tl.finishLatencies}} {
 		xs := positive(d.xs)
 		if len(xs) == 0 {
 			continue
 		}
-		name := fmt.Sprintf("%s (p50 %.2fs, p99 %.2fs)", d.name, percentile(xs, 50), percentile(xs, 99))
-		if err := line(lat, name, cdf(xs), i+3, false); err != nil {
+		if err := line(lat, d.name, cdf(xs), i+3, false); err != nil {
 			return err
 		}
 		highest = max(highest, xs[len(xs)-1])

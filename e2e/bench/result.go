@@ -607,7 +607,8 @@ func Report(r *Result) string {
 	} else if k := r.Kueue; k != nil {
 		w("Kueue %s with its TrainJob integration and webhooks; one ResourceFlavor, a ClusterQueue with a nominal quota of %d pods "+
 			"(%d TrainJobs of numNodes %d at a time), a LocalQueue every TrainJob names (label %s); "+
-			"each pod succeeds %s after it runs (kwok); one burst of creates, then every TrainJob run to Complete\n\n",
+			"each pod succeeds %s after it runs (kwok); one burst of creates, then every TrainJob run to Complete; "+
+			"the API server keeps an audit log (level Metadata) of the writes to TrainJobs and JobSets, for who writes what\n\n",
 			k.Version, k.QuotaPods, k.Quota, r.NumNodes, cluster.KueueQueueNameLabel, cluster.DefaultPodCompleteDelay)
 		w("![TrainJobs through Kueue over time, running at once, latency](plot.svg)\n\n")
 	} else {
