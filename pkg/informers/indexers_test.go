@@ -333,3 +333,39 @@ func TestStripManagedFields(t *testing.T) {
 		t.Errorf("StripManagedFields(string) = %v, %v", out, err)
 	}
 }
+
+// TestStripClientMetadata: kubectl's last-applied-configuration annotation and
+// managedFields go; every other annotation, the labels, spec and status stay.
+func TestStripClientMetadata(t *testing.T) {
+	lastApplied := `{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"llm"}}`
+	tj := utiltesting.MakeTrainJob("team-a", "llm").Suspend(true).
+		Condition(utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, "Suspended", "")).Obj()
+	tj.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	tj.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied, "team": "a"}
+	tj.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	want := tj.DeepCopy()
+	want.ManagedFields = nil
+	want.Annotations = map[string]string{"team": "a"}
+
+	out, err := StripClientMetadata(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("StripClientMetadata(TrainJob) (-want +got):\n%s", diff)
+	}
+
+	// A runtime applied with kubectl keeps no annotation at all.
+	rt := utiltesting.MakeClusterTrainingRuntime("torch")
+	rt.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied}
+	wantRT := rt.DeepCopy()
+	wantRT.Annotations = nil
+	if out, err := StripClientMetadata(rt); err != nil || !cmp.Equal(wantRT, out) {
+		t.Errorf("StripClientMetadata(ClusterTrainingRuntime) (-want +got):\n%s", cmp.Diff(wantRT, out))
+	}
+
+	tombstone := cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: tj}
+	if out, err := StripClientMetadata(tombstone); err != nil || !cmp.Equal(tombstone, out) {
+		t.Errorf("StripClientMetadata(tombstone) = %v, %v; want it unchanged", out, err)
+	}
+}

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -553,6 +555,37 @@ func TestJobSetCacheIsTrimmed(t *testing.T) {
 	if err != nil || len(owned) != 1 {
 		t.Errorf("ByIndex(%s) = %d objects, %v; want 1", IndexOwnerTrainJob, len(owned), err)
 	}
+}
+
+// TestTrainerCachesStripClientMetadata: the TrainJob and runtime informers cache their
+// objects through StripClientMetadata.
+func TestTrainerCachesStripClientMetadata(t *testing.T) {
+	h := newHarness(t)
+	applied := map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"TrainJob"}`, "team": "a"}
+	tj := utiltesting.MakeTrainJob("team-a", "applied").Obj()
+	tj.Annotations = maps.Clone(applied)
+	h.createTrainJob(t, tj)
+	llm := cache.ObjectName{Namespace: "team-a", Name: "applied"}
+	h.expect(t, []route{{build, llm}}, h.flushTrainJobs(t))
+
+	got, err := h.in.TrainJobLister.TrainJobs("team-a").Get("applied")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"team": "a"}, got.Annotations); diff != "" {
+		t.Errorf("cached TrainJob's annotations (-want +got):\n%s", diff)
+	}
+
+	rts := h.trainer.TrainerV1alpha1().ClusterTrainingRuntimes()
+	rt := utiltesting.MakeClusterTrainingRuntime("applied")
+	rt.Annotations = maps.Clone(applied)
+	if _, err := rts.Create(h.ctx, rt, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.poll(t, "the ClusterTrainingRuntime in the cache", func() bool {
+		cached, err := h.in.ClusterTrainingRuntimeLister.Get("applied")
+		return err == nil && cmp.Equal(map[string]string{"team": "a"}, cached.Annotations)
+	})
 }
 
 func TestRouteNeedsBothStages(t *testing.T) {

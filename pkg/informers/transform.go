@@ -21,6 +21,32 @@ func StripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// StripClientMetadata is the cache transform of TrainJobs, TrainingRuntimes and
+// ClusterTrainingRuntimes: besides managedFields it drops the annotation
+// kubectl.kubernetes.io/last-applied-configuration, which `kubectl apply` (without
+// --server-side) leaves on every object it writes: the whole object as JSON, as large
+// as the spec it repeats. Nothing reads an annotation of these objects from the cache
+// (a JobSet takes its metadata from the runtime's template and the TrainJob's
+// runtimePatches, never from the TrainJob's or the runtime's own metadata; a runtime
+// snapshot records name, uid, generation and spec). The other annotations and all
+// labels stay. Tombstones and objects without metadata pass unchanged.
+func StripClientMetadata(obj any) (any, error) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return obj, nil
+	}
+	accessor.SetManagedFields(nil)
+	if annotations := accessor.GetAnnotations(); annotations != nil {
+		if _, ok := annotations[corev1.LastAppliedConfigAnnotation]; ok {
+			delete(annotations, corev1.LastAppliedConfigAnnotation)
+			if len(annotations) == 0 {
+				accessor.SetAnnotations(nil)
+			}
+		}
+	}
+	return obj, nil
+}
+
 // TrimJobSet is the JobSet cache transform: it keeps what the readers of the JobSet
 // cache use and drops the rest (docs/design/memory.md).
 //
@@ -78,5 +104,6 @@ func sideObjectSecretVolumes(jobSet string, volumes []corev1.Volume) []corev1.Vo
 
 var (
 	_ cache.TransformFunc = StripManagedFields
+	_ cache.TransformFunc = StripClientMetadata
 	_ cache.TransformFunc = TrimJobSet
 )
