@@ -22,7 +22,7 @@ func TestMergeIgnoresClientMetadata(t *testing.T) {
 	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{Image: ptr.To("test:trainjob")})
 	tj.Annotations = map[string]string{
 		corev1.LastAppliedConfigAnnotation: `{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob"}`,
-		"team": "a",
+		"team":                             "a",
 	}
 	cached, err := informers.StripClientMetadata(tj.DeepCopy())
 	if err != nil {
