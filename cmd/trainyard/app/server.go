@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,11 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	klog.SetLogger(logger)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting Trainyard", "version", version.Version, "gitCommit", version.GitCommit)
+	if limit, err := memoryLimit(os.Getenv, cgroupMemoryLimitFiles, debug.SetMemoryLimit); err != nil {
+		logger.Error(err, "Leaving the Go runtime's memory limit unset")
+	} else if limit > 0 {
+		logger.Info("Set the Go runtime's soft memory limit from the container's", "bytes", limit, "ratio", MemoryLimitRatio)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
