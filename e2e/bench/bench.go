@@ -87,6 +87,9 @@ type Config struct {
 	Timeout time.Duration
 	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
 	ControllerArgs []string
+	// ControllerEnv is extra environment of the controller process only (NAME=value),
+	// e.g. "GOMEMLIMIT=64MiB"; the benchmark's own environment is every process's.
+	ControllerEnv []string
 	// Webhooks runs the controller with its admission server registered with the API
 	// server over 127.0.0.1 (as `make run`), so every TrainJob create of the burst is
 	// reviewed and defaulted; without it the controller serves no admission at all.
@@ -255,7 +258,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res := &Result{
 		Mode: r.cfg.Mode, N: r.cfg.N, Parallelism: r.cfg.Parallelism, NumNodes: r.cfg.NumNodes,
 		ControllerQPS: r.cfg.QPS, ControllerBurst: r.cfg.Burst, ControllerArgs: r.cfg.ControllerArgs,
-		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		ControllerEnv: r.cfg.ControllerEnv, StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
 	if err := r.installRuntime(ctx); err != nil {
 		return nil, err
@@ -269,7 +272,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, args...)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerEnv, args...)
 	if err != nil {
 		return nil, err
 	}

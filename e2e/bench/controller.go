@@ -43,9 +43,10 @@ func buildController(ctx context.Context, root string) (string, error) {
 
 // startControllerProcess starts binary against kubeconfig with the client
 // QPS and burst given (issue 9 measures with 2000/4000 so that the
-// controller, not its throttle, is measured) and waits until /readyz
-// answers 200 (caches synced). Its log goes to logPath.
-func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool, extraArgs ...string) (*controllerProcess, error) {
+// controller, not its throttle, is measured), env added to the benchmark's
+// environment, and waits until /readyz answers 200 (caches synced). Its log
+// goes to logPath.
+func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool, env []string, extraArgs ...string) (*controllerProcess, error) {
 	addrs, err := cluster.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 	}, extraArgs...)
 	return startProcess(ctx, processSpec{
 		name: controllerTrainyard, binary: binary, args: args, logPath: logPath,
-		metricsAddr: addrs[0], healthAddr: addrs[1],
+		metricsAddr: addrs[0], healthAddr: addrs[1], env: env,
 	})
 }
 

@@ -87,7 +87,7 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	cfg := r.cfg
 	res := &Result{
 		Mode: cfg.Mode, N: cfg.N, Parallelism: cfg.Parallelism, NumNodes: cfg.NumNodes,
-		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst, ControllerArgs: cfg.ControllerArgs,
+		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst, ControllerArgs: cfg.ControllerArgs, ControllerEnv: cfg.ControllerEnv,
 		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
 	if err := r.installRuntime(ctx); err != nil {
@@ -109,7 +109,7 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	args = append(args, "--status-server-bind-address="+progressAddr)
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(cfg.OutDir, "logs", "trainyard.log"), cfg.QPS, cfg.Burst, cfg.CPUProfile > 0, args...)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(cfg.OutDir, "logs", "trainyard.log"), cfg.QPS, cfg.Burst, cfg.CPUProfile > 0, cfg.ControllerEnv, args...)
 	if err != nil {
 		return nil, err
 	}
