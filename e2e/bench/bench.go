@@ -90,6 +90,9 @@ type Config struct {
 	Timeout time.Duration
 	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
 	ControllerArgs []string
+	// ControllerEnv is extra environment of the controller process only (NAME=value),
+	// e.g. "GOMEMLIMIT=64MiB"; the benchmark's own environment is every process's.
+	ControllerEnv []string
 	// Webhooks runs the controller with its admission server registered with the API
 	// server over 127.0.0.1 (as `make run`), so every TrainJob create of the burst is
 	// reviewed and defaulted; without it the controller serves no admission at all.
@@ -276,7 +279,7 @@ func newResult(cfg Config) *Result {
 	return &Result{
 		Mode: cfg.Mode, N: cfg.N, Parallelism: cfg.Parallelism, NumNodes: cfg.NumNodes,
 		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst, ControllerArgs: cfg.ControllerArgs,
-		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		ControllerEnv: cfg.ControllerEnv, StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
 }
 
@@ -290,7 +293,7 @@ func (r *runner) startController(ctx context.Context, extraArgs ...string) (*con
 		return nil, nil, err
 	}
 	args = append(args, extraArgs...)
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, args...)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerEnv, args...)
 	if err != nil {
 		return nil, nil, err
 	}

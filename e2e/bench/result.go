@@ -23,6 +23,7 @@ type Result struct {
 	ControllerQPS   float32   `json:"controllerQPS"`
 	ControllerBurst int32     `json:"controllerBurst"`
 	ControllerArgs  []string  `json:"controllerArgs,omitempty"`
+	ControllerEnv   []string  `json:"controllerEnv,omitempty"`
 	StartedAt       time.Time `json:"startedAt"`
 	CPUs            int       `json:"cpus"`
 	GoVersion       string    `json:"goVersion"`
@@ -599,7 +600,7 @@ func Report(r *Result) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Trainyard scale benchmark: %s, N = %d\n\n", r.Mode, r.N)
 	w("%s · %d CPUs · %s · %d creates in flight · controller client QPS %g / burst %d %s· numNodes %d\n\n",
-		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, strings.Join(r.ControllerArgs, " ")+" ", r.NumNodes)
+		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, strings.Join(slices.Concat(r.ControllerEnv, r.ControllerArgs), " ")+" ", r.NumNodes)
 	if p := r.Progress; p != nil {
 		w("%d pods (%d TrainJobs × numNodes %d, in %d namespaces, kept Running) report every %g s for %.1f s; the controller's progress server on 127.0.0.1 with its default write limits\n\n",
 			p.Pods, p.Writes.TrainJobs, r.NumNodes, p.Namespaces, p.ReportIntervalSeconds, p.WindowSeconds)

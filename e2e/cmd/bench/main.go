@@ -59,6 +59,13 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&cfg.Quota, "quota", bench.DefaultKueueQuota, "kueue mode: the ClusterQueue's quota, in TrainJobs at a time (numNodes pods each)")
+	flag.Func("controller-env", "an extra environment variable of the controller process only, e.g. --controller-env=GOMEMLIMIT=64MiB (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not NAME=value", v)
+		}
+		cfg.ControllerEnv = append(cfg.ControllerEnv, v)
+		return nil
+	})
 	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
 	flag.StringVar(&baseline, "baseline", "", "a result.json to compare admission throughput with (issue 9: 10,000 within 20% of 2,000)")
 	tolerance := flag.Float64("baseline-tolerance", 0.2, "how far below the baseline's throughput still meets the target (0.2: within 20%)")
