@@ -220,6 +220,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		}
 	}
 
+	if applied {
+		tj = s.newest(tj)
+	}
 	now := s.now()
 	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
@@ -262,6 +265,26 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		return stages.RequeueAfter(after), nil
 	}
 	return stages.WaitForEvent(), nil
+}
+
+// newest returns the cache's TrainJob of tj's key when it is tj itself (same uid) and
+// not being deleted, else tj. A pass that applied the JobSet computes the status from
+// it: the apply took a round trip to the API server, in which the TrainJob may have
+// changed, and a status computed from the copy read before would be outdated before it
+// is written. Through Kueue it is: Kueue writes its runtime patch (generation 2) and
+// unsuspends (generation 3) in two requests milliseconds apart, and the status of
+// generation 2 — Suspended=True with observedGeneration 2 — was a patch of its own,
+// followed by generation 3's Resumed; from the newest TrainJob the pass that applied
+// generation 2 writes Resumed at once, and generation 3's pass, which resumes the
+// JobSet, finds nothing left to write (docs/design/status-writes.md). The status
+// follows spec.suspend as upstream's does (trainer-compat §5.1); the newer generation
+// is queued for its own build (the informers route it), which resumes the JobSet.
+func (s *Stage) newest(tj *trainer.TrainJob) *trainer.TrainJob {
+	cached, err := s.TrainJobs.TrainJobs(tj.Namespace).Get(tj.Name)
+	if err != nil || cached.UID != tj.UID || cached.DeletionTimestamp != nil {
+		return tj
+	}
+	return cached
 }
 
 // applyIfChanged makes the plan's side objects exist as tj's (syncObjects; whatever

@@ -420,6 +420,61 @@ func TestSyncGateBeforeTheCacheCatchesUp(t *testing.T) {
 	}
 }
 
+// TestSyncStatusOfTheTrainJobAfterTheApply: Kueue writes its runtime patch (generation
+// 2) and unsuspends (generation 3) milliseconds apart, while the pass of generation 2
+// applies the JobSet. That pass writes the status of the TrainJob the cache holds after
+// the apply — resumed — and generation 3's pass, which resumes the JobSet, writes no
+// status: one status patch for Kueue's two writes, not one each (the first would only
+// move the Suspended condition's observedGeneration to 2).
+func TestSyncStatusOfTheTrainJobAfterTheApply(t *testing.T) {
+	queued := makeTrainJob().Generation(1).Suspend(true).Obj()
+	suspended := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	suspended.ObservedGeneration = 1
+	patched := makeTrainJob().Generation(2).Suspend(true).Condition(suspended).Obj()
+	unsuspended := makeTrainJob().Generation(3).Suspend(false).Condition(suspended).Obj()
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).Obj()
+	f := newFixture(t, patched, js)
+	f.plans.Put(key, patched.UID, patched.Generation, desiredPlan(t, patched))
+	// Kueue's unsuspend lands, and reaches the cache, while generation 2's JobSet is
+	// being applied.
+	landed := false
+	f.jobsets.PrependReactor("patch", "jobsets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if landed {
+			return false, nil, nil
+		}
+		landed = true
+		if err := f.trainer.Tracker().Update(trainer.SchemeGroupVersion.WithResource("trainjobs"), unsuspended.DeepCopy(), ns); err != nil {
+			t.Error(err)
+		}
+		if err := f.tjCache.Update(unsuspended.DeepCopy()); err != nil {
+			t.Error(err)
+		}
+		return false, nil, nil
+	})
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	got := findCondition(f.storedTrainJob(t).Status.Conditions, trainer.TrainJobSuspended)
+	if got == nil || got.Status != metav1.ConditionFalse || got.Reason != trainer.TrainJobResumedReason || got.ObservedGeneration != 3 {
+		t.Fatalf("after generation 2's apply, Suspended = %+v; want False, %s, observedGeneration 3 (the TrainJob the cache holds)", got, trainer.TrainJobResumedReason)
+	}
+
+	// Generation 3's pass: the cache shows the status write; the JobSet is resumed.
+	if err := f.tjCache.Update(f.storedTrainJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.plans.Put(key, unsuspended.UID, unsuspended.Generation, desiredPlan(t, unsuspended))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 2 {
+		t.Errorf("%d JobSet applies, want 2 (Kueue's patch, the resume)", n)
+	}
+	if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+		t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+	}
+}
+
 // TestSyncForeignJobSet: a JobSet of the TrainJob's name that the TrainJob does not
 // control is never applied over; the TrainJob says why.
 func TestSyncForeignJobSet(t *testing.T) {
