@@ -715,6 +715,8 @@ func TestSyncDeadline(t *testing.T) {
 	resumed := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionFalse, "Resumed", "TrainJob is resumed")
 	resumed.LastTransitionTime = metav1.NewTime(resumedAt)
 	resumed.ObservedGeneration = 1
+	queued := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	queued.LastTransitionTime = metav1.NewTime(t0)
 
 	cases := map[string]struct {
 		trainJob      *trainer.TrainJob
@@ -749,6 +751,11 @@ func TestSyncDeadline(t *testing.T) {
 			trainJob: base.Clone().Suspend(false).Condition(resumed).Obj(),
 			now:      resumedAt.Add(30 * time.Second),
 			want:     stages.RequeueAfter(30 * time.Second),
+		},
+		"resumed by this pass after a queue longer than the deadline: the clock starts now": {
+			trainJob: base.Clone().Suspend(false).Condition(queued).Obj(),
+			now:      t0.Add(time.Hour),
+			want:     stages.RequeueAfter(60 * time.Second),
 		},
 		"resumed long ago: elapsed": {
 			trainJob:      base.Clone().Suspend(false).Condition(resumed).Obj(),
