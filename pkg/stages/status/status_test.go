@@ -475,6 +475,79 @@ func TestSyncStatusOfTheTrainJobAfterTheApply(t *testing.T) {
 	}
 }
 
+// TestSyncSettlesAfterAnApply: the status of a pass that applied the JobSet waits
+// Settle for the JobSet controller's answer, and is written with it in one patch: a
+// TrainJob Kueue resumed gets Resumed and its Job's first pods in one status write
+// instead of Resumed (with the Job still counted suspended), then the counts. A status
+// carrying what only the applying pass knows (the plan's conditions) is written at once.
+func TestSyncSettlesAfterAnApply(t *testing.T) {
+	suspendedCond := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	suspendedCond.ObservedGeneration = 2
+	queued := makeTrainJob().Generation(2).Suspend(true).Condition(suspendedCond).Obj()
+	queued.Status.JobsStatus = []trainer.JobStatus{{Name: "node", Ready: ptr.To[int32](0), Succeeded: ptr.To[int32](0),
+		Failed: ptr.To[int32](0), Active: ptr.To[int32](0), Suspended: ptr.To[int32](1)}}
+	resumed := queued.DeepCopy()
+	resumed.Generation, resumed.Spec.Suspend = 3, ptr.To(false)
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).
+		ReplicatedJobStatus("node", 0, 0, 0, 0, 1).Obj()
+	f := newFixture(t, resumed, js)
+	f.stage.Settle = time.Second
+	f.plans.Put(key, resumed.UID, resumed.Generation, desiredPlan(t, resumed))
+	got, err := f.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(stages.RequeueAfter(time.Second), got); diff != "" {
+		t.Errorf("the resuming pass (-want +got):\n%s", diff)
+	}
+	if n := len(f.jobSetApplies()); n != 1 {
+		t.Fatalf("%d JobSet applies, want 1", n)
+	}
+	if w := utiltesting.Writes(f.trainer.Actions()); len(w) != 0 {
+		t.Fatalf("the resuming pass wrote %v, want nothing yet", w)
+	}
+
+	// The JobSet controller answered: the Job resumed, its pods created.
+	running := makeJobSet(resumed).Suspend(false).Annotation(status.AnnotationJobSetHash, appliedHash(t, f.jobSetApplies()[0])).
+		ReplicatedJobStatus("node", 0, 0, 0, 1, 0).Obj()
+	if err := f.jsCache.Update(running); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		t.Errorf("the settled sync (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+		t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+	}
+	stored := f.storedTrainJob(t)
+	if c := findCondition(stored.Status.Conditions, trainer.TrainJobSuspended); c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != 3 {
+		t.Errorf("Suspended = %+v, want False, observedGeneration 3", c)
+	}
+	if len(stored.Status.JobsStatus) != 1 || ptr.Deref(stored.Status.JobsStatus[0].Active, 0) != 1 {
+		t.Errorf("jobsStatus = %+v, want the Job active", stored.Status.JobsStatus)
+	}
+
+	t.Run("plan conditions are written at once", func(t *testing.T) {
+		f := newFixture(t, queued, nil)
+		f.stage.Settle = time.Second
+		p := desiredPlan(t, queued)
+		p.Conditions = []metav1.Condition{utiltesting.Condition("ProcsPerNodeDerived", metav1.ConditionTrue, "Derived", "from the GPU count")}
+		f.plans.Put(key, queued.UID, queued.Generation, p)
+		if got, err := f.sync(t); err != nil || got != stages.WaitForEvent() {
+			t.Fatalf("Sync = %v, %v; want WaitForEvent", got, err)
+		}
+		if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+			t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+		}
+		if c := findCondition(f.storedTrainJob(t).Status.Conditions, "ProcsPerNodeDerived"); c == nil {
+			t.Error("the plan's condition was not written")
+		}
+	})
+}
+
 // TestSyncForeignJobSet: a JobSet of the TrainJob's name that the TrainJob does not
 // control is never applied over; the TrainJob says why.
 func TestSyncForeignJobSet(t *testing.T) {
