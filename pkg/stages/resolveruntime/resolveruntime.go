@@ -22,9 +22,10 @@
 // that digest — it is the recorded runtime, byte for byte — and costs one GET of the
 // JobSet only when it has not (the runtime was edited, deleted or re-created since, or
 // the JobSet predates the digest). Through Kueue, whose runtime patch and unsuspend each
-// rebuild a TrainJob, that is two GETs per TrainJob saved. Recording the snapshot costs no write: it rides on the JobSet apply that
-// happens anyway. A JobSet without the annotation (built before snapshots existed)
-// gets the live runtime recorded the next time it may be written (while suspended).
+// rebuild a TrainJob, that is two GETs per TrainJob saved. Recording the snapshot costs
+// no write: it rides on the JobSet apply that happens anyway. A JobSet without the
+// annotation (built before snapshots existed) gets the live runtime recorded the next
+// time it may be written (while suspended).
 package resolveruntime
 
 import (

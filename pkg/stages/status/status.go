@@ -293,10 +293,10 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 // sync, which has neither the plan nor the apply, computes the same (later, the same as
 // write).
 func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJobStatus)) bool {
-	now, then := tj.Status.DeepCopy(), tj.Status.DeepCopy()
-	write(now)
-	later(then)
-	return !equality.Semantic.DeepEqual(&tj.Status, now) && equality.Semantic.DeepEqual(now, then)
+	written, settled := tj.Status.DeepCopy(), tj.Status.DeepCopy()
+	write(written)
+	later(settled)
+	return !equality.Semantic.DeepEqual(&tj.Status, written) && equality.Semantic.DeepEqual(written, settled)
 }
 
 // newest returns the cache's TrainJob of tj's key when it is tj itself (same uid) and
