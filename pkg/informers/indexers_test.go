@@ -159,6 +159,9 @@ func fullJobSet() *jobsetv1alpha2.JobSet {
 	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(true).
 		Annotation("trainyard.dev/jobset-hash", "abc").
 		Annotation(plan.AnnotationRuntimeSnapshot, `{"kind":"ClusterTrainingRuntime"}`).
+		// Kept by TrimJobSet: the build stage compares it with the live runtime's digest
+		// and reads the snapshot from the API only when they differ.
+		Annotation(plan.AnnotationRuntimeSnapshotHash, "0123456789abcdef0123456789abcdef").
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "initializer", Replicas: 1, Template: jobTemplate("init")}).
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 4, Template: jobTemplate("node")}).
 		Condition(utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")).

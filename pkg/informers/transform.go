@@ -51,8 +51,9 @@ func StripClientMetadata(obj any) (any, error) {
 // cache use and drops the rest (docs/design/memory.md).
 //
 // Kept: metadata but for managedFields and the runtime snapshot annotation
-// (plan.AnnotationRuntimeSnapshot, read from the API only when a TrainJob that has a
-// JobSet is rebuilt); spec.suspend (the status stage's apply gate, the consistency
+// (plan.AnnotationRuntimeSnapshot; its digest, plan.AnnotationRuntimeSnapshotHash, is
+// kept, so a TrainJob that has a JobSet is rebuilt without reading the snapshot from the
+// API unless the live runtime's digest differs); spec.suspend (the status stage's apply gate, the consistency
 // sweep); status whole (conditions, replicatedJobsStatus, restarts: the status stage,
 // admission, routing); and, for each replicatedJob whose pod template mounts one of the
 // TrainJob's create-only Secrets (sideObjectSecretVolumes, e.g. MPI's SSH key), its name

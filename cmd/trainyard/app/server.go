@@ -456,6 +456,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		Gang:             deps.gangWaiting,
 		RefusalThreshold: int(*cfg.RateLimit.RefusalThreshold),
 		RefusalDelay:     cfg.RateLimit.RefusalDelay.Duration,
+		Settle:           informers.StatusBatchPeriod,
 	}
 	all := []stages.Stage{
 		&resolveruntime.Stage{
