@@ -171,6 +171,13 @@ BENCH_WRITES_ROUNDS ?= 3
 bench-writes: ## What each way of writing a JobSet costs the API server (issue 17): server-side apply, create then merge patch, create then apply; BENCH_WRITES_N JobSets per method, BENCH_WRITES_ROUNDS rounds interleaved; latency, apiserver and etcd CPU per 1,000, stored and managedFields size, watch events, field ownership on later updates. Results: bench/results/writes-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=writes --n=$(BENCH_WRITES_N) --rounds=$(BENCH_WRITES_ROUNDS)
 
+BENCH_KUEUE_N     ?= 2000
+BENCH_KUEUE_QUOTA ?= 200
+
+.PHONY: bench-kueue
+bench-kueue: ## Trainyard under real Kueue v0.19.1 (issue 16): BENCH_KUEUE_N TrainJobs through one ClusterQueue with quota for BENCH_KUEUE_QUOTA at a time, each run to Complete; end-to-end time and throughput, the most running at once (≤ the quota), Trainyard's writes per TrainJob (and who writes what, from the audit log), Kueue's unsuspend → JobSet exists / unsuspended p50/p99, Kueue's and Trainyard's CPU. Results: bench/results/kueue-n<N>-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=kueue --n=$(BENCH_KUEUE_N) --quota=$(BENCH_KUEUE_QUOTA)
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

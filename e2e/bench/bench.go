@@ -10,7 +10,10 @@
 // TrainJobs' pods Running and has every pod report its training progress to
 // the controller's progress server, measuring the reports, the trainerStatus
 // writes they cost and admission throughput with and without them
-// (progress.go).
+// (progress.go). A fourth (kueue, issue 16) runs N TrainJobs through real
+// Kueue with quota for some of them at a time, each to Complete, and measures
+// the quota held, Trainyard's writes, and how soon Trainyard acts on Kueue's
+// unsuspend (kueue.go).
 //
 // Each run writes result.json, report.md and plot.svg to its output folder.
 // `make bench` runs it; see e2e/cmd/bench for the flags.
@@ -67,7 +70,7 @@ const (
 
 // Config is one benchmark run.
 type Config struct {
-	// Mode is ModeAdmission, ModeLifecycle or ModeProgress.
+	// Mode is ModeAdmission, ModeLifecycle, ModeProgress or ModeKueue.
 	Mode string
 	// N is the number of TrainJobs in the burst.
 	N int
@@ -87,6 +90,9 @@ type Config struct {
 	Timeout time.Duration
 	// ControllerArgs are extra flags for the controller, e.g. "--stage-workers=status=32".
 	ControllerArgs []string
+	// ControllerEnv is extra environment of the controller process only (NAME=value),
+	// e.g. "GOMEMLIMIT=64MiB"; the benchmark's own environment is every process's.
+	ControllerEnv []string
 	// Webhooks runs the controller with its admission server registered with the API
 	// server over 127.0.0.1 (as `make run`), so every TrainJob create of the burst is
 	// reviewed and defaulted; without it the controller serves no admission at all.
@@ -115,11 +121,20 @@ type Config struct {
 	// namespaces (default 10): the controller's write limits are per namespace and
 	// per replica.
 	Namespaces int
+
+	// Quota (Kueue mode only) is how many TrainJobs the ClusterQueue admits at a
+	// time (default DefaultKueueQuota).
+	Quota int
 }
 
 func (c *Config) defaults() error {
 	switch c.Mode {
 	case ModeAdmission, ModeLifecycle:
+	case ModeKueue:
+		c.Quota = cmp.Or(c.Quota, DefaultKueueQuota)
+		if c.Quota < 0 {
+			return fmt.Errorf("quota %d: want a positive number of TrainJobs", c.Quota)
+		}
 	case ModeProgress:
 		c.ReportInterval = cmp.Or(c.ReportInterval, time.Second)
 		c.ReportDuration = cmp.Or(c.ReportDuration, time.Minute)
@@ -130,7 +145,7 @@ func (c *Config) defaults() error {
 				c.ReportInterval, c.ReportDuration, c.AdmissionN, c.Namespaces)
 		}
 	default:
-		return fmt.Errorf("mode %q: want %q, %q or %q", c.Mode, ModeAdmission, ModeLifecycle, ModeProgress)
+		return fmt.Errorf("mode %q: want %q, %q, %q or %q", c.Mode, ModeAdmission, ModeLifecycle, ModeProgress, ModeKueue)
 	}
 	if c.N <= 0 || c.Parallelism <= 0 || c.NumNodes <= 0 {
 		return fmt.Errorf("n, parallelism and numNodes must be positive (got %d, %d, %d)", c.N, c.Parallelism, c.NumNodes)
@@ -198,6 +213,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		pods = cfg.N * int(cfg.NumNodes)
 	}
 	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, cfg.Mode, pods)
+	// Kueue mode: Kueue, and the audit log that says who wrote what (kueueWrites).
+	opts.Kueue, opts.AuditLog = cfg.Mode == ModeKueue, cfg.Mode == ModeKueue
 	c, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -212,8 +229,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	run := r.run
-	if cfg.Mode == ModeProgress {
+	switch cfg.Mode {
+	case ModeProgress:
 		run = r.runProgress
+	case ModeKueue:
+		run = r.runKueue
 	}
 	res, err := run(ctx)
 	if err != nil {
@@ -234,6 +254,9 @@ type runner struct {
 	trainers trainerclient.Interface
 	jobsets  jobsetclient.Interface
 	timeline *timeline
+	// queueName, when set, is the Kueue LocalQueue every TrainJob created is
+	// submitted to (label cluster.KueueQueueNameLabel).
+	queueName string
 }
 
 func (r *runner) connect() error {
@@ -251,12 +274,40 @@ func (r *runner) connect() error {
 	return err
 }
 
-func (r *runner) run(ctx context.Context) (*Result, error) {
-	res := &Result{
-		Mode: r.cfg.Mode, N: r.cfg.N, Parallelism: r.cfg.Parallelism, NumNodes: r.cfg.NumNodes,
-		ControllerQPS: r.cfg.QPS, ControllerBurst: r.cfg.Burst, ControllerArgs: r.cfg.ControllerArgs,
-		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+// newResult returns a Result with cfg's settings and the machine's, started now.
+func newResult(cfg Config) *Result {
+	return &Result{
+		Mode: cfg.Mode, N: cfg.N, Parallelism: cfg.Parallelism, NumNodes: cfg.NumNodes,
+		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst, ControllerArgs: cfg.ControllerArgs,
+		ControllerEnv: cfg.ControllerEnv, StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
+}
+
+// startController starts the controller binary with Config's flags (serverArgs)
+// and extraArgs, logging to <OutDir>/logs/trainyard.log, and with Config.Webhooks
+// waits until the API server calls its webhooks. It returns the process and the
+// flags beyond the common ones (for a restart with the same). The caller stops it.
+func (r *runner) startController(ctx context.Context, extraArgs ...string) (*controllerProcess, []string, error) {
+	args, webhookURL, err := r.serverArgs()
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, extraArgs...)
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerEnv, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if webhookURL != "" {
+		if err := r.waitWebhooks(ctx, webhookURL); err != nil {
+			ctrl.Stop()
+			return nil, nil, err
+		}
+	}
+	return ctrl, args, nil
+}
+
+func (r *runner) run(ctx context.Context) (*Result, error) {
+	res := newResult(r.cfg)
 	if err := r.installRuntime(ctx); err != nil {
 		return nil, err
 	}
@@ -265,20 +316,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	args, webhookURL, err := r.serverArgs()
-	if err != nil {
-		return nil, err
-	}
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, args...)
+	ctrl, args, err := r.startController(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer ctrl.Stop()
-	if webhookURL != "" {
-		if err := r.waitWebhooks(ctx, webhookURL); err != nil {
-			return nil, err
-		}
-	}
 
 	m, err := r.measure(ctx, ctrl, benchNamespace, r.cfg.N, r.cfg.Mode == ModeLifecycle, 0)
 	if err != nil {
@@ -541,6 +583,9 @@ func (r *runner) createTrainJobIn(namespace func(i int) string, suspend bool) fu
 		}
 		if suspend {
 			tj.Spec.Suspend = ptr.To(true)
+		}
+		if r.queueName != "" {
+			tj.Labels = map[string]string{cluster.KueueQueueNameLabel: r.queueName}
 		}
 		_, err := r.trainers.TrainerV1alpha1().TrainJobs(ns).Create(ctx, tj, metav1.CreateOptions{})
 		return err

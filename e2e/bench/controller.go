@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -43,12 +44,18 @@ func buildController(ctx context.Context, root string) (string, error) {
 
 // startControllerProcess starts binary against kubeconfig with the client
 // QPS and burst given (issue 9 measures with 2000/4000 so that the
-// controller, not its throttle, is measured) and waits until /readyz
-// answers 200 (caches synced). Its log goes to logPath.
-func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool, extraArgs ...string) (*controllerProcess, error) {
-	addrs, err := cluster.FreeAddrs(2)
+// controller, not its throttle, is measured), env added to the benchmark's
+// environment, and waits until /readyz answers 200 (caches synced). Its log goes to logPath. Its progress server
+// listens on a free 127.0.0.1 port unless extraArgs set --status-server-bind-address:
+// the default, :10443, may be held by another controller on the machine, and the
+// controller is not ready until its progress server serves.
+func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath string, qps float32, burst int32, profiling bool, env []string, extraArgs ...string) (*controllerProcess, error) {
+	addrs, err := cluster.FreeAddrs(3)
 	if err != nil {
 		return nil, err
+	}
+	if !slices.ContainsFunc(extraArgs, func(a string) bool { return strings.HasPrefix(a, "--status-server-bind-address=") }) {
+		extraArgs = append([]string{"--status-server-bind-address=" + addrs[2]}, extraArgs...)
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
@@ -61,7 +68,7 @@ func startControllerProcess(ctx context.Context, binary, kubeconfig, logPath str
 	}, extraArgs...)
 	return startProcess(ctx, processSpec{
 		name: controllerTrainyard, binary: binary, args: args, logPath: logPath,
-		metricsAddr: addrs[0], healthAddr: addrs[1],
+		metricsAddr: addrs[0], healthAddr: addrs[1], env: env,
 	})
 }
 

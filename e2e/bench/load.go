@@ -101,23 +101,34 @@ func (a *arrivals) At(name string) (time.Time, bool) {
 // The informer stops with ctx; watchArrivals returns once it has synced.
 func watchArrivals(ctx context.Context, client rest.Interface, resource, namespace string, example runtime.Object, pred func(obj any) (name string, ok bool)) (*arrivals, error) {
 	a := newArrivals()
-	lw := cache.NewListWatchFromClient(client, resource, namespace, fields.Everything())
 	observe := func(obj any) {
 		if name, ok := pred(obj); ok {
 			a.record(name, time.Now())
 		}
 	}
+	err := startInformer(ctx, client, resource, namespace, example, cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// startInformer runs a watch-backed informer on resource in namespace through client
+// (a typed client's RESTClient), calling handler for each event as it is received,
+// one at a time and in the watch's order; it stops with ctx. It returns once the
+// informer has synced. Errors: ctx ended first.
+func startInformer(ctx context.Context, client rest.Interface, resource, namespace string, example runtime.Object, handler cache.ResourceEventHandler) error {
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		ListerWatcher: cache.NewListWatchFromClient(client, resource, namespace, fields.Everything()),
 		ObjectType:    example,
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    observe,
-			UpdateFunc: func(_, obj any) { observe(obj) },
-		},
+		Handler:       handler,
 	})
 	go ctrl.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return a, nil
+	return nil
 }

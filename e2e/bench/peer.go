@@ -481,7 +481,7 @@ func (p *peerRunner) run(ctx context.Context, name, ns, mode string, n int) (*Pe
 	var ctrl *controllerProcess
 	var err error
 	if name == controllerTrainyard {
-		ctrl, err = startControllerProcess(ctx, p.binary, p.cluster.Kubeconfig(), logPath, p.cfg.QPS, p.cfg.Burst, false,
+		ctrl, err = startControllerProcess(ctx, p.binary, p.cluster.Kubeconfig(), logPath, p.cfg.QPS, p.cfg.Burst, false, p.cfg.ControllerEnv,
 			append(slices.Clone(p.cfg.ControllerArgs), "--webhook-bind-address=0")...)
 	} else {
 		ctrl, err = startUpstreamController(ctx, p.upstream, p.cluster, filepath.Join(p.cfg.OutDir, "logs", "upstream"), logPath, p.cfg.QPS, p.cfg.Burst)

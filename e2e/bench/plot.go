@@ -25,6 +25,8 @@ type timeline struct {
 	finishLatencies             []float64 // create → Complete, seconds
 	// progress is what progress mode plots instead.
 	progress *progressTimeline
+	// kueue is what Kueue mode plots beyond the curves above.
+	kueue *kueueTimeline
 }
 
 func newTimeline(created burstResult, admitted, finished *arrivals, mode string) *timeline {
@@ -95,6 +97,9 @@ func writePlot(path string, r *Result, tl *timeline) error {
 	}
 	if tl.progress != nil {
 		return writeProgressPlot(path, r, tl.progress)
+	}
+	if tl.kueue != nil {
+		return writeKueuePlot(path, r, tl)
 	}
 	over := plot.New()
 	over.Title.Text = fmt.Sprintf("%d TrainJobs (%s) over time", r.N, r.Mode)

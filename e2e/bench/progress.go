@@ -85,11 +85,7 @@ func progressNamespaces(n int) []string {
 // namespace a quarter of the way in, and measure the window.
 func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	cfg := r.cfg
-	res := &Result{
-		Mode: cfg.Mode, N: cfg.N, Parallelism: cfg.Parallelism, NumNodes: cfg.NumNodes,
-		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst, ControllerArgs: cfg.ControllerArgs,
-		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
-	}
+	res := newResult(cfg)
 	if err := r.installRuntime(ctx); err != nil {
 		return nil, err
 	}
@@ -104,21 +100,11 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	progressAddr := addrs[0]
-	args, webhookURL, err := r.serverArgs()
-	if err != nil {
-		return nil, err
-	}
-	args = append(args, "--status-server-bind-address="+progressAddr)
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(cfg.OutDir, "logs", "trainyard.log"), cfg.QPS, cfg.Burst, cfg.CPUProfile > 0, args...)
+	ctrl, _, err := r.startController(ctx, "--status-server-bind-address="+progressAddr)
 	if err != nil {
 		return nil, err
 	}
 	defer ctrl.Stop()
-	if webhookURL != "" {
-		if err := r.waitWebhooks(ctx, webhookURL); err != nil {
-			return nil, err
-		}
-	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	sampler := newSampler(ctrl, r.cluster.ComponentPids())

@@ -53,7 +53,7 @@ func (r *runner) measureRestart(ctx context.Context, n int, args []string) (*Res
 	r.say("restart: starting the controller again with %d TrainJobs and their JobSets present", n)
 	start := time.Now()
 	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard-restart.log"),
-		r.cfg.QPS, r.cfg.Burst, false, args...)
+		r.cfg.QPS, r.cfg.Burst, false, r.cfg.ControllerEnv, args...)
 	if err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
 )
 
 // Result is one run's figures; result.json is this struct. Times are
@@ -21,6 +23,7 @@ type Result struct {
 	ControllerQPS   float32   `json:"controllerQPS"`
 	ControllerBurst int32     `json:"controllerBurst"`
 	ControllerArgs  []string  `json:"controllerArgs,omitempty"`
+	ControllerEnv   []string  `json:"controllerEnv,omitempty"`
 	StartedAt       time.Time `json:"startedAt"`
 	CPUs            int       `json:"cpus"`
 	GoVersion       string    `json:"goVersion"`
@@ -37,6 +40,9 @@ type Result struct {
 	// Progress: the reporting window and the admission bursts (progress mode only).
 	// Controller, Stages, Components and Machine then cover the reporting window.
 	Progress *Progress `json:"progress,omitempty"`
+	// Kueue: the TrainJobs through Kueue (kueue mode only); Admission and Lifecycle
+	// are then of the same run, the JobSets they count created suspended.
+	Kueue *Kueue `json:"kueue,omitempty"`
 
 	Controller Controller `json:"controller"`
 	Stages     []Stage    `json:"stages"`
@@ -350,6 +356,9 @@ func evaluateTargets(r *Result) []Target {
 		add("TrainJobs finished", fmt.Sprint(r.N), fmt.Sprintf("%d (%d Failed)", r.Lifecycle.Finished, r.Lifecycle.Failed),
 			r.Lifecycle.Finished == r.N && r.Lifecycle.Failed == 0, "")
 	}
+	if k := r.Kueue; r.Mode == ModeKueue && k != nil {
+		ts = append(ts, kueueTargets(r, k)...)
+	}
 	if p := r.Progress; r.Mode == ModeProgress && p != nil {
 		w := p.Writes
 		add("trainerStatus writes per TrainJob per period", fmt.Sprintf("≤ 1 per %.0f s (≤ %.1f writes/s)", p.WritePeriodSeconds, float64(w.TrainJobs)/p.WritePeriodSeconds),
@@ -396,6 +405,13 @@ func evaluateTargets(r *Result) []Target {
 		failed := p.Client.Sent - p.Client.Accepted
 		add("errors", "0", fmt.Sprintf("%d create errors, %.0f failed syncs, %d reports not accepted, %.0f failed trainerStatus writes", errs, sum(c.Errors), failed, p.Writes.Failed),
 			errs == 0 && sum(c.Errors) == 0 && failed == 0 && p.Writes.Failed == 0, p.Client.FirstError)
+	} else if k := r.Kueue; k != nil {
+		failed := 0
+		if r.Lifecycle != nil {
+			failed = r.Lifecycle.Failed
+		}
+		add("errors", "0", fmt.Sprintf("%d create errors, %.0f failed syncs, %d Failed TrainJobs, %d not suspended by Kueue at creation", errs, sum(c.Errors), failed, k.NotSuspendedAtCreate),
+			errs == 0 && sum(c.Errors) == 0 && failed == 0 && k.NotSuspendedAtCreate == 0, "")
 	} else {
 		add("errors", "0", fmt.Sprintf("%d create errors, %.0f failed syncs", errs, sum(c.Errors)), errs == 0 && sum(c.Errors) == 0, "")
 	}
@@ -584,11 +600,18 @@ func Report(r *Result) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Trainyard scale benchmark: %s, N = %d\n\n", r.Mode, r.N)
 	w("%s · %d CPUs · %s · %d creates in flight · controller client QPS %g / burst %d %s· numNodes %d\n\n",
-		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, strings.Join(r.ControllerArgs, " ")+" ", r.NumNodes)
+		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Parallelism, r.ControllerQPS, r.ControllerBurst, strings.Join(slices.Concat(r.ControllerEnv, r.ControllerArgs), " ")+" ", r.NumNodes)
 	if p := r.Progress; p != nil {
 		w("%d pods (%d TrainJobs × numNodes %d, in %d namespaces, kept Running) report every %g s for %.1f s; the controller's progress server on 127.0.0.1 with its default write limits\n\n",
 			p.Pods, p.Writes.TrainJobs, r.NumNodes, p.Namespaces, p.ReportIntervalSeconds, p.WindowSeconds)
 		w("![reports and writes over time, latency](plot.svg)\n\n")
+	} else if k := r.Kueue; k != nil {
+		w("Kueue %s with its TrainJob integration and webhooks; one ResourceFlavor, a ClusterQueue with a nominal quota of %d pods "+
+			"(%d TrainJobs of numNodes %d at a time), a LocalQueue every TrainJob names (label %s); "+
+			"each pod succeeds %s after it runs (kwok); one burst of creates, then every TrainJob run to Complete; "+
+			"the API server keeps an audit log (level Metadata) of the writes to TrainJobs and JobSets, for who writes what\n\n",
+			k.Version, k.QuotaPods, k.Quota, r.NumNodes, cluster.KueueQueueNameLabel, cluster.DefaultPodCompleteDelay)
+		w("![TrainJobs through Kueue over time, running at once, latency](plot.svg)\n\n")
 	} else {
 		w("![admissions over time and latency](plot.svg)\n\n")
 	}
@@ -601,7 +624,11 @@ func Report(r *Result) string {
 		w("| %s | %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met, t.Note)
 	}
 	if a := r.Admission; a != nil {
-		w("\n## Admission (TrainJob created → JobSet exists)\n\n")
+		if r.Kueue != nil {
+			w("\n## Admission (TrainJob created → JobSet exists, suspended while Kueue queues the TrainJob)\n\n")
+		} else {
+			w("\n## Admission (TrainJob created → JobSet exists)\n\n")
+		}
 		w("- %d TrainJobs created in %.2f s (%.0f/s, %d errors)\n", r.N, a.CreateSeconds, a.TrainJobCreatesPerSecond, a.CreateErrors)
 		w("- %d admitted in %.2f s: **%.0f TrainJobs/s**\n", a.Admitted, a.Seconds, a.TrainJobsPerSecond)
 		w("- latency p50 %.3f s, p99 %.3f s, max %.3f s\n", a.LatencyP50, a.LatencyP99, a.LatencyMax)
@@ -632,6 +659,9 @@ func Report(r *Result) string {
 	}
 	if p := r.Progress; p != nil {
 		progressReport(w, r, p)
+	}
+	if k := r.Kueue; k != nil {
+		kueueReport(w, r, k)
 	}
 	c := r.Controller
 	if p := r.Progress; p != nil {

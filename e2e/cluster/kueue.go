@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -226,4 +229,114 @@ func (c *Cluster) waitKueueDefaulting(ctx context.Context) error {
 		return &StartError{Component: Kueue, LogPath: filepath.Join(c.opts.LogDir, Kueue+".log"), Err: fmt.Errorf("webhooks not serving: %v: %w", last, err)}
 	}
 	return nil
+}
+
+// kueueKinds maps the resource of each Kueue*GVR to its kind.
+var kueueKinds = map[string]string{
+	"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
+	"workloads": "Workload", "workloadpriorityclasses": "WorkloadPriorityClass", "topologies": "Topology",
+	"multikueueclusters": "MultiKueueCluster", "multikueueconfigs": "MultiKueueConfig", "admissionchecks": "AdmissionCheck",
+}
+
+// CreateKueueObject creates the Kueue object of gvr (one of the Kueue*GVR
+// variables) named name, in namespace ns or, with ns "", cluster-scoped, with
+// the top-level fields given (e.g. "spec", or "value" of a
+// WorkloadPriorityClass), and returns it as stored. Errors: gvr is not a Kueue
+// resource of this package, or the API server refused the create.
+func (c *Cluster) CreateKueueObject(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, fields map[string]any) (*unstructured.Unstructured, error) {
+	kind, ok := kueueKinds[gvr.Resource]
+	if !ok || gvr.Group != KueueClusterQueueGVR.Group {
+		return nil, fmt.Errorf("creating %s: not a Kueue resource", gvr)
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(), "kind": kind,
+		"metadata": map[string]any{"name": name},
+	}}
+	maps.Copy(obj.Object, fields)
+	out, err := c.dynamic.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating %s %s: %w", kind, name, err)
+	}
+	return out, nil
+}
+
+// KueueClusterQueueSpec returns the spec of a ClusterQueue that admits the
+// workloads of namespace ns (all namespaces for "") from one ResourceFlavor,
+// flavor, with the nominal quota given for each resource it covers, and no
+// borrowing or preemption: Kueue's plain quota. Quota "pods" counts pods, each
+// pod set its count (Kueue's flavor assigner adds it to every request when a
+// ClusterQueue covers it). Callers may change the map (preemption, admission
+// checks) before creating the ClusterQueue with CreateKueueObject.
+func KueueClusterQueueSpec(ns, flavor string, quota corev1.ResourceList) map[string]any {
+	names := make([]string, 0, len(quota))
+	for name := range quota {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	covered := make([]any, 0, len(names))
+	resources := make([]any, 0, len(names))
+	for _, name := range names {
+		q := quota[corev1.ResourceName(name)]
+		covered = append(covered, name)
+		resources = append(resources, map[string]any{"name": name, "nominalQuota": q.String()})
+	}
+	selector := map[string]any{}
+	if ns != "" {
+		selector["matchLabels"] = map[string]any{corev1.LabelMetadataName: ns}
+	}
+	return map[string]any{
+		"namespaceSelector": selector,
+		"resourceGroups": []any{map[string]any{
+			"coveredResources": covered,
+			"flavors":          []any{map[string]any{"name": flavor, "resources": resources}},
+		}},
+	}
+}
+
+// WaitKueueQueueActive waits until Kueue reports ClusterQueue clusterQueue and
+// LocalQueue localQueue of namespace ns Active (it has seen their flavors and
+// admits from them), polling every 250 ms. Errors: not Active within timeout
+// (the error gives the last conditions seen), or ctx ended.
+func (c *Cluster) WaitKueueQueueActive(ctx context.Context, clusterQueue, ns, localQueue string, timeout time.Duration) error {
+	state := ""
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, q := range []struct {
+			gvr      schema.GroupVersionResource
+			ns, name string
+		}{{KueueClusterQueueGVR, "", clusterQueue}, {KueueLocalQueueGVR, ns, localQueue}} {
+			u, err := c.dynamic.Resource(q.gvr).Namespace(q.ns).Get(ctx, q.name, metav1.GetOptions{})
+			if err != nil {
+				state = err.Error()
+				return false, nil
+			}
+			if conds := Conditions(u); !meta.IsStatusConditionTrue(conds, "Active") {
+				state = fmt.Sprintf("%s %s: %+v", q.gvr.Resource, q.name, conds)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("ClusterQueue %s and LocalQueue %s/%s not Active (%s): %w", clusterQueue, ns, localQueue, state, err)
+	}
+	return nil
+}
+
+// Conditions returns status.conditions of an unstructured object (a Kueue
+// Workload, ClusterQueue, LocalQueue, ...); entries that do not decode as a
+// metav1.Condition are left out.
+func Conditions(u *unstructured.Unstructured) []metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var conds []metav1.Condition
+	for _, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		var c metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
+			conds = append(conds, c)
+		}
+	}
+	return conds
 }

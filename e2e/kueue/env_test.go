@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -82,16 +81,7 @@ func newEnv(t *testing.T, cpuQuota int, podRuns time.Duration, changes ...func(e
 		"nodeLabels":  map[string]any{labelPool: e.ns},
 		"tolerations": []any{map[string]any{"key": labelPool, "operator": "Equal", "value": e.ns, "effect": "NoSchedule"}},
 	}
-	spec := map[string]any{
-		"namespaceSelector": map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: e.ns}},
-		"resourceGroups": []any{map[string]any{
-			"coveredResources": []any{"cpu"},
-			"flavors": []any{map[string]any{
-				"name":      e.ns,
-				"resources": []any{map[string]any{"name": "cpu", "nominalQuota": fmt.Sprint(cpuQuota)}},
-			}},
-		}},
-	}
+	spec := cluster.KueueClusterQueueSpec(e.ns, e.ns, corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(int64(cpuQuota), resource.DecimalSI)})
 	for _, change := range changes {
 		change(e, flavor, spec)
 	}
@@ -141,24 +131,13 @@ func (e *env) createRuntime(t *testing.T, name string, podRuns time.Duration, po
 // or cluster-scoped (ns ""); a cluster-scoped one is deleted when the test ends.
 func (e *env) create(t *testing.T, gvr schema.GroupVersionResource, ns, name string, fields map[string]any) {
 	t.Helper()
-	kind := map[string]string{
-		"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
-		"workloadpriorityclasses": "WorkloadPriorityClass", "topologies": "Topology",
-		"multikueueclusters": "MultiKueueCluster", "multikueueconfigs": "MultiKueueConfig", "admissionchecks": "AdmissionCheck",
-	}[gvr.Resource]
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": gvr.GroupVersion().String(), "kind": kind,
-		"metadata": map[string]any{"name": name},
-	}}
-	maps.Copy(obj.Object, fields)
-	client := e.c.Dynamic().Resource(gvr).Namespace(ns)
-	if _, err := client.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating %s %s: %v", kind, name, err)
+	if _, err := e.c.CreateKueueObject(context.Background(), gvr, ns, name, fields); err != nil {
+		t.Fatal(err)
 	}
 	if ns == "" {
 		t.Cleanup(func() {
-			if err := client.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-				t.Errorf("deleting %s %s: %v", kind, name, err)
+			if err := e.c.Dynamic().Resource(gvr).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("deleting %s %s: %v", gvr.Resource, name, err)
 			}
 		})
 	}
@@ -168,23 +147,9 @@ func (e *env) create(t *testing.T, gvr schema.GroupVersionResource, ns, name str
 // i.e. it has seen the flavor and will admit.
 func (e *env) waitQueueActive(t *testing.T) {
 	t.Helper()
-	cluster.Eventually(t, 30*time.Second, "ClusterQueue and LocalQueue "+e.ns+" active", func(ctx context.Context) (bool, string) {
-		for _, q := range []struct {
-			gvr        schema.GroupVersionResource
-			ns, name   string
-			conditions []metav1.Condition
-		}{{gvr: cluster.KueueClusterQueueGVR, name: e.ns}, {gvr: cluster.KueueLocalQueueGVR, ns: e.ns, name: queueName}} {
-			u, err := e.c.Dynamic().Resource(q.gvr).Namespace(q.ns).Get(ctx, q.name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			conds := conditionsOf(u)
-			if !meta.IsStatusConditionTrue(conds, "Active") {
-				return false, fmt.Sprintf("%s %s: %+v", q.gvr.Resource, q.name, conds)
-			}
-		}
-		return true, ""
-	})
+	if err := e.c.WaitKueueQueueActive(context.Background(), e.ns, e.ns, queueName, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // trainJob returns a one-node TrainJob on the namespace's runtime, submitted to its
@@ -237,20 +202,6 @@ func (e *env) workload(ctx context.Context, tj *trainer.TrainJob) (*unstructured
 		}
 	}
 	return nil, nil
-}
-
-// conditionsOf returns status.conditions of an unstructured object.
-func conditionsOf(u *unstructured.Unstructured) []metav1.Condition {
-	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var conds []metav1.Condition
-	for _, r := range raw {
-		m, _ := r.(map[string]any)
-		var c metav1.Condition
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
-			conds = append(conds, c)
-		}
-	}
-	return conds
 }
 
 // kueuePatch returns the TrainJob's runtimePatches entry of Kueue's manager, nil if none.

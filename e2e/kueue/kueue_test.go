@@ -61,7 +61,7 @@ func testQueuedTrainJobAdmittedWhenQuotaFrees(t *testing.T) {
 		if err != nil || wl == nil {
 			return false, fmt.Sprintf("workload %v, %v", wl, err)
 		}
-		conds := conditionsOf(wl)
+		conds := cluster.Conditions(wl)
 		return slices.ContainsFunc(conds, func(c metav1.Condition) bool { return c.Type == "QuotaReserved" && c.Status == metav1.ConditionFalse }),
 			fmt.Sprintf("conditions %+v", conds)
 	})

@@ -163,7 +163,7 @@ func testPodsReadyNotEvicted(t *testing.T) {
 		if err != nil || wl == nil {
 			return false, fmt.Sprintf("workload %v, %v", wl, err)
 		}
-		conds := conditionsOf(wl)
+		conds := cluster.Conditions(wl)
 		return meta.IsStatusConditionTrue(conds, "PodsReady"), fmt.Sprintf("conditions %+v", conds)
 	})
 	e.waitCondition(t, tj.Name, trainer.TrainJobComplete, 2*time.Minute)
@@ -175,7 +175,7 @@ func testPodsReadyNotEvicted(t *testing.T) {
 	if err != nil || wl == nil {
 		t.Fatalf("workload %v, %v", wl, err)
 	}
-	if conds := conditionsOf(wl); meta.IsStatusConditionTrue(conds, "Evicted") {
+	if conds := cluster.Conditions(wl); meta.IsStatusConditionTrue(conds, "Evicted") {
 		t.Errorf("Workload evicted: %+v", conds)
 	}
 }

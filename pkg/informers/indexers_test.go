@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -158,6 +159,9 @@ func fullJobSet() *jobsetv1alpha2.JobSet {
 	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(true).
 		Annotation("trainyard.dev/jobset-hash", "abc").
 		Annotation(plan.AnnotationRuntimeSnapshot, `{"kind":"ClusterTrainingRuntime"}`).
+		// Kept by TrimJobSet: the build stage compares it with the live runtime's digest
+		// and reads the snapshot from the API only when they differ.
+		Annotation(plan.AnnotationRuntimeSnapshotHash, "0123456789abcdef0123456789abcdef").
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "initializer", Replicas: 1, Template: jobTemplate("init")}).
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 4, Template: jobTemplate("node")}).
 		Condition(utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")).
@@ -183,17 +187,33 @@ func jobTemplate(container string) batchv1.JobTemplateSpec {
 	return t
 }
 
+// TestTrimJobSet: the cached JobSet keeps its metadata (without managedFields and the
+// runtime snapshot), spec.suspend, its status, and of its replicatedJobs only the one
+// that mounts the TrainJob's create-only Secret, by name; every other spec field goes.
 func TestTrimJobSet(t *testing.T) {
 	in := fullJobSet()
-	want := in.DeepCopy()
+	in.Spec.Network = &jobsetv1alpha2.Network{EnableDNSHostnames: ptr.To(true), Subdomain: "llm"}
+	in.Spec.SuccessPolicy = &jobsetv1alpha2.SuccessPolicy{Operator: jobsetv1alpha2.OperatorAll}
+	in.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{MaxRestarts: 3}
+	in.Spec.StartupPolicy = &jobsetv1alpha2.StartupPolicy{StartupPolicyOrder: jobsetv1alpha2.InOrder}
+	in.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+	in.Status.Restarts = 2
+
+	want := &jobsetv1alpha2.JobSet{
+		TypeMeta:   in.TypeMeta,
+		ObjectMeta: *in.ObjectMeta.DeepCopy(),
+		Spec: jobsetv1alpha2.JobSetSpec{
+			Suspend: ptr.To(true),
+			// Only the replicatedJob mounting the TrainJob's create-only Secret stays,
+			// with that volume by name: a restart of this JobSet must rebuild the
+			// TrainJob (MountsSideObjectSecret).
+			ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{Name: "node", Replicas: 4}},
+		},
+		Status: *in.Status.DeepCopy(),
+	}
 	want.ManagedFields = nil
 	delete(want.Annotations, plan.AnnotationRuntimeSnapshot)
-	for i := range want.Spec.ReplicatedJobs {
-		want.Spec.ReplicatedJobs[i].Template = batchv1.JobTemplateSpec{}
-	}
-	// Only the volume of the TrainJob's create-only Secret stays, by name: a restart of
-	// this JobSet must rebuild the TrainJob (MountsSideObjectSecret).
-	want.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "mpi-ssh-auth",
+	want.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "mpi-ssh-auth",
 		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "llm-mpi-ssh-auth-abcdefghij"}}}}
 
 	out, err := TrimJobSet(in)
@@ -203,13 +223,78 @@ func TestTrimJobSet(t *testing.T) {
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("TrimJobSet (-want +got):\n%s", diff)
 	}
-	// What the stages read survives.
-	got := out.(*jobsetv1alpha2.JobSet)
-	if !ptr.Deref(got.Spec.Suspend, false) || got.Annotations["trainyard.dev/jobset-hash"] != "abc" ||
-		got.Spec.ReplicatedJobs[1].Name != "node" || got.Spec.ReplicatedJobs[1].Replicas != 4 ||
-		len(got.Status.ReplicatedJobsStatus) != 1 || len(got.OwnerReferences) != 1 {
-		t.Errorf("TrimJobSet dropped what the stages read: %+v", got)
+}
+
+// TestTrimJobSetNoSideObjectSecret: a JobSet whose pods mount none of the TrainJob's
+// Secrets (every runtime but MPI and Flux) is cached without replicatedJobs.
+func TestTrimJobSetNoSideObjectSecret(t *testing.T) {
+	in := fullJobSet()
+	in.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Volumes = nil
+	out, err := TrimJobSet(in)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got := out.(*jobsetv1alpha2.JobSet).Spec.ReplicatedJobs; got != nil {
+		t.Errorf("cached replicatedJobs = %+v, want none", got)
+	}
+}
+
+// TestTrimmedJobSetReaders: every reader of the JobSet cache in this package answers on
+// the trimmed JobSet as on the JobSet the API server holds. A reader that starts using
+// a field TrimJobSet drops fails here (the status stage's readers are checked in
+// package status, TestComputeStatusOnTrimmedJobSet).
+func TestTrimmedJobSetReaders(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
+	tj.Generation = 3
+	running := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(false).
+		Annotation(plan.AnnotationTrainJobGeneration, "3").
+		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 2, Template: jobTemplate("node")}).
+		ReplicatedJobStatus("node", 0, 0, 0, 2, 0).Obj()
+	stale := running.DeepCopy()
+	stale.Annotations[plan.AnnotationTrainJobGeneration] = "2"
+	suspended := stale.DeepCopy()
+	suspended.Spec.Suspend = ptr.To(true)
+	completed := running.DeepCopy()
+	completed.Status.Conditions = []metav1.Condition{utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")}
+	mpi := fullJobSet()
+	mpi.Annotations[plan.AnnotationTrainJobGeneration] = "3"
+	foreign := running.DeepCopy()
+	foreign.OwnerReferences = nil
+
+	jobSets := map[string]*jobsetv1alpha2.JobSet{"running": running, "stale": stale, "suspended": suspended,
+		"completed": completed, "mpi": mpi, "foreign": foreign}
+	for name, js := range jobSets {
+		t.Run(name, func(t *testing.T) {
+			trimmed, err := TrimJobSet(js.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			answers := func(js *jobsetv1alpha2.JobSet) []any {
+				lister := jobsetlisters.NewJobSetLister(indexerOf(t, js))
+				exists := func(*trainer.TrainJob) bool { return true }
+				return []any{
+					Built(tj, lister), RuntimeMayAffect(tj, lister), JobSetLags(tj, lister, exists),
+					MountsSideObjectSecret(js), jobSetFinished(js), metav1.IsControlledBy(js, tj),
+					ControllerTrainJob(js),
+				}
+			}
+			if diff := cmp.Diff(answers(js), answers(trimmed.(*jobsetv1alpha2.JobSet))); diff != "" {
+				t.Errorf("readers answer differently on the trimmed JobSet (-full +trimmed):\n%s", diff)
+			}
+		})
+	}
+}
+
+// indexerOf returns an indexer holding objs.
+func indexerOf(t *testing.T, objs ...any) cache.Indexer {
+	t.Helper()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, obj := range objs {
+		if err := indexer.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return indexer
 }
 
 func TestTrimJobSetOtherObjects(t *testing.T) {
@@ -249,5 +334,41 @@ func TestStripManagedFields(t *testing.T) {
 	}
 	if out, err := StripManagedFields("no metadata"); err != nil || out != "no metadata" {
 		t.Errorf("StripManagedFields(string) = %v, %v", out, err)
+	}
+}
+
+// TestStripClientMetadata: kubectl's last-applied-configuration annotation and
+// managedFields go; every other annotation, the labels, spec and status stay.
+func TestStripClientMetadata(t *testing.T) {
+	lastApplied := `{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"llm"}}`
+	tj := utiltesting.MakeTrainJob("team-a", "llm").Suspend(true).
+		Condition(utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, "Suspended", "")).Obj()
+	tj.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	tj.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied, "team": "a"}
+	tj.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	want := tj.DeepCopy()
+	want.ManagedFields = nil
+	want.Annotations = map[string]string{"team": "a"}
+
+	out, err := StripClientMetadata(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("StripClientMetadata(TrainJob) (-want +got):\n%s", diff)
+	}
+
+	// A runtime applied with kubectl keeps no annotation at all.
+	rt := utiltesting.MakeClusterTrainingRuntime("torch")
+	rt.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied}
+	wantRT := rt.DeepCopy()
+	wantRT.Annotations = nil
+	if out, err := StripClientMetadata(rt); err != nil || !cmp.Equal(wantRT, out) {
+		t.Errorf("StripClientMetadata(ClusterTrainingRuntime) (-want +got):\n%s", cmp.Diff(wantRT, out))
+	}
+
+	tombstone := cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: tj}
+	if out, err := StripClientMetadata(tombstone); err != nil || !cmp.Equal(tombstone, out) {
+		t.Errorf("StripClientMetadata(tombstone) = %v, %v; want it unchanged", out, err)
 	}
 }

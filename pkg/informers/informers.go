@@ -56,7 +56,7 @@ func New(trainer trainerclient.Interface, jobsets jobsetclient.Interface, resync
 	var trainJobs, runtimes, jobSets []cache.SharedIndexInformer
 	for _, ns := range watched.Each() {
 		tf := trainerinformers.NewSharedInformerFactoryWithOptions(trainer, resync,
-			trainerinformers.WithTransform(StripManagedFields), trainerinformers.WithNamespace(ns))
+			trainerinformers.WithTransform(StripClientMetadata), trainerinformers.WithNamespace(ns))
 		jf := jobsetinformers.NewSharedInformerFactoryWithOptions(jobsets, resync,
 			jobsetinformers.WithTransform(TrimJobSet), jobsetinformers.WithNamespace(ns))
 		trainJobs = append(trainJobs, tf.Trainer().V1alpha1().TrainJobs().Informer())
@@ -66,7 +66,7 @@ func New(trainer trainerclient.Interface, jobsets jobsetclient.Interface, resync
 	}
 	// Cluster-scoped: a factory's namespace does not apply to them.
 	cf := trainerinformers.NewSharedInformerFactoryWithOptions(trainer, resync,
-		trainerinformers.WithTransform(StripManagedFields))
+		trainerinformers.WithTransform(StripClientMetadata))
 	in.factories = append(in.factories, cf)
 	in.ClusterTrainingRuntimes = cf.Trainer().V1alpha1().ClusterTrainingRuntimes().Informer()
 	in.ClusterTrainingRuntimeLister = cf.Trainer().V1alpha1().ClusterTrainingRuntimes().Lister()

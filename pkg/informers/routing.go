@@ -43,13 +43,24 @@ type Routes struct {
 	Status string
 }
 
-// Route registers the event handlers. onDelete is called with the key of every deleted
-// TrainJob, after tombstones are unwrapped, so in-memory state (the plan) can be dropped.
-func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, onDelete func(cache.ObjectName)) error {
+// Hooks lets the owners of per-TrainJob state kept outside the caches (the plans, the
+// status stage's records of its own writes) follow the TrainJob cache, so that the state
+// lives no longer than it is of use.
+type Hooks struct {
+	// Updated is called with the new TrainJob of every update the TrainJob cache
+	// stored, after storing it: a reader of the cache sees that TrainJob. Nil: none.
+	Updated func(tj *trainer.TrainJob)
+	// Deleted is called with the key of every deleted TrainJob, after tombstones are
+	// unwrapped. Nil: none.
+	Deleted func(key cache.ObjectName)
+}
+
+// Route registers the event handlers, and calls hooks on TrainJob updates and deletions.
+func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, hooks Hooks) error {
 	if routes.Build == "" || routes.Status == "" {
 		return fmt.Errorf("informers: routes need a build and a status stage, got %+v", routes)
 	}
-	h := &handlers{in: in, router: r, routes: routes, onDelete: onDelete, logger: logger}
+	h := &handlers{in: in, router: r, routes: routes, hooks: hooks, logger: logger}
 	for name, reg := range map[string]struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
@@ -71,11 +82,11 @@ func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, onDelete
 }
 
 type handlers struct {
-	in       *Informers
-	router   Router
-	routes   Routes
-	onDelete func(cache.ObjectName)
-	logger   klog.Logger
+	in     *Informers
+	router Router
+	routes Routes
+	hooks  Hooks
+	logger klog.Logger
 }
 
 func (h *handlers) addTrainJob(obj any) {
@@ -116,14 +127,17 @@ func Built(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
 func (h *handlers) updateTrainJob(oldObj, newObj any) {
 	oldTJ, ok1 := oldObj.(*trainer.TrainJob)
 	newTJ, ok2 := newObj.(*trainer.TrainJob)
+	if ok2 && h.hooks.Updated != nil {
+		h.hooks.Updated(newTJ)
+	}
 	if ok1 && ok2 && oldTJ.Generation != newTJ.Generation {
 		h.routeTrainJob(newTJ)
 	}
 }
 
 func (h *handlers) deleteTrainJob(obj any) {
-	if m := metaOf(obj); m != nil && h.onDelete != nil {
-		h.onDelete(cache.MetaObjectToName(m))
+	if m := metaOf(obj); m != nil && h.hooks.Deleted != nil {
+		h.hooks.Deleted(cache.MetaObjectToName(m))
 	}
 }
 

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -75,18 +77,19 @@ func (r *fakeRouter) reset() {
 }
 
 // deletions records the keys passed to onDelete.
-type deletions struct {
+// keyLog records the keys a Hooks function was called with.
+type keyLog struct {
 	mu   sync.Mutex
 	keys []cache.ObjectName
 }
 
-func (d *deletions) add(key cache.ObjectName) {
+func (d *keyLog) add(key cache.ObjectName) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.keys = append(d.keys, key)
 }
 
-func (d *deletions) snapshot() []cache.ObjectName {
+func (d *keyLog) snapshot() []cache.ObjectName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.keys)
@@ -104,7 +107,8 @@ type harness struct {
 	jobsets *jobsetfake.Clientset
 	in      *Informers
 	router  *fakeRouter
-	deleted *deletions
+	deleted *keyLog // Hooks.Deleted
+	updated *keyLog // Hooks.Updated
 	// sentinels counts sentinel changes, to name them.
 	sentinels int
 }
@@ -154,7 +158,8 @@ func newHarness(t *testing.T) *harness {
 		trainer: trainerfake.NewSimpleClientset(),
 		jobsets: jobsetfake.NewSimpleClientset(),
 		router:  &fakeRouter{},
-		deleted: &deletions{},
+		deleted: &keyLog{},
+		updated: &keyLog{},
 	}
 	watches := &watchStarted{started: map[string]int{}}
 	watches.install(&h.trainer.Fake, h.trainer.Tracker())
@@ -165,7 +170,10 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	h.in = in
-	if err := in.Route(logger, h.router, Routes{Build: build, Status: status}, h.deleted.add); err != nil {
+	if err := in.Route(logger, h.router, Routes{Build: build, Status: status}, Hooks{
+		Updated: func(tj *trainer.TrainJob) { h.updated.add(cache.MetaObjectToName(tj)) },
+		Deleted: h.deleted.add,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	in.Start(ctx)
@@ -365,13 +373,18 @@ func TestRouteTrainJobs(t *testing.T) {
 	}
 	h.expect(t, []route{{status, llm}}, h.flushTrainJobs(t))
 
-	// Deletion: onDelete, no route.
+	// Every update, routed or not, reaches Hooks.Updated.
+	if diff := cmp.Diff(slices.Repeat([]cache.ObjectName{llm}, 5), h.updated.snapshot()); diff != "" {
+		t.Errorf("Hooks.Updated keys, one per update (-want +got):\n%s", diff)
+	}
+
+	// Deletion: Hooks.Deleted, no route.
 	if err := tjs.Delete(ctx, "llm", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.expect(t, nil, h.flushTrainJobs(t))
 	if diff := cmp.Diff([]cache.ObjectName{llm}, h.deleted.snapshot()); diff != "" {
-		t.Errorf("onDelete keys (-want +got):\n%s", diff)
+		t.Errorf("Hooks.Deleted keys (-want +got):\n%s", diff)
 	}
 }
 
@@ -555,6 +568,37 @@ func TestJobSetCacheIsTrimmed(t *testing.T) {
 	}
 }
 
+// TestTrainerCachesStripClientMetadata: the TrainJob and runtime informers cache their
+// objects through StripClientMetadata.
+func TestTrainerCachesStripClientMetadata(t *testing.T) {
+	h := newHarness(t)
+	applied := map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"TrainJob"}`, "team": "a"}
+	tj := utiltesting.MakeTrainJob("team-a", "applied").Obj()
+	tj.Annotations = maps.Clone(applied)
+	h.createTrainJob(t, tj)
+	llm := cache.ObjectName{Namespace: "team-a", Name: "applied"}
+	h.expect(t, []route{{build, llm}}, h.flushTrainJobs(t))
+
+	got, err := h.in.TrainJobLister.TrainJobs("team-a").Get("applied")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"team": "a"}, got.Annotations); diff != "" {
+		t.Errorf("cached TrainJob's annotations (-want +got):\n%s", diff)
+	}
+
+	rts := h.trainer.TrainerV1alpha1().ClusterTrainingRuntimes()
+	rt := utiltesting.MakeClusterTrainingRuntime("applied")
+	rt.Annotations = maps.Clone(applied)
+	if _, err := rts.Create(h.ctx, rt, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.poll(t, "the ClusterTrainingRuntime in the cache", func() bool {
+		cached, err := h.in.ClusterTrainingRuntimeLister.Get("applied")
+		return err == nil && cmp.Equal(map[string]string{"team": "a"}, cached.Annotations)
+	})
+}
+
 func TestRouteNeedsBothStages(t *testing.T) {
 	in, err := New(trainerfake.NewSimpleClientset(), jobsetfake.NewSimpleClientset(), 0, nil)
 	if err != nil {
@@ -562,7 +606,7 @@ func TestRouteNeedsBothStages(t *testing.T) {
 	}
 	logger, _ := ktesting.NewTestContext(t)
 	for _, routes := range []Routes{{Build: build}, {Status: status}, {}} {
-		if err := in.Route(logger, &fakeRouter{}, routes, nil); err == nil {
+		if err := in.Route(logger, &fakeRouter{}, routes, Hooks{}); err == nil {
 			t.Errorf("Route(%+v) succeeded, want an error", routes)
 		}
 	}
@@ -604,13 +648,13 @@ func TestHandlersTombstones(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			logger, _ := ktesting.NewTestContext(t)
-			r, d := &fakeRouter{}, &deletions{}
-			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}, onDelete: d.add, logger: logger})
+			r, d := &fakeRouter{}, &keyLog{}
+			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}, hooks: Hooks{Deleted: d.add}, logger: logger})
 			if diff := cmp.Diff(tc.wantRoutes, r.snapshot()); diff != "" {
 				t.Errorf("routes (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantDeleted, d.snapshot()); diff != "" {
-				t.Errorf("onDelete keys (-want +got):\n%s", diff)
+				t.Errorf("Hooks.Deleted keys (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -21,15 +21,51 @@ func StripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// TrimJobSet is the JobSet cache transform. Besides managedFields it drops the
-// replicatedJobs' Job templates — most of a JobSet's bytes, and never read from the cache:
-// the desired JobSet comes from the plan and is compared through the
-// trainyard.dev/jobset-hash annotation — and the runtime snapshot annotation
-// (plan.AnnotationRuntimeSnapshot), about as large and read from the API only when a
-// TrainJob that has a JobSet is rebuilt. Kept: the rest of metadata, spec.suspend,
-// replicatedJob names and replicas, status, and the pod templates' volumes of the
-// TrainJob's create-only Secrets (sideObjectSecretVolumes: a restart of such a JobSet
-// is routed to the build stage, MountsSideObjectSecret).
+// StripClientMetadata is the cache transform of TrainJobs, TrainingRuntimes and
+// ClusterTrainingRuntimes: besides managedFields it drops the annotation
+// kubectl.kubernetes.io/last-applied-configuration, which `kubectl apply` (without
+// --server-side) leaves on every object it writes: the whole object as JSON, as large
+// as the spec it repeats. Nothing reads an annotation of these objects from the cache
+// (a JobSet takes its metadata from the runtime's template and the TrainJob's
+// runtimePatches, never from the TrainJob's or the runtime's own metadata; a runtime
+// snapshot records name, uid, generation and spec). The other annotations and all
+// labels stay. Tombstones and objects without metadata pass unchanged.
+func StripClientMetadata(obj any) (any, error) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return obj, nil
+	}
+	accessor.SetManagedFields(nil)
+	if annotations := accessor.GetAnnotations(); annotations != nil {
+		if _, ok := annotations[corev1.LastAppliedConfigAnnotation]; ok {
+			delete(annotations, corev1.LastAppliedConfigAnnotation)
+			if len(annotations) == 0 {
+				accessor.SetAnnotations(nil)
+			}
+		}
+	}
+	return obj, nil
+}
+
+// TrimJobSet is the JobSet cache transform: it keeps what the readers of the JobSet
+// cache use and drops the rest (docs/design/memory.md).
+//
+// Kept: metadata but for managedFields and the runtime snapshot annotation
+// (plan.AnnotationRuntimeSnapshot; its digest, plan.AnnotationRuntimeSnapshotHash, is
+// kept, so a TrainJob that has a JobSet is rebuilt without reading the snapshot from the
+// API unless the live runtime's digest differs); spec.suspend (the status stage's apply gate, the consistency
+// sweep); status whole (conditions, replicatedJobsStatus, restarts: the status stage,
+// admission, routing); and, for each replicatedJob whose pod template mounts one of the
+// TrainJob's create-only Secrets (sideObjectSecretVolumes, e.g. MPI's SSH key), its name
+// and replicas and those Secret volumes: a restart of such a JobSet is routed to the
+// build stage (MountsSideObjectSecret).
+//
+// Dropped: every other spec field — the Job templates (most of a JobSet's bytes; the
+// desired JobSet comes from the plan and is compared through the
+// trainyard.dev/jobset-hash annotation), the other replicatedJobs (1.2 KB each even
+// with an empty template, the size of the struct), network, startup, success and
+// failure policies, coordinator, TTL and managedBy, none of which is read from the
+// cache.
 func TrimJobSet(obj any) (any, error) {
 	js, ok := obj.(*jobsetv1alpha2.JobSet)
 	if !ok {
@@ -37,12 +73,18 @@ func TrimJobSet(obj any) (any, error) {
 	}
 	js.ManagedFields = nil
 	delete(js.Annotations, plan.AnnotationRuntimeSnapshot)
+	var kept []jobsetv1alpha2.ReplicatedJob
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
 		volumes := sideObjectSecretVolumes(js.Name, rj.Template.Spec.Template.Spec.Volumes)
-		rj.Template = jobTemplateTrimmed // a copy: its slices are nil
-		rj.Template.Spec.Template.Spec.Volumes = volumes
+		if volumes == nil {
+			continue
+		}
+		trimmed := jobsetv1alpha2.ReplicatedJob{Name: rj.Name, Replicas: rj.Replicas}
+		trimmed.Template.Spec.Template.Spec.Volumes = volumes
+		kept = append(kept, trimmed)
 	}
+	js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend, ReplicatedJobs: kept}
 	return js, nil
 }
 
@@ -61,10 +103,8 @@ func sideObjectSecretVolumes(jobSet string, volumes []corev1.Volume) []corev1.Vo
 	return out
 }
 
-// jobTemplateTrimmed replaces every cached Job template; shared, so never mutate it.
-var jobTemplateTrimmed = jobsetv1alpha2.ReplicatedJob{}.Template
-
 var (
 	_ cache.TransformFunc = StripManagedFields
+	_ cache.TransformFunc = StripClientMetadata
 	_ cache.TransformFunc = TrimJobSet
 )

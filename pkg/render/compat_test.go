@@ -718,12 +718,12 @@ var emptyMapIsNil = cmp.Transformer("emptyIsNil", func(m map[string]string) map[
 	return m
 })
 
-// withoutHash drops Trainyard's bookkeeping annotations: the hash and the runtime
-// snapshot (checked on their own in checkFacts).
+// withoutHash drops Trainyard's bookkeeping annotations: the hash, the runtime
+// snapshot (checked on its own in checkFacts) and the snapshot's digest.
 func withoutHash(m map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if k != "trainyard.dev/jobset-hash" && k != plan.AnnotationRuntimeSnapshot {
+		if k != "trainyard.dev/jobset-hash" && k != plan.AnnotationRuntimeSnapshot && k != plan.AnnotationRuntimeSnapshotHash {
 			out[k] = v
 		}
 	}

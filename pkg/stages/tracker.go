@@ -60,6 +60,12 @@ type keyState struct {
 	// parked: the key is due in the first stage but waits for a slot; release re-queues
 	// it with a slot reserved.
 	parked bool
+	// backoff bit i: stage i's rate limiter counts failures of the key (a retry was
+	// added rate-limited and not forgotten since). A retry that an event overtakes
+	// (finish) leaves its stage's count behind; when the key leaves the pipeline, the
+	// counts it left are forgotten, so a rate limiter holds no key that is not in the
+	// pipeline.
+	backoff uint64
 }
 
 func newTracker(queues []queue, max int, report func(n, max int)) *tracker {
@@ -165,6 +171,7 @@ func (t *tracker) finish(s int, key cache.ObjectName, res Result) {
 	}
 	if !retry {
 		t.queues[s].Forget(key)
+		st.backoff &^= 1 << s
 	}
 	if st.pending != 0 {
 		if p := bits.TrailingZeros64(st.pending); next < 0 || p <= next {
@@ -174,6 +181,9 @@ func (t *tracker) finish(s int, key cache.ObjectName, res Result) {
 	}
 	if next < 0 {
 		t.release(st)
+		for ; st.backoff != 0; st.backoff &= st.backoff - 1 {
+			t.queues[bits.TrailingZeros64(st.backoff)].Forget(key)
+		}
 		delete(t.keys, key)
 		return
 	}
@@ -184,6 +194,7 @@ func (t *tracker) finish(s int, key cache.ObjectName, res Result) {
 		// TrainJobs need).
 		t.release(st)
 		t.queues[s].AddRateLimited(key)
+		st.backoff |= 1 << s
 		return
 	}
 	t.queues[next].Add(key)
@@ -199,7 +210,13 @@ func (t *tracker) release(st *keyState) {
 	t.admitted--
 	for len(t.parked) > 0 {
 		key := t.parked[0]
+		t.parked[0] = cache.ObjectName{}
 		t.parked = t.parked[1:]
+		if len(t.parked) == 0 {
+			// The emptied slice would still hold the array a burst grew, and append
+			// would keep filling it: let it go.
+			t.parked = nil
+		}
 		if next, ok := t.keys[key]; ok && next.parked {
 			next.parked, next.admitted = false, true
 			t.admitted++

@@ -266,3 +266,74 @@ func TestPipelineBoundsKeysInFlight(t *testing.T) {
 		t.Errorf("third key through = %q, want the one that waited", third)
 	}
 }
+
+// countingQueue is a stage queue that counts, like a rate limiter, each key's
+// rate-limited adds until it is forgotten.
+type countingQueue struct{ failures map[cache.ObjectName]int }
+
+func (q *countingQueue) Add(cache.ObjectName)                     {}
+func (q *countingQueue) AddAfter(cache.ObjectName, time.Duration) {}
+func (q *countingQueue) AddRateLimited(k cache.ObjectName)        { q.failures[k]++ }
+func (q *countingQueue) Forget(k cache.ObjectName)                { delete(q.failures, k) }
+
+func countingQueues(n int) ([]queue, []*countingQueue) {
+	qs, cs := make([]queue, n), make([]*countingQueue, n)
+	for i := range n {
+		cs[i] = &countingQueue{failures: map[cache.ObjectName]int{}}
+		qs[i] = cs[i]
+	}
+	return qs, cs
+}
+
+// A retry that an event overtakes leaves its stage's failure count behind (the key goes
+// to the event's stage first); once the key leaves the pipeline, no stage's rate
+// limiter remembers it: per-key state lives no longer than the key is in the pipeline.
+func TestLeavingKeyIsForgottenByEveryStage(t *testing.T) {
+	qs, counts := countingQueues(2)
+	tr := newTracker(qs, 0, nil)
+	k := key("llm")
+
+	tr.enqueue(1, k)
+	tr.begin(1, k)
+	tr.finish(1, k, Retry()) // the first failure: backoff
+	tr.begin(1, k)
+	tr.enqueue(0, k)         // an event while the retry syncs
+	tr.finish(1, k, Retry()) // fails again; the event's stage goes first
+	if got := counts[1].failures[k]; got != 1 {
+		t.Fatalf("stage 1 counts %d failures of %v while it is in the pipeline, want 1", got, k)
+	}
+	tr.begin(0, k)
+	tr.finish(0, k, WaitForEvent()) // e.g. the TrainJob was deleted
+	if tr.has(k) {
+		t.Fatalf("%v is still in the pipeline", k)
+	}
+	for i, c := range counts {
+		if len(c.failures) != 0 {
+			t.Errorf("stage %d's rate limiter remembers %v after the key left the pipeline", i, c.failures)
+		}
+	}
+}
+
+// The parked keys of a burst are let go once they have their slots: the tracker keeps
+// no array the size of the burst.
+func TestParkedKeysAreLetGo(t *testing.T) {
+	qs, _ := countingQueues(1)
+	tr := newTracker(qs, 1, nil)
+	keys := make([]cache.ObjectName, 10)
+	for i := range keys {
+		keys[i] = key(fmt.Sprint(i))
+		tr.enqueue(0, keys[i])
+		tr.begin(0, keys[i]) // the first is admitted, the others parked
+	}
+	for _, k := range keys {
+		tr.finish(0, k, WaitForEvent()) // hands the slot to the next parked key
+		if next := slices.Index(keys, k) + 1; next < len(keys) {
+			if !tr.begin(0, keys[next]) {
+				t.Fatalf("%v did not get the slot %v released", keys[next], k)
+			}
+		}
+	}
+	if tr.parked != nil {
+		t.Errorf("parked = %v (cap %d) after every parked key got a slot, want nil", tr.parked, cap(tr.parked))
+	}
+}

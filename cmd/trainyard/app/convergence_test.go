@@ -634,7 +634,7 @@ func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf
 	e.objects.router = p
 	e.objects.mu.Unlock()
 	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-		func(key cache.ObjectName) { plans.Delete(key); statusStage.Forget(key) }); err != nil {
+		trainJobHooks(plans, statusStage)); err != nil {
 		e.t.Fatal(err)
 	}
 	inf.Start(ctx)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,11 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	klog.SetLogger(logger)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting Trainyard", "version", version.Version, "gitCommit", version.GitCommit)
+	if limit, err := memoryLimit(os.Getenv, cgroupMemoryLimitFiles, debug.SetMemoryLimit); err != nil {
+		logger.Error(err, "Leaving the Go runtime's memory limit unset")
+	} else if limit > 0 {
+		logger.Info("Set the Go runtime's soft memory limit from the container's", "bytes", limit, "ratio", MemoryLimitRatio)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -217,10 +223,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	// with the pipeline when the Lease is lost.
 	route := func(ctx context.Context) error {
 		if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-			func(key cache.ObjectName) {
-				plans.Delete(key)
-				statusStage.Forget(key)
-			}); err != nil {
+			trainJobHooks(plans, statusStage)); err != nil {
 			return err
 		}
 		if prog != nil {
@@ -423,6 +426,19 @@ func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string)
 	return build.Options{ProgressURL: url}, nil
 }
 
+// trainJobHooks keeps the pipeline's per-TrainJob memory to the TrainJobs the cache
+// holds: the status Writer drops a record of its write once the cache shows the write,
+// and a deleted TrainJob's plan and status records go.
+func trainJobHooks(plans *stages.Plans[plan.Plan], statusStage *status.Stage) informers.Hooks {
+	return informers.Hooks{
+		Updated: statusStage.Status.Observed,
+		Deleted: func(key cache.ObjectName) {
+			plans.Delete(key)
+			statusStage.Forget(key)
+		},
+	}
+}
+
 // newPipeline wires the six stages in order.
 func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, deps pipelineDeps,
 ) (*stages.Pipeline, *status.Stage, *stages.Plans[plan.Plan], error) {
@@ -440,6 +456,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		Gang:             deps.gangWaiting,
 		RefusalThreshold: int(*cfg.RateLimit.RefusalThreshold),
 		RefusalDelay:     cfg.RateLimit.RefusalDelay.Duration,
+		Settle:           informers.StatusBatchPeriod,
 	}
 	all := []stages.Stage{
 		&resolveruntime.Stage{

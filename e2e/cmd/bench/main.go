@@ -9,12 +9,15 @@
 //	go run ./cmd/bench --mode=progress --n=1000 --duration=60s --admission-n=500
 //	go run ./cmd/bench --mode=peer --sizes=2000,10000 --lifecycle-n=500 --rounds=2
 //	go run ./cmd/bench --mode=writes --n=500 --rounds=3
+//	go run ./cmd/bench --mode=kueue --n=2000 --quota=200
 //
 // `make bench` runs the admission and lifecycle modes with the defaults;
 // `make bench-progress` the progress mode (issue 14); `make bench-peer` the
 // peer mode (issue 17): the admission and lifecycle loads against Trainyard and
 // upstream Kubeflow Trainer v2.3.0 in turn, on one control plane, into
-// bench/results/peer-<date>.
+// bench/results/peer-<date>; `make bench-kueue` the kueue mode (issue 16): N
+// TrainJobs through real Kueue with quota for some at a time, into
+// bench/results/kueue-n<N>-<date>.
 package main
 
 import (
@@ -39,7 +42,7 @@ func main() {
 	var out, baseline string
 	var qps float64
 	var burst int
-	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) "peer" (Trainyard and upstream side by side, issue 17) or "writes" (what each way of writing a JobSet costs the API server, no controller; issue 17)`)
+	flag.StringVar(&cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) "peer" (Trainyard and upstream side by side, issue 17) "writes" (what each way of writing a JobSet costs the API server, no controller; issue 17) or "kueue" (through real Kueue with a quota, to Complete; issue 16)`)
 	flag.IntVar(&cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000); writes mode: JobSets per method and round (default there 500)")
 	flag.IntVar(&cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
 	flag.IntVar(&numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob (default in progress mode 4: pods per TrainJob)")
@@ -53,6 +56,14 @@ func main() {
 	flag.DurationVar(&cfg.CPUProfile, "cpu-profile", 0, "take a CPU profile of the controller this long from the burst's start into <out>/cpu.pprof (0: none)")
 	flag.Func("controller-arg", "an extra controller flag, e.g. --controller-arg=--stage-workers=status=32 (repeatable)", func(v string) error {
 		cfg.ControllerArgs = append(cfg.ControllerArgs, v)
+		return nil
+	})
+	flag.IntVar(&cfg.Quota, "quota", bench.DefaultKueueQuota, "kueue mode: the ClusterQueue's quota, in TrainJobs at a time (numNodes pods each)")
+	flag.Func("controller-env", "an extra environment variable of the controller process only, e.g. --controller-env=GOMEMLIMIT=64MiB (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not NAME=value", v)
+		}
+		cfg.ControllerEnv = append(cfg.ControllerEnv, v)
 		return nil
 	})
 	flag.StringVar(&out, "out", "", "output folder (default <repo>/bench/results/<mode>-n<N>)")
@@ -94,6 +105,9 @@ func main() {
 	cfg.RepoRoot = root
 	if out == "" {
 		out = filepath.Join(root, "bench", "results", fmt.Sprintf("%s-n%d", cfg.Mode, cfg.N))
+		if cfg.Mode == bench.ModeKueue {
+			out += "-" + time.Now().UTC().Format("2006-01-02")
+		}
 	}
 	cfg.OutDir = out
 

@@ -26,8 +26,9 @@ import (
 //   - TypeMeta jobset.x-k8s.io/v1alpha2 JobSet; name and namespace of tj; a controller
 //     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
 //     each runtimePatch's template metadata, in list order (§2.3 step 1), plus
-//     plan.AnnotationRuntimeSnapshot = rt.Snapshot when set (the runtime snapshot,
-//     §2.2) and plan.AnnotationTrainJobGeneration = tj's generation when it has one
+//     plan.AnnotationRuntimeSnapshot = rt.Snapshot and its digest
+//     plan.AnnotationRuntimeSnapshotHash when set (the runtime snapshot, §2.2) and
+//     plan.AnnotationTrainJobGeneration = tj's generation when it has one
 //     (objects from the API always do), neither of which a runtimePatch overrides;
 //   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge patch,
 //     in list order, keeping the runtime's replicatedJobs order (§2.3 step 2);
@@ -76,6 +77,7 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 	}
 	if rt.Snapshot != "" {
 		js.Annotations[plan.AnnotationRuntimeSnapshot] = rt.Snapshot
+		js.Annotations[plan.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(rt.Snapshot)
 	}
 	if tj.Generation > 0 {
 		js.Annotations[plan.AnnotationTrainJobGeneration] = strconv.FormatInt(tj.Generation, 10)

@@ -825,21 +825,24 @@ func TestMergeInvalidSteps(t *testing.T) {
 	}
 }
 
-// The runtime snapshot rides on the JobSet as an annotation (trainer-compat §2.2) that
-// no runtimePatch overrides; without one the JobSet has none.
+// The runtime snapshot and its digest (which the JobSet cache keeps, so a rebuild reads
+// the snapshot only when the runtime changed) ride on the JobSet as annotations
+// (trainer-compat §2.2) that no runtimePatch overrides; without a snapshot the JobSet
+// has neither.
 func TestMergeRuntimeSnapshot(t *testing.T) {
 	rt := plantest.SkeletonRuntime(nil)
 	tj := plantest.TrainJob(rt.Name, nil)
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "a.io/one", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
 		Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{
-			plan.AnnotationRuntimeSnapshot: "patched", "team": "a"}}},
+			plan.AnnotationRuntimeSnapshot: "patched", plan.AnnotationRuntimeSnapshotHash: "patched", "team": "a"}}},
 	}}}
 	if js := mustMerge(t, tj, rt); js.Annotations[plan.AnnotationRuntimeSnapshot] != "patched" {
 		t.Errorf("without a snapshot the patch's annotation stays: %v", js.Annotations)
 	}
 	rt.Snapshot = `{"kind":"ClusterTrainingRuntime"}`
 	js := mustMerge(t, tj, rt)
-	want := map[string]string{plan.AnnotationRuntimeSnapshot: rt.Snapshot, "team": "a"}
+	want := map[string]string{plan.AnnotationRuntimeSnapshot: rt.Snapshot,
+		plan.AnnotationRuntimeSnapshotHash: plan.SnapshotHash(rt.Snapshot), "team": "a"}
 	if diff := cmp.Diff(want, js.Annotations); diff != "" {
 		t.Errorf("annotations (-want +got):\n%s", diff)
 	}

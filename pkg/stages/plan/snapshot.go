@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -16,6 +18,16 @@ import (
 // changes a TrainJob that already has a JobSet. The JobSet controller does not copy
 // JobSet annotations to Jobs or Pods.
 const AnnotationRuntimeSnapshot = "trainyard.dev/runtime-snapshot"
+
+// AnnotationRuntimeSnapshotHash on a JobSet is SnapshotHash of its
+// AnnotationRuntimeSnapshot value. The informer cache drops the snapshot (as large as the
+// Job templates it also drops) but keeps this digest (32 characters), so a rebuild of a
+// TrainJob that has a JobSet — Kueue's runtime patch, its unsuspend, any suspend or
+// resume — can tell from the cache alone whether the live runtime is the one the
+// snapshot recorded (EncodeSnapshot of the live runtime has this hash) and read the
+// snapshot from the API only when it is not: the runtime was edited, deleted or
+// re-created since the first build, or the JobSet predates the digest.
+const AnnotationRuntimeSnapshotHash = "trainyard.dev/runtime-snapshot-hash"
 
 // AnnotationTrainJobGeneration on a JobSet is the generation of the TrainJob it was
 // last built from (decimal). A JobSet that carries its TrainJob's current generation
@@ -57,6 +69,15 @@ func EncodeSnapshot(r Runtime, meta metav1.ObjectMeta) (string, error) {
 			len(b), AnnotationRuntimeSnapshot, MaxSnapshotBytes)}
 	}
 	return string(b), nil
+}
+
+// SnapshotHash returns the AnnotationRuntimeSnapshotHash value for value, an
+// AnnotationRuntimeSnapshot value: the hex SHA-256 of its bytes, first 128 bits. Two
+// snapshots with the same hash are the same bytes (a collision is as unlikely as the
+// JobSet hash's), so a runtime whose encoding has it is the recorded runtime.
+func SnapshotHash(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return hex.EncodeToString(sum[:16])
 }
 
 // DecodeSnapshot returns the runtime recorded in value, an AnnotationRuntimeSnapshot

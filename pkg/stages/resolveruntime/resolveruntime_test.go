@@ -156,6 +156,13 @@ func TestSync(t *testing.T) {
 		}
 		return w.Obj()
 	}
+	// jobSetWithDigest is a JobSet as this version builds it: the snapshot and its digest,
+	// which the cache keeps.
+	jobSetWithDigest := func(snapshot string) *jobsetv1alpha2.JobSet {
+		js := jobSet(snapshot)
+		js.Annotations[plan.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(snapshot)
+		return js
+	}
 	badSnapshot := func(message string) []metav1.Condition {
 		return []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
 			Reason: trainjob.ReasonInvalidSpec, ObservedGeneration: 3,
@@ -176,6 +183,9 @@ func TestSync(t *testing.T) {
 		wantConditions []metav1.Condition
 		wantEvents     []string
 		wantPlan       *plan.Plan
+		// wantJobSetGets is how many times the stage reads the JobSet from the API (for
+		// its snapshot, which the cache does not hold).
+		wantJobSetGets int
 	}{
 		"TrainJob not found: plan dropped": {
 			plan: stalePlan,
@@ -263,6 +273,7 @@ func TestSync(t *testing.T) {
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
 			},
+			wantJobSetGets: 1,
 		},
 		"JobSet records the runtime, runtime deleted since: built from the snapshot, no waiting": {
 			trainJob: owner,
@@ -272,6 +283,38 @@ func TestSync(t *testing.T) {
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
 			},
+			wantJobSetGets: 1,
+		},
+		"snapshot digest is the live runtime's: the live runtime, no read from the API": {
+			trainJob: owner,
+			runtimes: []runtime.Object{ctrV1},
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
+				Stage:   1,
+			},
+		},
+		"runtime edited since the snapshot its digest names: the snapshot, read from the API": {
+			trainJob: owner,
+			runtimes: []runtime.Object{ctrV2},
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
+				Stage:   1,
+			},
+			wantJobSetGets: 1,
+		},
+		"runtime deleted since the snapshot its digest names: the snapshot, read from the API": {
+			trainJob: owner,
+			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
+			want:     stages.Continue(),
+			wantPlan: &plan.Plan{
+				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
+				Stage:   1,
+			},
+			wantJobSetGets: 1,
 		},
 		"JobSet from before snapshots: the live runtime, recorded from now on": {
 			trainJob: owner,
@@ -282,6 +325,7 @@ func TestSync(t *testing.T) {
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},
 				Stage:   1,
 			},
+			wantJobSetGets: 1,
 		},
 		"someone else's JobSet: its annotation is ignored, the live runtime": {
 			trainJob: owner,
@@ -301,6 +345,7 @@ func TestSync(t *testing.T) {
 			wantWrite:      []string{"patch trainjobs/status"},
 			wantConditions: badSnapshot("not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"),
 			wantEvents:     []string{"Warning " + trainjob.ReasonInvalidSpec + " JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"},
+			wantJobSetGets: 1,
 		},
 		"snapshot of another runtime: JobSetReady=False, terminal": {
 			trainJob:  owner,
@@ -312,6 +357,7 @@ func TestSync(t *testing.T) {
 				"ClusterTrainingRuntime/torch; restore the annotation's value"),
 			wantEvents: []string{"Warning " + trainjob.ReasonInvalidSpec + " JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: the snapshot records trainer.kubeflow.org/v1alpha1 TrainingRuntime/torch but spec.runtimeRef names " +
 				"ClusterTrainingRuntime/torch; restore the annotation's value"},
+			wantJobSetGets: 1,
 		},
 		"TrainingRuntime found: plan stored, replacing a stale one": {
 			trainJob: base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
@@ -374,6 +420,15 @@ func TestSync(t *testing.T) {
 			}
 			if w := utiltesting.Writes(f.jobSetAPI.Actions()); len(w) != 0 {
 				t.Errorf("JobSet writes %v, want none (the stage only reads)", w)
+			}
+			gets := 0
+			for _, a := range f.jobSetAPI.Actions() {
+				if a.GetVerb() == "get" {
+					gets++
+				}
+			}
+			if gets != tc.wantJobSetGets {
+				t.Errorf("JobSet reads from the API = %d, want %d", gets, tc.wantJobSetGets)
 			}
 			if diff := cmp.Diff(tc.wantEvents, utiltesting.Events(f.recorder)); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)

@@ -90,16 +90,26 @@ func jobsStatus(js *jobsetv1alpha2.JobSet) []trainer.JobStatus {
 
 // activeDeadline returns when tj's active deadline falls (zero when none applies:
 // no activeDeadlineSeconds, finished, or suspended) and whether it has passed. The
-// clock starts at creation and restarts at each resume (§2.8.3). A TrainJob whose
-// JobSet js (nil when absent) completed or failed counts as finished: upstream checks
-// the deadline on the status it just derived from the JobSet.
+// clock starts at creation and restarts at each resume (§2.8.3): at now for a TrainJob
+// resumed since its status was written. A TrainJob whose JobSet js (nil when absent)
+// completed or failed counts as finished: upstream checks the deadline on the status
+// it just derived from the JobSet.
 func activeDeadline(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, now time.Time) (time.Time, bool) {
 	if tj.Spec.ActiveDeadlineSeconds == nil || trainjob.IsFinished(tj) || trainjob.IsSuspended(tj) || jobSetFinished(js) {
 		return time.Time{}, false
 	}
 	start := tj.CreationTimestamp.Time
-	if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil && c.Status == metav1.ConditionFalse {
-		start = c.LastTransitionTime.Time
+	if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil {
+		switch c.Status {
+		case metav1.ConditionFalse:
+			start = c.LastTransitionTime.Time
+		case metav1.ConditionTrue:
+			// Resumed since the status was written (Kueue admitted it): this pass writes
+			// Suspended=False stamped now (computeStatus), and the clock restarts there,
+			// as upstream's does. From the creation, a TrainJob queued longer than its
+			// deadline would fail the moment it was admitted.
+			start = now
+		}
 	}
 	deadline := start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second)
 	return deadline, now.After(deadline)

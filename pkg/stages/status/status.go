@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,19 @@ type Stage struct {
 	// the TrainJob's spec (a new generation) brings it back at once. 0 means
 	// DefaultRefusalDelay.
 	RefusalDelay time.Duration
+	// Settle is how long the status write of a pass that applied the JobSet waits for
+	// the JobSet controller's answer to the apply (a JobSet resumed or suspended
+	// changes its Jobs, and so its status, within a fraction of a second; a created
+	// one's add event routes its TrainJob to this stage at once, which writes then):
+	// the pass returns RequeueAfter(Settle) instead of writing, and the sync then
+	// writes the status with what the JobSet says by then, in one patch instead of
+	// two. Only a status the later sync computes the same way waits: one carrying the
+	// plan's conditions or a healed JobSetReady, which only the applying pass knows,
+	// is written at once. It delays no count Kueue reads (a JobSet status update
+	// routes its own sync after informers.StatusBatchPeriod, and delayed adds of a key
+	// coalesce into the earliest). 0 writes at once; production uses
+	// informers.StatusBatchPeriod (docs/design/status-writes.md).
+	Settle time.Duration
 
 	mu       sync.Mutex
 	applied  map[cache.ObjectName]appliedJobSet
@@ -220,6 +234,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		}
 	}
 
+	if applied {
+		tj = s.newest(tj)
+	}
 	now := s.now()
 	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
@@ -227,14 +244,21 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 			return stages.Retry(), err
 		}
 	}
-	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
-		computeStatus(st, tj, js, applied, expired, now)
-		planConditions(st, planned, now)
-		writeCondition(st, tj, refused, conflict, objectsOurs && js != nil, now)
-		if s.Gang != nil && !finished {
-			gangCondition(st, tj, s.Gang(tj), now)
+	mutate := func(applied bool, planned []metav1.Condition, healed bool) func(*trainer.TrainJobStatus) {
+		return func(st *trainer.TrainJobStatus) {
+			computeStatus(st, tj, js, applied, expired, now)
+			planConditions(st, planned, now)
+			writeCondition(st, tj, refused, conflict, healed, now)
+			if s.Gang != nil && !finished {
+				gangCondition(st, tj, s.Gang(tj), now)
+			}
 		}
-	})
+	}
+	write := mutate(applied, planned, objectsOurs && js != nil)
+	if applied && s.Settle > 0 && !expired && refused == nil && conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
+		return stages.RequeueAfter(s.Settle), nil
+	}
+	wrote, err := s.Status.Update(ctx, tj, write)
 	if err != nil {
 		return stages.Retry(), err
 	}
@@ -262,6 +286,37 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		return stages.RequeueAfter(after), nil
 	}
 	return stages.WaitForEvent(), nil
+}
+
+// settles reports whether the status write of a pass that applied the JobSet may wait
+// for Settle: there is something to write (write changes tj's status), and a later
+// sync, which has neither the plan nor the apply, computes the same (later, the same as
+// write).
+func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJobStatus)) bool {
+	written, settled := tj.Status.DeepCopy(), tj.Status.DeepCopy()
+	write(written)
+	later(settled)
+	return !equality.Semantic.DeepEqual(&tj.Status, written) && equality.Semantic.DeepEqual(written, settled)
+}
+
+// newest returns the cache's TrainJob of tj's key when it is tj itself (same uid) and
+// not being deleted, else tj. A pass that applied the JobSet computes the status from
+// it: the apply took a round trip to the API server, in which the TrainJob may have
+// changed, and a status computed from the copy read before would be outdated before it
+// is written. Through Kueue it is: Kueue writes its runtime patch (generation 2) and
+// unsuspends (generation 3) in two requests milliseconds apart, and the status of
+// generation 2 — Suspended=True with observedGeneration 2 — was a patch of its own,
+// followed by generation 3's Resumed; from the newest TrainJob the pass that applied
+// generation 2 writes Resumed at once, and generation 3's pass, which resumes the
+// JobSet, finds nothing left to write (docs/design/status-writes.md). The status
+// follows spec.suspend as upstream's does (trainer-compat §5.1); the newer generation
+// is queued for its own build (the informers route it), which resumes the JobSet.
+func (s *Stage) newest(tj *trainer.TrainJob) *trainer.TrainJob {
+	cached, err := s.TrainJobs.TrainJobs(tj.Namespace).Get(tj.Name)
+	if err != nil || cached.UID != tj.UID || cached.DeletionTimestamp != nil {
+		return tj
+	}
+	return cached
 }
 
 // applyIfChanged makes the plan's side objects exist as tj's (syncObjects; whatever

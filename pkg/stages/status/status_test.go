@@ -420,6 +420,134 @@ func TestSyncGateBeforeTheCacheCatchesUp(t *testing.T) {
 	}
 }
 
+// TestSyncStatusOfTheTrainJobAfterTheApply: Kueue writes its runtime patch (generation
+// 2) and unsuspends (generation 3) milliseconds apart, while the pass of generation 2
+// applies the JobSet. That pass writes the status of the TrainJob the cache holds after
+// the apply — resumed — and generation 3's pass, which resumes the JobSet, writes no
+// status: one status patch for Kueue's two writes, not one each (the first would only
+// move the Suspended condition's observedGeneration to 2).
+func TestSyncStatusOfTheTrainJobAfterTheApply(t *testing.T) {
+	queued := makeTrainJob().Generation(1).Suspend(true).Obj()
+	suspended := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	suspended.ObservedGeneration = 1
+	patched := makeTrainJob().Generation(2).Suspend(true).Condition(suspended).Obj()
+	unsuspended := makeTrainJob().Generation(3).Suspend(false).Condition(suspended).Obj()
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).Obj()
+	f := newFixture(t, patched, js)
+	f.plans.Put(key, patched.UID, patched.Generation, desiredPlan(t, patched))
+	// Kueue's unsuspend lands, and reaches the cache, while generation 2's JobSet is
+	// being applied.
+	landed := false
+	f.jobsets.PrependReactor("patch", "jobsets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if landed {
+			return false, nil, nil
+		}
+		landed = true
+		if err := f.trainer.Tracker().Update(trainer.SchemeGroupVersion.WithResource("trainjobs"), unsuspended.DeepCopy(), ns); err != nil {
+			t.Error(err)
+		}
+		if err := f.tjCache.Update(unsuspended.DeepCopy()); err != nil {
+			t.Error(err)
+		}
+		return false, nil, nil
+	})
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	got := findCondition(f.storedTrainJob(t).Status.Conditions, trainer.TrainJobSuspended)
+	if got == nil || got.Status != metav1.ConditionFalse || got.Reason != trainer.TrainJobResumedReason || got.ObservedGeneration != 3 {
+		t.Fatalf("after generation 2's apply, Suspended = %+v; want False, %s, observedGeneration 3 (the TrainJob the cache holds)", got, trainer.TrainJobResumedReason)
+	}
+
+	// Generation 3's pass: the cache shows the status write; the JobSet is resumed.
+	if err := f.tjCache.Update(f.storedTrainJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.plans.Put(key, unsuspended.UID, unsuspended.Generation, desiredPlan(t, unsuspended))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 2 {
+		t.Errorf("%d JobSet applies, want 2 (Kueue's patch, the resume)", n)
+	}
+	if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+		t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+	}
+}
+
+// TestSyncSettlesAfterAnApply: the status of a pass that applied the JobSet waits
+// Settle for the JobSet controller's answer, and is written with it in one patch: a
+// TrainJob Kueue resumed gets Resumed and its Job's first pods in one status write
+// instead of Resumed (with the Job still counted suspended), then the counts. A status
+// carrying what only the applying pass knows (the plan's conditions) is written at once.
+func TestSyncSettlesAfterAnApply(t *testing.T) {
+	suspendedCond := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	suspendedCond.ObservedGeneration = 2
+	queued := makeTrainJob().Generation(2).Suspend(true).Condition(suspendedCond).Obj()
+	queued.Status.JobsStatus = []trainer.JobStatus{{Name: "node", Ready: ptr.To[int32](0), Succeeded: ptr.To[int32](0),
+		Failed: ptr.To[int32](0), Active: ptr.To[int32](0), Suspended: ptr.To[int32](1)}}
+	resumed := queued.DeepCopy()
+	resumed.Generation, resumed.Spec.Suspend = 3, ptr.To(false)
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).
+		ReplicatedJobStatus("node", 0, 0, 0, 0, 1).Obj()
+	f := newFixture(t, resumed, js)
+	f.stage.Settle = time.Second
+	f.plans.Put(key, resumed.UID, resumed.Generation, desiredPlan(t, resumed))
+	got, err := f.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(stages.RequeueAfter(time.Second), got); diff != "" {
+		t.Errorf("the resuming pass (-want +got):\n%s", diff)
+	}
+	if n := len(f.jobSetApplies()); n != 1 {
+		t.Fatalf("%d JobSet applies, want 1", n)
+	}
+	if w := utiltesting.Writes(f.trainer.Actions()); len(w) != 0 {
+		t.Fatalf("the resuming pass wrote %v, want nothing yet", w)
+	}
+
+	// The JobSet controller answered: the Job resumed, its pods created.
+	running := makeJobSet(resumed).Suspend(false).Annotation(status.AnnotationJobSetHash, appliedHash(t, f.jobSetApplies()[0])).
+		ReplicatedJobStatus("node", 0, 0, 0, 1, 0).Obj()
+	if err := f.jsCache.Update(running); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		t.Errorf("the settled sync (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+		t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+	}
+	stored := f.storedTrainJob(t)
+	if c := findCondition(stored.Status.Conditions, trainer.TrainJobSuspended); c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != 3 {
+		t.Errorf("Suspended = %+v, want False, observedGeneration 3", c)
+	}
+	if len(stored.Status.JobsStatus) != 1 || ptr.Deref(stored.Status.JobsStatus[0].Active, 0) != 1 {
+		t.Errorf("jobsStatus = %+v, want the Job active", stored.Status.JobsStatus)
+	}
+
+	t.Run("plan conditions are written at once", func(t *testing.T) {
+		f := newFixture(t, queued, nil)
+		f.stage.Settle = time.Second
+		p := desiredPlan(t, queued)
+		p.Conditions = []metav1.Condition{utiltesting.Condition("ProcsPerNodeDerived", metav1.ConditionTrue, "Derived", "from the GPU count")}
+		f.plans.Put(key, queued.UID, queued.Generation, p)
+		if got, err := f.sync(t); err != nil || got != stages.WaitForEvent() {
+			t.Fatalf("Sync = %v, %v; want WaitForEvent", got, err)
+		}
+		if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
+			t.Errorf("TrainJob writes (-want +got):\n%s", diff)
+		}
+		if c := findCondition(f.storedTrainJob(t).Status.Conditions, "ProcsPerNodeDerived"); c == nil {
+			t.Error("the plan's condition was not written")
+		}
+	})
+}
+
 // TestSyncForeignJobSet: a JobSet of the TrainJob's name that the TrainJob does not
 // control is never applied over; the TrainJob says why.
 func TestSyncForeignJobSet(t *testing.T) {
@@ -660,6 +788,8 @@ func TestSyncDeadline(t *testing.T) {
 	resumed := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionFalse, "Resumed", "TrainJob is resumed")
 	resumed.LastTransitionTime = metav1.NewTime(resumedAt)
 	resumed.ObservedGeneration = 1
+	queued := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	queued.LastTransitionTime = metav1.NewTime(t0)
 
 	cases := map[string]struct {
 		trainJob      *trainer.TrainJob
@@ -694,6 +824,11 @@ func TestSyncDeadline(t *testing.T) {
 			trainJob: base.Clone().Suspend(false).Condition(resumed).Obj(),
 			now:      resumedAt.Add(30 * time.Second),
 			want:     stages.RequeueAfter(30 * time.Second),
+		},
+		"resumed by this pass after a queue longer than the deadline: the clock starts now": {
+			trainJob: base.Clone().Suspend(false).Condition(queued).Obj(),
+			now:      t0.Add(time.Hour),
+			want:     stages.RequeueAfter(60 * time.Second),
 		},
 		"resumed long ago: elapsed": {
 			trainJob:      base.Clone().Suspend(false).Condition(resumed).Obj(),

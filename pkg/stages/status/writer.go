@@ -28,7 +28,7 @@ const FieldManager = "trainyard"
 // yet shown that write does not send the same status again (two syncs of one key in
 // quick succession, e.g. for the TrainJob's and its JobSet's add events after a
 // restart). A record is one hash and a resourceVersion; it is dropped when the cache
-// catches up and by Forget.
+// catches up (Observed, or the next Update) and by Forget.
 type Writer struct {
 	Client trainerclient.Interface
 
@@ -110,6 +110,38 @@ func (w *Writer) alreadyWritten(key cache.ObjectName, tj *trainer.TrainJob, dige
 	}
 	delete(w.written, key)
 	return false
+}
+
+// Observed drops the record of the last status write for tj's key once tj, a TrainJob
+// the cache has just stored, shows that write (its resourceVersion is the write's or
+// later) or is another TrainJob (another uid): from then on the cache itself keeps a
+// sync from repeating the write, and a record kept would stay for as long as the
+// TrainJob lives, one per TrainJob whose status this process ever wrote. A
+// resourceVersion that is no integer (a fake client's) drops the record, as
+// alreadyWritten does. Call it from the TrainJob informer's update handler
+// (informers.Hooks.Updated). A record whose watch event came before the write's
+// response stays until the TrainJob's next update or its deletion (Forget).
+func (w *Writer) Observed(tj *trainer.TrainJob) {
+	key := cache.MetaObjectToName(tj)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.written[key]
+	if !ok {
+		return
+	}
+	if last.uid == tj.UID {
+		if order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion); err == nil && order < 0 {
+			return // the cache is still behind the write
+		}
+	}
+	delete(w.written, key)
+}
+
+// records returns how many write records w holds, for tests.
+func (w *Writer) records() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.written)
 }
 
 // Forget drops the record of the last status write for the TrainJob at key; call it

@@ -281,3 +281,46 @@ func TestWriterForget(t *testing.T) {
 		t.Errorf("writes = %d, want 2 (one per Update after Forget)", got)
 	}
 }
+
+// A record lives until the cache shows the write: Observed, called with each TrainJob
+// the cache stores, keeps it while the cache is behind and drops it once the cache has
+// the write, a later version or another TrainJob of the name; records do not pile up,
+// one per TrainJob ever written, for as long as the TrainJobs live.
+func TestWriterObserved(t *testing.T) {
+	cached := func(uid types.UID, rv string) *trainer.TrainJob {
+		tj := makeTrainJob().UID(uid).Obj()
+		tj.ResourceVersion = rv
+		return tj
+	}
+	cases := map[string]struct {
+		observed    *trainer.TrainJob
+		wantRecords int
+	}{
+		"cache behind the write":      {observed: cached("uid-1", "11"), wantRecords: 1},
+		"cache shows the write":       {observed: cached("uid-1", "12"), wantRecords: 0},
+		"cache past the write":        {observed: cached("uid-1", "15"), wantRecords: 0},
+		"re-created TrainJob":         {observed: cached("uid-2", "11"), wantRecords: 0},
+		"resourceVersion not integer": {observed: cached("uid-1", "abc"), wantRecords: 0},
+		"another TrainJob's update":   {observed: utiltesting.MakeTrainJob(ns, "other").UID("uid-9").Obj(), wantRecords: 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := trainerfake.NewSimpleClientset()
+			client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, cached("uid-1", "12"), nil
+			})
+			w := &status.Writer{Client: client}
+			wrote, err := w.Update(ctx, cached("uid-1", "10"), func(st *trainer.TrainJobStatus) {
+				st.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 0, 0, 0, 0, 1)}
+			})
+			if !wrote || err != nil {
+				t.Fatalf("Update = %v, %v; want a write", wrote, err)
+			}
+			w.Observed(tc.observed)
+			if got := w.Records(); got != tc.wantRecords {
+				t.Errorf("records after Observed = %d, want %d", got, tc.wantRecords)
+			}
+		})
+	}
+}

@@ -1,0 +1,4 @@
+package status
+
+// Records returns how many status write records w holds.
+func (w *Writer) Records() int { return w.records() }
