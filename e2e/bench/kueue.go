@@ -12,7 +12,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -586,23 +585,6 @@ func countSeries(start time.Time, changes []countChange) []countPoint {
 // Kueue's unsuspend → JobSet unsuspended and of created → Complete.
 func writeKueuePlot(path string, r *Result, tl *timeline) error {
 	k := tl.kueue
-	line := func(p *plot.Plot, name string, xys plotter.XYs, color int, dashed bool) error {
-		if len(xys) == 0 {
-			return nil
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(color)
-		l.Width = vg.Points(1.5)
-		if dashed {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
-		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
-	}
 
 	over := plot.New()
 	over.Title.Text = fmt.Sprintf("%d TrainJobs through Kueue", r.N)
@@ -614,7 +596,7 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 		xs   []float64
 	}{{"created", tl.created}, {"JobSet exists", tl.admitted}, {"unsuspended by Kueue", k.unsuspended},
 		{"JobSet unsuspended", k.jobSetUnsuspended}, {"Complete", tl.finished}} {
-		if err := line(over, s.name, cumulative(s.xs), i, false); err != nil {
+		if err := addLine(over, s.name, cumulative(s.xs), i, false); err != nil {
 			return err
 		}
 	}
@@ -635,10 +617,10 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 		}
 		return xys
 	}
-	if err := line(running, "TrainJobs unsuspended, not finished", steps(k.runningTrainJobs), 0, false); err != nil {
+	if err := addLine(running, "TrainJobs unsuspended, not finished", steps(k.runningTrainJobs), 0, false); err != nil {
 		return err
 	}
-	if err := line(running, "JobSets unsuspended, not finished", steps(k.activeJobSets), 1, true); err != nil {
+	if err := addLine(running, "JobSets unsuspended, not finished", steps(k.activeJobSets), 1, true); err != nil {
 		return err
 	}
 	end := 1.0
@@ -646,7 +628,7 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 		end = tl.finished[n-1]
 	}
 	quota := float64(r.Kueue.Quota)
-	if err := line(running, fmt.Sprintf("quota (%d)", r.Kueue.Quota), plotter.XYs{{X: 0, Y: quota}, {X: end, Y: quota}}, 2, true); err != nil {
+	if err := addLine(running, fmt.Sprintf("quota (%d)", r.Kueue.Quota), plotter.XYs{{X: 0, Y: quota}, {X: end, Y: quota}}, 2, true); err != nil {
 		return err
 	}
 	// Room for the legend above the curves, which may pass the quota.
@@ -669,7 +651,7 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 		if len(xs) == 0 {
 			continue
 		}
-		if err := line(lat, d.name, cdf(xs), i+3, false); err != nil {
+		if err := addLine(lat, d.name, cdf(xs), i+3, false); err != nil {
 			return err
 		}
 		highest = max(highest, xs[len(xs)-1])

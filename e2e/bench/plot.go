@@ -270,23 +270,6 @@ func seriesRates(start time.Time, points []seriesPoint) (reports, writes plotter
 // second with one per TrainJob per period and the write limits' ceiling, and the
 // latency distributions (log scale) of the reports and of the two admission bursts.
 func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
-	line := func(p *plot.Plot, name string, xys plotter.XYs, color int, dashed bool) error {
-		if len(xys) == 0 {
-			return nil
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(color)
-		l.Width = vg.Points(1.5)
-		if dashed {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
-		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
-	}
 	span := func(xys plotter.XYs) (lo, hi float64) {
 		if len(xys) == 0 {
 			return 0, 1
@@ -303,10 +286,10 @@ func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
 	reports.X.Label.Text = "seconds since the first report"
 	reports.Y.Label.Text = "reports/s"
 	reports.Legend.Top = false
-	if err := line(reports, "accepted (pods)", tl.accepted, 0, false); err != nil {
+	if err := addLine(reports, "accepted (pods)", tl.accepted, 0, false); err != nil {
 		return err
 	}
-	if err := line(reports, "received (server)", tl.received, 1, true); err != nil {
+	if err := addLine(reports, "received (server)", tl.received, 1, true); err != nil {
 		return err
 	}
 	reports.Y.Min = 0
@@ -317,20 +300,20 @@ func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
 	writes.X.Label.Text = "seconds since the first report"
 	writes.Y.Label.Text = "writes/s"
 	writes.Legend.Top = true
-	if err := line(writes, "writes", tl.writes, 2, false); err != nil {
+	if err := addLine(writes, "writes", tl.writes, 2, false); err != nil {
 		return err
 	}
-	if err := line(writes, fmt.Sprintf("1 per TrainJob per %.0f s", r.Progress.WritePeriodSeconds), flat(tl.wantWrites, tl.writes), 3, true); err != nil {
+	if err := addLine(writes, fmt.Sprintf("1 per TrainJob per %.0f s", r.Progress.WritePeriodSeconds), flat(tl.wantWrites, tl.writes), 3, true); err != nil {
 		return err
 	}
 	if tl.ceiling < tl.wantWrites {
-		if err := line(writes, "write limits' ceiling", flat(tl.ceiling, tl.writes), 4, true); err != nil {
+		if err := addLine(writes, "write limits' ceiling", flat(tl.ceiling, tl.writes), 4, true); err != nil {
 			return err
 		}
 	}
 	top := max(tl.wantWrites, maxY(tl.writes)) * 1.1
 	if tl.burstEnd > tl.burstStart {
-		if err := line(writes, "admission burst", plotter.XYs{{X: tl.burstStart, Y: top}, {X: tl.burstEnd, Y: top}}, 5, false); err != nil {
+		if err := addLine(writes, "admission burst", plotter.XYs{{X: tl.burstStart, Y: top}, {X: tl.burstEnd, Y: top}}, 5, false); err != nil {
 			return err
 		}
 	}
@@ -354,7 +337,7 @@ func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
 		if len(xs) == 0 {
 			continue
 		}
-		if err := line(lat, d.name, cdf(xs), i, false); err != nil {
+		if err := addLine(lat, d.name, cdf(xs), i, false); err != nil {
 			return err
 		}
 		highest = max(highest, xs[len(xs)-1])
@@ -385,4 +368,25 @@ func positive(xs []float64) []float64 {
 		}
 	}
 	return out
+}
+
+// addLine adds xys to p as a line of plotutil color index color, 1.5 points wide,
+// dashed or solid, with a legend entry name; nothing when xys is empty. Errors: those of
+// plotter.NewLine (a NaN or infinite point).
+func addLine(p *plot.Plot, name string, xys plotter.XYs, color int, dashed bool) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.Color = plotutil.Color(color)
+	l.Width = vg.Points(1.5)
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
 }
