@@ -635,32 +635,11 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 	running.Y.Min, running.Y.Max = 0, max(quota, float64(r.Kueue.PeakTrainJobs), float64(r.Kueue.PeakJobSets))*1.5
 	running.Add(plotter.NewGrid())
 
-	lat := plot.New()
-	lat.Title.Text = "latency distribution"
-	lat.X.Label.Text = "seconds (log scale)"
-	lat.Y.Label.Text = "% of TrainJobs at or below"
-	lat.X.Scale = plot.LogScale{}
-	lat.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	lat.Legend.Top = false
-	highest := 0.0
-	for i, d := range []struct {
-		name string
-		xs   []float64
-	}{{"Kueue's unsuspend → JobSet unsuspended", k.resume}, {"created → Complete", tl.finishLatencies}} {
-		xs := positive(d.xs)
-		if len(xs) == 0 {
-			continue
-		}
-		if err := addLine(lat, d.name, cdf(xs), i+3, false); err != nil {
-			return err
-		}
-		highest = max(highest, xs[len(xs)-1])
+	lat, err := latencyPanel("% of TrainJobs at or below", 1000, 3, []namedSeries{
+		{"Kueue's unsuspend → JobSet unsuspended", k.resume}, {"created → Complete", tl.finishLatencies}})
+	if err != nil {
+		return err
 	}
-	if highest > 0 {
-		lat.X.Max = highest * 1000 // the legend's room, right of the curves
-	}
-	lat.Add(plotter.NewGrid())
-	lat.Y.Min, lat.Y.Max = 0, 100
 
 	return drawTiles(path, 36*vg.Centimeter, 10*vg.Centimeter, over, running, lat)
 }

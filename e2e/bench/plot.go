@@ -320,34 +320,11 @@ func writeProgressPlot(path string, r *Result, tl *progressTimeline) error {
 	writes.Y.Min, writes.Y.Max = 0, top*1.5 // room for the legend above the curves
 	writes.Add(plotter.NewGrid())
 
-	lat := plot.New()
-	lat.Title.Text = "latency distribution"
-	lat.X.Label.Text = "seconds (log scale)"
-	lat.Y.Label.Text = "% at or below"
-	lat.X.Scale = plot.LogScale{}
-	lat.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	lat.Legend.Top = false
-	dists := []struct {
-		name string
-		xs   []float64
-	}{{"reports", tl.reports}, {"admission, before", tl.before}, {"admission, with reports", tl.with}, {"admission, after", tl.after}}
-	highest := 0.0
-	for i, d := range dists {
-		xs := positive(d.xs)
-		if len(xs) == 0 {
-			continue
-		}
-		if err := addLine(lat, d.name, cdf(xs), i, false); err != nil {
-			return err
-		}
-		highest = max(highest, xs[len(xs)-1])
+	lat, err := latencyPanel("% at or below", 300, 0, []namedSeries{
+		{"reports", tl.reports}, {"admission, before", tl.before}, {"admission, with reports", tl.with}, {"admission, after", tl.after}})
+	if err != nil {
+		return err
 	}
-	if highest > 0 {
-		lat.X.Max = highest * 300 // the legend's room, right of the curves
-	}
-	lat.Add(plotter.NewGrid())
-	lat.Y.Min, lat.Y.Max = 0, 100
-
 	return drawTiles(path, 36*vg.Centimeter, 10*vg.Centimeter, reports, writes, lat)
 }
 
@@ -389,4 +366,42 @@ func addLine(p *plot.Plot, name string, xys plotter.XYs, color int, dashed bool)
 	p.Add(l)
 	p.Legend.Add(name, l)
 	return nil
+}
+
+// namedSeries is one distribution of a latencyPanel: its legend and its values (seconds).
+type namedSeries struct {
+	name string
+	xs   []float64
+}
+
+// latencyPanel returns a panel of the cumulative distributions of series (seconds, log
+// scale; values ≤ 0 left out, an empty series skipped), the Y axis labelled yLabel in
+// percent, series i drawn in plotutil color firstColor+i, and the X axis stretched to
+// legendRoom × the highest value so the legend fits right of the curves. Errors: those
+// of addLine.
+func latencyPanel(yLabel string, legendRoom float64, firstColor int, series []namedSeries) (*plot.Plot, error) {
+	lat := plot.New()
+	lat.Title.Text = "latency distribution"
+	lat.X.Label.Text = "seconds (log scale)"
+	lat.Y.Label.Text = yLabel
+	lat.X.Scale = plot.LogScale{}
+	lat.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	lat.Legend.Top = false
+	highest := 0.0
+	for i, d := range series {
+		xs := positive(d.xs)
+		if len(xs) == 0 {
+			continue
+		}
+		if err := addLine(lat, d.name, cdf(xs), firstColor+i, false); err != nil {
+			return nil, err
+		}
+		highest = max(highest, xs[len(xs)-1])
+	}
+	if highest > 0 {
+		lat.X.Max = highest * legendRoom
+	}
+	lat.Add(plotter.NewGrid())
+	lat.Y.Min, lat.Y.Max = 0, 100
+	return lat, nil
 }
