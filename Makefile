@@ -117,11 +117,11 @@ test-e2e-137: ## The e2e tests whose behavior differs on Kubernetes 1.37 (E2E_KU
 ##@ Run
 
 .PHONY: run
-run: build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on 127.0.0.1:10443 (the port of the URL injected into trainer pods).
+run: build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
 	$(OUTPUT)/bin/trainyard --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig --log-format=text --v=2 \
 	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:8081 \
 	  --webhook-bind-address=127.0.0.1:9443 --webhook-register-url=https://127.0.0.1:9443 \
-	  --status-server-bind-address=127.0.0.1:10443
+	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 
 .PHONY: dev
 dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run).

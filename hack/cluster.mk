@@ -40,6 +40,11 @@ KUEUE ?=
 CLUSTER_KUEUE_FLAGS := $(if $(filter 1 true yes,$(KUEUE)),--kueue)
 KUBE_VERSION ?=
 CLUSTER_KUBE_FLAGS := $(if $(KUBE_VERSION),--kube-version=$(KUBE_VERSION))
+# REAL_NODE=1 (the default) adds a real node: kubelet, containerd, runc, CNI and
+# CoreDNS on this machine, so TrainJobs train for real (e2e/cluster/realnode.go; needs
+# root; Kubernetes 1.36 only, so KUBE_VERSION=1.37 turns it off). REAL_NODE=0: fake nodes only.
+REAL_NODE ?= $(if $(filter 1.37,$(KUBE_VERSION)),0,1)
+CLUSTER_REAL_NODE_FLAGS := $(if $(filter 1 true yes,$(REAL_NODE)),--real-node)
 # Flags for `make test-e2e`.
 E2E_TEST_FLAGS ?= -timeout 30m
 
@@ -54,10 +59,10 @@ localcluster:
 	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
 
 cluster-build: localcluster
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS)
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS)
 
 cluster-up: localcluster
-	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS)
+	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_UP_FLAGS)
 
 # cluster-ensure starts a cluster unless a ready one is already recorded in the
 # state dir; with KUEUE=1 it must run Kueue too, and with KUBE_VERSION that
@@ -65,7 +70,7 @@ cluster-up: localcluster
 cluster-ensure: localcluster
 	@status=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null || true); \
 	if ! grep -qx ready <<<"$$status"; then \
-	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_UP_FLAGS); \
+	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_UP_FLAGS); \
 	elif [ -n "$(KUBE_VERSION)" ] && ! grep -qx 'kubernetes: $(KUBE_VERSION)' <<<"$$status"; then \
 	  echo "the running cluster is not Kubernetes $(KUBE_VERSION): make cluster-down, then make cluster-up KUBE_VERSION=$(KUBE_VERSION)" >&2; exit 1; \
 	elif [ -n "$(CLUSTER_KUEUE_FLAGS)" ] && ! grep -Eq '^ +kueue +pid [0-9]+ +running' <<<"$$status"; then \

@@ -54,6 +54,10 @@ type BuildOptions struct {
 	Niceness int
 	// Kueue adds KueueSource to the sources built, for Options.Kueue.
 	Kueue bool
+	// RealNode adds the real node's sources (kubelet, containerd and its runc
+	// shim, the CNI plugins, CoreDNS) to the sources built, for
+	// Options.RealNode.
+	RealNode bool
 	// KubeVersion is the Kubernetes minor version whose control-plane
 	// binaries are built ("1.37"; see LookupKubeRelease); "" means
 	// DefaultKubeVersion.
@@ -76,6 +80,9 @@ func (o *BuildOptions) sources() ([]Source, error) {
 	}
 	if o.Kueue {
 		srcs = append(srcs, KueueSource)
+	}
+	if o.RealNode {
+		srcs = append(srcs, realNodeSources...)
 	}
 	return srcs, nil
 }

@@ -32,6 +32,7 @@ type Cluster struct {
 	apiext     apiextensionsclient.Interface
 
 	pki       *pki
+	realNode  *RealNodeState // nil without Options.RealNode
 	token     string
 	ports     map[string]int // see allocatePorts
 	mu        sync.Mutex     // guards procs and the state file
@@ -106,6 +107,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.startEtcd(ctx); err != nil {
 		return err
 	}
+	if c.opts.RealNode {
+		if err := checkRealNodeHost(); err != nil {
+			return err
+		}
+	}
 	if err := c.startAPIServer(ctx); err != nil {
 		return err
 	}
@@ -122,6 +128,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		func() error { return c.startScheduler(ctx) },
 		func() error { return c.startKwok(ctx) },
 		func() error { return c.installDeviceClass(ctx) },
+		func() error {
+			if !c.opts.RealNode {
+				return nil
+			}
+			return c.startRealNode(ctx)
+		},
 		func() error {
 			if err := c.installCRDs(ctx); err != nil {
 				return err
@@ -175,6 +187,7 @@ func Attach(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	c := &Cluster{kubeconfig: kubeconfig, restConfig: cfg, opts: Options{NodeShape: DefaultNodeShape()}}
 	if s, err := ReadState(filepath.Dir(kubeconfig)); err == nil {
 		c.opts.LogDir = s.LogDir // for error messages, when started by localcluster
+		c.realNode = s.RealNode
 	}
 	if err := c.connect(); err != nil {
 		return nil, err
@@ -264,6 +277,9 @@ func (c *Cluster) down() error {
 		p.stop(stopGrace)
 	}
 	var errs []error
+	if c.realNode != nil {
+		errs = append(errs, teardownRealNode(c.realNode))
+	}
 	if err := waitPortsFree(c.Ports(), 5*time.Second); err != nil {
 		errs = append(errs, err)
 	}

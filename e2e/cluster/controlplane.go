@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,6 +27,9 @@ func (c *Cluster) allocatePorts() error {
 	names := []string{Etcd, portEtcdPeer, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, portJobSetHealth, Kwok}
 	if c.opts.Kueue {
 		names = append(names, Kueue, portKueueHealth)
+	}
+	if c.opts.RealNode {
+		names = append(names, Kubelet, portKubeletHealth, portCoreDNSHealth, portCoreDNSReady, ImageRegistry)
 	}
 	free, err := freePorts(len(names))
 	if err != nil {
@@ -102,6 +106,14 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--feature-gates=" + c.opts.FeatureGates,
 		"--runtime-config=" + c.release().RuntimeConfig,
 	}
+	if c.opts.RealNode {
+		certFile, keyFile, err := c.kubeletClientCert()
+		if err != nil {
+			return err
+		}
+		args = append(args, "--kubelet-client-certificate="+certFile, "--kubelet-client-key="+keyFile,
+			"--kubelet-preferred-address-types=InternalIP")
+	}
 	if c.opts.AuditLog {
 		policy := filepath.Join(dir, "audit-policy.yaml")
 		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
@@ -172,11 +184,24 @@ var controllers = []string{
 	"podgroup-protection-controller",
 }
 
+// realNodeControllers are the controllers real pods need besides: without
+// endpointslice no headless Service resolves to its pods (JobSet's pod
+// hostnames), without root-ca-certificate-publisher every pod waits on its
+// service-account volume's kube-root-ca.crt ConfigMap.
+var realNodeControllers = []string{"endpointslice-controller", "root-ca-certificate-publisher-controller"}
+
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	kubeconfig := c.componentKubeconfig()
+	enabled := controllers
+	if c.opts.RealNode {
+		enabled = append(slices.Clone(controllers), realNodeControllers...)
+	}
 	args := append(c.kubeComponentArgs(KubeControllerManager, kubeconfig),
-		"--controllers="+strings.Join(controllers, ","),
+		"--controllers="+strings.Join(enabled, ","),
 		"--use-service-account-credentials=false",
+		// Published in every namespace as ConfigMap kube-root-ca.crt, which each
+		// pod's service-account volume mounts.
+		"--root-ca-file="+c.pki.caFile(),
 	)
 	return c.runComponent(ctx, componentSpec{
 		name:   KubeControllerManager,

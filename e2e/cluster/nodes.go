@@ -109,7 +109,7 @@ func (c *Cluster) createNode(ctx context.Context, spec NodeSpec) error {
 			},
 			Annotations: map[string]string{kwokFakeNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
 		},
-		Spec: corev1.NodeSpec{Taints: spec.Taints},
+		Spec: corev1.NodeSpec{Taints: append(c.fakeNodeTaints(), spec.Taints...)},
 		// A Node may be created with its status; kwok keeps capacity and
 		// allocatable and fills in conditions, addresses and nodeInfo.
 		Status: corev1.NodeStatus{Capacity: shape.resources(), Allocatable: shape.resources()},

@@ -113,6 +113,16 @@ type Options struct {
 	// are then suspended at creation and admitted by Kueue as in a real
 	// installation.
 	Kueue bool
+	// RealNode runs a real node beside the fake ones (realnode.go): kubelet,
+	// containerd with Debian's runc, the CNI bridge and CoreDNS serving
+	// cluster.local, on a pod network that exists only on this machine, with
+	// the stand-in images of the upstream runtimes served by a registry on
+	// 127.0.0.1. The fake nodes then carry TaintFakeNode, so pods that do not
+	// tolerate it run for real. It needs root, a cgroup v1 or hybrid host, and
+	// RealNodeHostPackages; the kubelet changes a few kernel settings
+	// (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1), so it
+	// is meant for throw-away machines and CI, not a workstation.
+	RealNode bool
 	// KueueWaitForPodsReady, above 0, turns on Kueue's waitForPodsReady with this
 	// timeout (see KueueConfiguration).
 	KueueWaitForPodsReady time.Duration
@@ -151,6 +161,10 @@ func (o *Options) withDefaults() error {
 		return err
 	}
 	o.Build.Kueue = o.Build.Kueue || o.Kueue
+	o.Build.RealNode = o.Build.RealNode || o.RealNode
+	if o.RealNode && o.KubeVersion != "" && o.KubeVersion != DefaultKubeVersion {
+		return fmt.Errorf("a real node runs only with Kubernetes %s (its kubelet is built beside that release), not %s", DefaultKubeVersion, o.KubeVersion)
+	}
 	release, err := LookupKubeRelease(o.KubeVersion)
 	if err != nil {
 		return err

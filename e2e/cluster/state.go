@@ -27,6 +27,9 @@ type State struct {
 	// KubeVersion is the Kubernetes minor version, "1.37" (Options.KubeVersion).
 	KubeVersion string         `json:"kubeVersion,omitempty"`
 	Processes   []ProcessState `json:"processes"`
+	// RealNode is what the real node changed on the host (bridge, cgroups,
+	// mounts), for Down to undo; nil without one.
+	RealNode *RealNodeState `json:"realNode,omitempty"`
 }
 
 // ProcessState describes one started component.
@@ -73,7 +76,7 @@ func (c *Cluster) writeState() error {
 	s := State{
 		StartedAt: c.startedAt, OwnerPid: os.Getpid(), Detached: c.opts.Detach,
 		WorkDir: c.workDir, Kubeconfig: c.kubeconfig, LogDir: c.opts.LogDir,
-		KubeVersion: c.opts.KubeVersion,
+		KubeVersion: c.opts.KubeVersion, RealNode: c.realNode,
 	}
 	if c.ports[KubeAPIServer] != 0 {
 		s.Server = c.serverURL()
@@ -166,6 +169,9 @@ func DownFromState(stateDir string, out io.Writer) error {
 	}
 	if err := waitPortsFree(ports, 5*time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	if s.RealNode != nil {
+		errs = append(errs, teardownRealNode(s.RealNode))
 	}
 	if s.WorkDir != "" && strings.HasPrefix(filepath.Base(s.WorkDir), workDirPrefix) {
 		if err := os.RemoveAll(s.WorkDir); err != nil {

@@ -34,6 +34,14 @@ import (
 // behind it refuses every TrainJob write).
 const NoAdmission = "--webhook-bind-address=0"
 
+// ControllerNamespace and WebhookServiceName are the controller's defaults
+// (--controller-namespace, webhook.serviceName): the progress server's URL
+// injected into trainer pods is https://<WebhookServiceName>.<ControllerNamespace>.svc:<port>.
+const (
+	ControllerNamespace = "trainyard-system"
+	WebhookServiceName  = "trainyard-webhook"
+)
+
 // Build builds cmd/trainyard of this checkout into <repo>/_output/e2e/bin/trainyard and
 // returns its path. Errors: the repository root is not found, or the build fails (the
 // compiler's output is in the error).
@@ -60,7 +68,8 @@ type Process struct {
 	// WebhookURL is where the API server calls its admission webhooks ("" with
 	// NoAdmission).
 	WebhookURL string
-	// ProgressAddr is the 127.0.0.1 address of the progress server ("" with
+	// ProgressAddr is the address of the progress server: on 127.0.0.1, or on the
+	// host's bridge address (cluster.HostAddress) with a real node ("" with
 	// NoAdmission).
 	ProgressAddr string
 	// LogPath is the process's log (stdout and stderr, appended).
@@ -123,6 +132,16 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 		p.WebhookURL = "https://" + addr
 		args = append(args, "--webhook-bind-address="+addr, "--webhook-register-url="+p.WebhookURL)
 		p.ProgressAddr = cluster.FreeAddr(t)
+		if c.HasRealNode() {
+			// Pods on the real node reach the host at its bridge address, by the
+			// name the controller injects (progress.BaseURL).
+			_, port, _ := net.SplitHostPort(p.ProgressAddr)
+			p.ProgressAddr = net.JoinHostPort(c.HostAddress(), port)
+			n, _ := strconv.Atoi(port)
+			if err := c.ExposeHostService(context.Background(), ControllerNamespace, WebhookServiceName, n); err != nil {
+				t.Fatal(err)
+			}
+		}
 		args = append(args, "--status-server-bind-address="+p.ProgressAddr)
 	} else {
 		args = append(args, "--status-server-bind-address=0")

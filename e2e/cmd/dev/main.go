@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	"github.com/trainyard/trainyard/e2e/training"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 )
@@ -83,7 +85,34 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	}
 	say("ClusterTrainingRuntime torch-distributed installed (%s)", origin)
 
-	ctrl, logs, err := startController(ctx, root, kubeconfig)
+	// With a real node (make cluster-up's default) the TrainJob trains for real: the
+	// progress server listens on the host's bridge address, which its Service name
+	// resolves to for pods. On fake nodes alone the example TrainJob runs on kwok.
+	local, err := cluster.Attach(ctx, kubeconfig)
+	if err != nil {
+		return err
+	}
+	statusAddr := "127.0.0.1:10443"
+	var tj *trainer.TrainJob
+	if local.HasRealNode() {
+		statusAddr = local.HostAddress() + ":10443"
+		if err := local.ExposeHostService(ctx, "trainyard-system", "trainyard-webhook", 10443); err != nil {
+			return err
+		}
+		if tj, err = training.DigitsTrainJob(root, "default", "ddp-digits", training.DigitsOptions{}); err != nil {
+			return err
+		}
+		say("real node %s: the TrainJob trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
+	} else {
+		if tj, err = readTrainJob(filepath.Join(root, "examples", "trainjob.yaml")); err != nil {
+			return err
+		}
+		say("no real node (make cluster-up REAL_NODE=1 has one): the TrainJob's pods are kwok's fakes")
+	}
+	tj.Name = fmt.Sprintf("%s-%d", tj.Name, time.Now().Unix()%100000)
+	tj.Namespace = "default"
+
+	ctrl, logs, err := startController(ctx, root, kubeconfig, statusAddr)
 	if err != nil {
 		return err
 	}
@@ -91,13 +120,6 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 		_ = ctrl.Process.Signal(syscall.SIGTERM)
 		_ = ctrl.Wait()
 	}()
-
-	tj, err := readTrainJob(filepath.Join(root, "examples", "trainjob.yaml"))
-	if err != nil {
-		return err
-	}
-	tj.Name = fmt.Sprintf("%s-%d", tj.Name, time.Now().Unix()%100000)
-	tj.Namespace = "default"
 	var kueueState func(context.Context) string
 	if withKueue {
 		dyn := dynamic.NewForConfigOrDie(cfg)
@@ -113,6 +135,9 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	}
 	say("TrainJob %s/%s created: runtime %s, numNodes %d", tj.Namespace, tj.Name, tj.Spec.RuntimeRef.Name, *tj.Spec.Trainer.NumNodes)
 	go printStageTimeline(logs, tj.Namespace, tj.Name, say)
+	if local.HasRealNode() {
+		go printTrainerLog(ctx, kube, tj.Namespace, tj.Name, say)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -237,7 +262,7 @@ func readTrainJob(path string) (*trainer.TrainJob, error) {
 
 // startController builds and starts the controller with per-sync logging (-v=4), its
 // log teed to _output/dev/trainyard.log; it returns the process and a reader of the log.
-func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, io.Reader, error) {
+func startController(ctx context.Context, root, kubeconfig, statusAddr string) (*exec.Cmd, io.Reader, error) {
 	bin := filepath.Join(root, "_output", "bin", "trainyard")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/trainyard")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
@@ -255,11 +280,11 @@ func startController(ctx context.Context, root, kubeconfig string) (*exec.Cmd, i
 	r, w := io.Pipe()
 	// As `make run` and the e2e tests: the admission webhooks registered with the API
 	// server over 127.0.0.1 (the controller removes them when it stops), the progress
-	// server on 127.0.0.1 at the port of the URL injected into trainer pods.
+	// server at statusAddr, whose port is the port of the URL injected into trainer pods.
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4",
 		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443",
-		"--status-server-bind-address=127.0.0.1:10443")
+		"--status-server-bind-address="+statusAddr)
 	cmd.Stdout = io.MultiWriter(logFile, w)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
@@ -347,12 +372,43 @@ func follow(ctx context.Context, kube kubernetes.Interface, trainers trainerclie
 			lastConds = s
 		}
 		if meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {
+			if ts := tj.Status.TrainerStatus; ts != nil {
+				data, _ := json.Marshal(ts)
+				say("status.trainerStatus: %s", data)
+			}
 			say("TrainJob %s/%s is Complete. The cluster keeps running: export KUBECONFIG=$PWD/_output/cluster/kubeconfig; make cluster-down to stop it.", ns, name)
 			return nil
 		}
 		if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed); c != nil && c.Status == metav1.ConditionTrue {
 			return errors.New("TrainJob failed: " + c.Reason + ": " + c.Message)
 		}
+	}
+}
+
+// printTrainerLog follows the log of node 0 (torchrun's rank 0) once its container
+// runs, as `kubectl logs -f` does, and prints each line.
+func printTrainerLog(ctx context.Context, kube kubernetes.Interface, ns, name string, say func(string, ...any)) {
+	pod := name + "-node-0-0"
+	for ctx.Err() == nil {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: jobsetv1alpha2.JobSetNameKey + "=" + name})
+		if err == nil {
+			for _, p := range pods.Items {
+				if strings.HasPrefix(p.Name, pod) && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+					stream, err := kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "node", Follow: true}).Stream(ctx)
+					if err != nil {
+						break
+					}
+					say("trainer log (kubectl logs -f %s -c node):", p.Name)
+					scanner := bufio.NewScanner(stream)
+					for scanner.Scan() {
+						say("  %s | %s", p.Name, scanner.Text())
+					}
+					stream.Close()
+					return
+				}
+			}
+		}
+		time.Sleep(time.Second)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,7 +71,7 @@ func main() {
 // common holds the flags every command has.
 type common struct {
 	stateDir, logDir, cacheDir, kubeVersion string
-	kueue                                   bool
+	kueue, realNode                         bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
@@ -80,13 +81,16 @@ func (c *common) register(flags *flag.FlagSet) {
 	flags.StringVar(&c.kubeVersion, "kube-version", cluster.DefaultKubeVersion,
 		"Kubernetes minor version to build (build) or run (up): "+cluster.KubeVersion136+" or "+cluster.KubeVersion137)
 	flags.BoolVar(&c.kueue, "kueue", false, "also build (build) or run (up) the Kueue controller manager, its CRDs and webhooks, with the TrainJob integration")
+	flags.BoolVar(&c.realNode, "real-node", false, "also build (build) or run (up) a real node: kubelet, containerd, runc, CNI and CoreDNS, with the runtimes' images "+
+		"served on 127.0.0.1 (needs root and "+strings.Join(cluster.RealNodeHostPackages, ", ")+"; the fake nodes are then tainted "+cluster.TaintFakeNode.Key+")")
 }
 
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:       cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion},
+		Build:       cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode},
 		Kueue:       c.kueue,
+		RealNode:    c.realNode,
 		KubeVersion: c.kubeVersion,
 		Progress:    os.Stderr,
 	}
@@ -161,6 +165,13 @@ func runUp(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cl.HasRealNode() {
+		// `make run` serves progress reports at <host address>:10443 under the name
+		// the controller injects into trainer pods.
+		if err := cl.ExposeHostService(upCtx, "trainyard-system", "trainyard-webhook", 10443); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(os.Stderr, "cluster up in %s\n", time.Since(start).Round(100*time.Millisecond))
 	fmt.Printf("export KUBECONFIG=%s\n", cl.Kubeconfig())
 	if detach {
@@ -201,6 +212,8 @@ func runStatus(ctx context.Context, args []string) error {
 	var c common
 	flags := flag.NewFlagSet("status", flag.ExitOnError)
 	c.register(flags)
+	var hostAddress bool
+	flags.BoolVar(&hostAddress, "host-address", false, "print only the address at which pods reach the host (the real node's bridge address; 127.0.0.1 without a real node)")
 	_ = flags.Parse(args)
 	opts, err := c.options()
 	if err != nil {
@@ -214,8 +227,20 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if hostAddress {
+		// For `make run`: where pods reach the host, 127.0.0.1 without a real node.
+		if s.RealNode != nil {
+			fmt.Println(s.RealNode.Gateway)
+		} else {
+			fmt.Println("127.0.0.1")
+		}
+		return nil
+	}
 	fmt.Printf("cluster started %s by pid %d (detached: %v)\nkubernetes: %s\nserver: %s\ndata:   %s\nlogs:   %s\n",
 		s.StartedAt.Local().Format(time.RFC3339), s.OwnerPid, s.Detached, s.KubeVersion, s.Server, s.WorkDir, s.LogDir)
+	if rn := s.RealNode; rn != nil {
+		fmt.Printf("real node: %s, pods on %s (bridge %s), host and DNS at %s\n", cluster.RealNodeName, rn.Subnet, rn.Bridge, rn.Gateway)
+	}
 	live := map[int]bool{}
 	for _, p := range s.Live() {
 		live[p.Pid] = true

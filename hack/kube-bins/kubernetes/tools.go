@@ -10,6 +10,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "sigs.k8s.io/jobset"
 	_ "sigs.k8s.io/kwok/cmd/kwok"
 )

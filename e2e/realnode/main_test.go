@@ -1,0 +1,37 @@
+// Package realnode holds the end-to-end tests that run real processes: the local
+// control plane with its real node (cluster.Options.RealNode: kubelet, containerd,
+// runc, CNI and CoreDNS on this machine), the upstream runtimes unchanged, their images
+// served as stand-ins from the registry on 127.0.0.1. What kwok's fake pods cannot
+// show is shown here: containers start, volumes mount, pods resolve each other through
+// the cluster DNS, torchrun rendezvous, and a trainer reports its progress to the
+// controller over the injected URL, CA and token.
+package realnode
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
+)
+
+// controllerBinary is the trainyard binary built once for the package by TestMain.
+var controllerBinary string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e/realnode: skipped: a real node needs root (kubelet, containerd and the pod network change the host)")
+		os.Exit(0)
+	}
+	bin, err := ctrlproc.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	controllerBinary = bin
+	os.Exit(cluster.ForTestsWith(m, func(o *cluster.Options) {
+		o.RealNode = true
+		o.Nodes = 1 // one fake node, to show real pods never land on it
+	}))
+}
