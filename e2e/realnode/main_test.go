@@ -19,7 +19,14 @@ import (
 // controllerBinary is the trainyard binary built once for the package by TestMain.
 var controllerBinary string
 
+// EnvRealNode=1 runs this package; it is not yet part of `make check` (issue 23).
+const EnvRealNode = "E2E_REAL_NODE"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(EnvRealNode) != "1" {
+		fmt.Fprintln(os.Stderr, "e2e/realnode: skipped: set "+EnvRealNode+"=1 to run the real-node tests (root, runc, iptables, mmdebstrap)")
+		os.Exit(0)
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e/realnode: skipped: a real node needs root (kubelet, containerd and the pod network change the host)")
 		os.Exit(0)

@@ -189,3 +189,37 @@ func TestDDPTrainsOnTwoNodesAndReportsProgress(t *testing.T) {
 		t.Errorf("no report was accepted (HTTP 200); log:\n%s", log)
 	}
 }
+
+// TestTrainerExitingNonZeroFailsTheTrainJob: a trainer process that exits 3 after
+// training fails its pod for real (the kubelet reports the exit code), and the TrainJob
+// becomes Failed with a reason and a message that say which Job failed.
+func TestTrainerExitingNonZeroFailsTheTrainJob(t *testing.T) {
+	e := newEnv(t)
+	tj, err := training.DigitsTrainJob(e.repo, e.ns, "exits", training.DigitsOptions{Nodes: 1, Epochs: 1, ExtraCommand: "exit 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, tj)
+	got := e.waitFinished(t, tj.Name)
+	failed := meta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+	if failed == nil || failed.Status != metav1.ConditionTrue {
+		t.Fatalf("TrainJob not Failed: %v", got.Status.Conditions)
+	}
+	if failed.Reason == "" || !regexp.MustCompile(`exits-node`).MatchString(failed.Message) {
+		t.Errorf("Failed condition %q: %q, want a reason and a message naming the failed Job (exits-node-...)", failed.Reason, failed.Message)
+	}
+	pods := e.trainerPods(t, tj.Name)
+	if len(pods) == 0 {
+		t.Fatal("no trainer pod")
+	}
+	var exit int32 = -1
+	for _, s := range pods[0].Status.ContainerStatuses {
+		if s.Name == "node" && s.State.Terminated != nil {
+			exit = s.State.Terminated.ExitCode
+		}
+	}
+	if exit != 3 {
+		t.Errorf("trainer container: %s, want exit code 3", describePod(&pods[0]))
+	}
+	t.Logf("Failed: %s: %s", failed.Reason, failed.Message)
+}
