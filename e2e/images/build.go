@@ -95,9 +95,14 @@ type imageInfo struct {
 
 const imageInfoFile = "image.json"
 
-// Dir returns the cache folder of r's image under cacheDir, whether or not
-// it has been built.
-func Dir(cacheDir string, r *Recipe) string {
+// Dir returns the cache folder of r's image, <cache>/images/<key>-<hash>,
+// whether or not it has been built.
+func (o Options) Dir(r *Recipe) string {
+	_ = o.withDefaults()
+	return imageDir(o.CacheDir, r)
+}
+
+func imageDir(cacheDir string, r *Recipe) string {
 	return filepath.Join(cacheDir, "images", r.Key+"-"+r.Hash())
 }
 
@@ -110,7 +115,7 @@ func Lookup(opts Options, r *Recipe) (*Image, error) {
 }
 
 func lookup(cacheDir string, r *Recipe) (*Image, error) {
-	dir := Dir(cacheDir, r)
+	dir := imageDir(cacheDir, r)
 	data, err := os.ReadFile(filepath.Join(dir, imageInfoFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -268,7 +273,7 @@ func (b *builder) build(ctx context.Context, r *Recipe, base *Image) (im *Image,
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp made it 0700
 		return nil, err
 	}
-	dir := Dir(b.opts.CacheDir, r)
+	dir := imageDir(b.opts.CacheDir, r)
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("moving into the cache: %w", err)
 	}

@@ -352,7 +352,7 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestDir(t *testing.T) {
-	if got, want := Dir("/c", Busybox), filepath.Join("/c", "images", "busybox-"+Busybox.Hash()); got != want {
+	if got, want := (Options{CacheDir: "/c"}).Dir(Busybox), filepath.Join("/c", "images", "busybox-"+Busybox.Hash()); got != want {
 		t.Errorf("Dir = %q, want %q", got, want)
 	}
 }
