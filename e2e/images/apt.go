@@ -3,7 +3,6 @@ package images
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,11 +191,4 @@ func parseMirrorOverride(v, suite string) []AptSource {
 		}
 	}
 	return srcs
-}
-
-// writeSources writes srcs as one-line entries, for logs.
-func writeSources(w io.Writer, srcs []AptSource) {
-	for _, s := range srcs {
-		fmt.Fprintln(w, s.Line())
-	}
 }

@@ -435,6 +435,9 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 	}
 	b.renice(cmd.Process.Pid)
 	exclude := append(append([]string{}, defaultExclude...), r.Debian.Exclude...)
+	if base != nil { // what the base left out stays out when a package brings it again
+		exclude = append(exclude, base.Recipe.Debian.Exclude...)
+	}
 	var members int
 	layer, copyErr := writeLayer(blobDir, func(tw *tar.Writer) error {
 		var err error
@@ -445,6 +448,10 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("mmdebstrap: %w", err)
 	}
+	// CPU time tells a build's cost apart from a busy machine's wait.
+	fmt.Fprintf(log, "mmdebstrap: %s CPU (user %s, system %s)\n",
+		(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Round(time.Second),
+		cmd.ProcessState.UserTime().Round(time.Second), cmd.ProcessState.SystemTime().Round(time.Second))
 	if copyErr != nil {
 		return nil, copyErr
 	}

@@ -44,29 +44,25 @@ var Busybox = &Recipe{
 	Config: Config{Cmd: []string{"sh"}, Env: []string{defaultPath}},
 }
 
-// torchrunScript is installed as /usr/local/bin/torchrun: Debian's
-// python3-torch ships the launcher module (torch.distributed.run) without
-// the console script that pip installs.
-const torchrunScript = `#!/usr/bin/python3
-import sys
-from torch.distributed.run import main
-sys.exit(main())
-`
-
 // PyTorch stands in for the image of upstream's torch runtimes
 // (pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime) with Debian's PyTorch 1.13
 // for the CPU (gloo backend; no CUDA), scikit-learn (whose bundled data sets,
 // digits among them, need no download), python as python3, torchrun on PATH
-// and /workspace as working directory, as upstream's image has.
+// (Debian ships it) and /workspace as working directory, as upstream's image
+// has. Through scipy's python3-pythran, Debian's packages bring a C++
+// toolchain and Boost's headers; their headers, static libraries and
+// compiler internals (about 350 MB) are left out of the image: nothing runs
+// a compiler in it.
 var PyTorch = &Recipe{
 	Key:   "pytorch",
 	Names: []string{"docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"},
 	Debian: &Debian{
 		Variant:  "minbase",
 		Packages: []string{"python3-torch", "python3-sklearn", "python-is-python3"},
-		Hooks: []string{
-			`mkdir -p "$1/workspace"`,
-			writeFileHook("/usr/local/bin/torchrun", torchrunScript, 0o755),
+		Hooks:    []string{`mkdir -p "$1/workspace"`},
+		Exclude: []string{
+			"/usr/include", "/usr/lib/gcc", "/usr/libexec/gcc", "/usr/bin/*-lto-dump-*",
+			"/usr/lib/x86_64-linux-gnu/*.a", "/usr/lib/x86_64-linux-gnu/*/*.a",
 		},
 	},
 	Config: torchConfig("/workspace"),
