@@ -35,6 +35,16 @@ func requireBuilder(t *testing.T) {
 	}
 }
 
+// testContext ends shortly before the test binary's -timeout, so that a
+// build (or a wait for another process's) fails the test with its error
+// instead of a panic.
+func testContext(t *testing.T) (context.Context, context.CancelFunc) {
+	if d, ok := t.Deadline(); ok {
+		return context.WithDeadline(context.Background(), d.Add(-30*time.Second))
+	}
+	return context.WithCancel(context.Background())
+}
+
 func testOptions(t *testing.T) Options {
 	return Options{Progress: testWriter{t}}
 }
@@ -51,7 +61,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // mirror path, as containerd would.
 func TestSmallImagesThroughRegistry(t *testing.T) {
 	requireBuilder(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := testContext(t)
 	defer cancel()
 	opts := testOptions(t)
 	imgs, err := Build(ctx, opts, Small...)
@@ -278,7 +288,7 @@ func TestRuntimeImages(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("checking images in a chroot needs root")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	ctx, cancel := testContext(t)
 	defer cancel()
 	imgs, err := Build(ctx, testOptions(t), Runtimes...)
 	if err != nil {

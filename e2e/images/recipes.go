@@ -33,7 +33,7 @@ var Busybox = &Recipe{
 		Packages: []string{"busybox-static"},
 		Hooks: []string{
 			`chroot "$1" /bin/busybox --install -s /bin`,
-			`mkdir -p "$1/root" "$1/home" "$1/var/spool/mail" "$1/var/www"`,
+			`mkdir -p "$1/root" "$1/home"`,
 			`printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$1/etc/passwd"`,
 			`printf 'root:x:0:\nnobody:x:65534:\n' > "$1/etc/group"`,
 		},
