@@ -441,8 +441,18 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 	var members int
 	layer, copyErr := writeLayer(blobDir, func(tw *tar.Writer) error {
 		var err error
-		members, err = copyRootfs(tw, rootfs, exclude, baseIndex)
-		return err
+		if members, err = copyRootfs(tw, rootfs, exclude, baseIndex); err != nil {
+			return err
+		}
+		for _, dir := range r.Debian.Dirs {
+			hdr := &tar.Header{Typeflag: tar.TypeDir, Name: layerName(cleanName(dir), true), Mode: 0o755,
+				ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			members++
+		}
+		return nil
 	})
 	_, _ = io.Copy(io.Discard, rootfs) // the tar's padding, or all of it after an error
 	if err := cmd.Wait(); err != nil {

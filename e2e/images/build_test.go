@@ -299,9 +299,12 @@ func TestRuntimeImages(t *testing.T) {
 		"pytorch": {torchCheck, "torchrun --help >/dev/null", "test -d /workspace"},
 		"deepspeed": {torchCheck, "torchrun --help >/dev/null", "mpirun --version", "id mpiuser",
 			"python3 -c 'from mpi4py import MPI'", "ssh -V",
-			// sshd -t needs the host key its config names, there at run time from the Secret.
-			"mkdir -p /home/mpiuser/.ssh && ssh-keygen -q -t ecdsa -b 521 -N '' -f /home/mpiuser/.ssh/id_rsa && " +
-				"/usr/sbin/sshd -t -f /home/mpiuser/.sshd_config && rm -r /home/mpiuser/.ssh"},
+			// sshd -t needs the host key its config names, at run time the
+			// Secret's; as the runtime runs it (uid 1000) and as root.
+			"runuser -u mpiuser -- sh -c 'mkdir /home/mpiuser/.ssh && ssh-keygen -q -t ecdsa -b 521 -N \"\" -f /home/mpiuser/.ssh/id_rsa' && " +
+				"runuser -u mpiuser -- /usr/sbin/sshd -t -f /home/mpiuser/.sshd_config && " +
+				"/usr/sbin/sshd -t -f /home/mpiuser/.sshd_config && rm -r /home/mpiuser/.ssh",
+			"test -d /run/sshd && test \"$(stat -c %U /home/mpiuser/.sshd_config)\" = mpiuser"},
 		"xgboost": {torchCheck, "python3 -c 'import xgboost, sklearn; print(xgboost.__version__)'"},
 	}
 	for _, im := range imgs {

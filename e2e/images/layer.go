@@ -60,6 +60,9 @@ func writeLayer(blobDir string, fill func(*tar.Writer) error) (*fileLayer, error
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil { // CreateTemp made it 0600
+		return nil, err
+	}
 	hexDigest := hex.EncodeToString(h.Sum(nil))
 	dst := filepath.Join(blobDir, hexDigest)
 	if err := os.Rename(f.Name(), dst); err != nil {

@@ -49,6 +49,9 @@ type Debian struct {
 	// root directory as "$1" (mmdebstrap --customize-hook; --extract-hook for
 	// the extract variant). `chroot "$1" CMD` runs CMD inside it.
 	Hooks []string
+	// Dirs are folders (mode 0755, root's) added to the image after
+	// mmdebstrap's cleanup, which empties /run and /tmp.
+	Dirs []string
 	// Exclude lists path patterns (path.Match, absolute) left out of the
 	// image, with everything under them, on top of [defaultExclude] and
 	// Base's Exclude.
@@ -108,12 +111,12 @@ func (r *Recipe) Hash() string {
 	type fs struct {
 		Variant, Base     string
 		Packages, Hooks   []string
-		Exclude           []string
+		Dirs, Exclude     []string
 		AptOpts, DpkgOpts []string
 	}
 	var deb *fs
 	if d := r.Debian; d != nil {
-		deb = &fs{Variant: d.Variant, Packages: d.Packages, Hooks: d.Hooks, Exclude: d.Exclude,
+		deb = &fs{Variant: d.Variant, Packages: d.Packages, Hooks: d.Hooks, Dirs: d.Dirs, Exclude: d.Exclude,
 			AptOpts: aptOptions, DpkgOpts: dpkgOptions}
 		if d.Base != nil {
 			deb.Base = d.Base.Hash()

@@ -113,15 +113,17 @@ func writeFileHook(file, content string, mode os.FileMode) string {
 // client and server, and upstream's setup: user mpiuser (uid 1000, home
 // /home/mpiuser, the working directory), the sshd config above, ssh's client
 // config connecting to port 2222 without host key checks or a known_hosts
-// file (the .ssh folder is a read-only Secret). No /run/sshd: the runtime
-// runs sshd as mpiuser, without privilege separation. It has no DeepSpeed,
-// which Debian does not package, and no CUDA.
+// file (the .ssh folder is a read-only Secret), /run/sshd. It has no
+// DeepSpeed, which Debian does not package, and no CUDA.
 var DeepSpeed = &Recipe{
 	Key:   "deepspeed",
 	Names: []string{"ghcr.io/kubeflow/trainer/deepspeed-runtime:latest"},
 	Debian: &Debian{
 		Base:     PyTorch,
 		Packages: []string{"openmpi-bin", "openssh-server", "openssh-client", "python3-mpi4py"},
+		// sshd's privilege separation folder: not needed by the runtime's sshd
+		// (uid 1000), but by one a TrainJob runs as root.
+		Dirs: []string{"/run/sshd"},
 		Hooks: []string{
 			`chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash mpiuser`,
 			writeFileHook("/home/mpiuser/.sshd_config", mpiuserSSHDConfig, 0o644),
