@@ -108,7 +108,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	if c.opts.RealNode {
-		if err := checkRealNodeHost(); err != nil {
+		if err := checkRealNodeHost(&c.opts); err != nil {
 			return err
 		}
 	}

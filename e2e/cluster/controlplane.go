@@ -29,7 +29,7 @@ func (c *Cluster) allocatePorts() error {
 		names = append(names, Kueue, portKueueHealth)
 	}
 	if c.opts.RealNode {
-		names = append(names, Kubelet, portKubeletHealth, portCoreDNSHealth, portCoreDNSReady, ImageRegistry)
+		names = append(names, Kubelet, portKubeletHealth, portCoreDNSHealth, portCoreDNSReady, Registry)
 	}
 	free, err := freePorts(len(names))
 	if err != nil {

@@ -85,6 +85,7 @@ var realNodeSources = []Source{
 		Name: "coredns", Module: "github.com/coredns/coredns", Version: "v1.15.0",
 		Binaries: map[string]string{CoreDNS: "github.com/trainyard/trainyard/hack/kube-bins/coredns/coredns"},
 	},
+	RegistrySource,
 	{
 		Name: "kubelet", BuildModule: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3", Stamp: kubeStamp,
 		Binaries: map[string]string{Kubelet: "k8s.io/kubernetes/cmd/kubelet"},
@@ -124,7 +125,10 @@ const realNodeReadyTimeout = 2 * time.Minute
 
 // checkRealNodeHost reports what the host lacks for a real node, naming the
 // fix.
-func checkRealNodeHost() error {
+func checkRealNodeHost(opts *Options) error {
+	if opts.Images == nil {
+		return errors.New("Options.RealNode needs Options.Images (images.Publisher) to serve the node's images")
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root (kubelet, containerd and the pod network change the host); run as root or without RealNode")
 	}
@@ -154,6 +158,9 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 		return err
 	}
 	if err := setupCgroupRoot(rn.CgroupRoot); err != nil {
+		return err
+	}
+	if err := c.startRegistry(ctx); err != nil {
 		return err
 	}
 	if err := c.startContainerd(ctx); err != nil {

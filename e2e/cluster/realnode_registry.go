@@ -1,14 +1,20 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 )
 
-// ImageRegistry is the registry on 127.0.0.1 that serves the real node's
-// images; containerd reaches it as a mirror of every upstream registry.
-const ImageRegistry = "registry"
+// ImagePublisher publishes the real node's images to the registry at
+// registryHostPort ("127.0.0.1:<port>"), building what is not cached; progress
+// gets one line per step. Package e2e/images provides one (images.Publisher),
+// which this package cannot import: images builds on this package's cache.
+type ImagePublisher func(ctx context.Context, registryHostPort string, progress io.Writer) error
 
 // PauseImage is the real node's sandbox image: containerd's pinned sandbox
 // image, served by ImageRegistry like every other image.
@@ -39,5 +45,36 @@ func (c *Cluster) writeRegistryMirrors(dir string) error {
 
 // registryURL is the local registry's address as containerd dials it.
 func (c *Cluster) registryURL() string {
-	return fmt.Sprintf("http://127.0.0.1:%d", c.ports[ImageRegistry])
+	return fmt.Sprintf("http://127.0.0.1:%d", c.ports[Registry])
+}
+
+// startRegistry runs the image registry on 127.0.0.1 with its storage in the
+// StateDir (kept across runs, so a warm start pushes no blob again), then has
+// Options.Images publish the real node's images to it.
+func (c *Cluster) startRegistry(ctx context.Context) error {
+	dir := filepath.Join(c.realNode.Dir, Registry)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cfg := RegistryConfig{Addr: fmt.Sprintf("127.0.0.1:%d", c.ports[Registry]), RootDir: filepath.Join(c.opts.StateDir, "registry")}
+	path := filepath.Join(dir, "config.yml")
+	if err := WriteRegistryConfig(path, cfg); err != nil {
+		return err
+	}
+	if err := c.runComponent(ctx, componentSpec{
+		name:   Registry,
+		binary: c.bins.Path(Registry),
+		args:   []string{"serve", path},
+		env:    RegistryEnv,
+		ports:  []int{c.ports[Registry]},
+		ready:  httpProbe(http.DefaultClient, cfg.HealthURL(), ""),
+	}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := c.opts.Images(ctx, cfg.Addr, c.opts.Progress); err != nil {
+		return fmt.Errorf("publishing the real node's images: %w", err)
+	}
+	fmt.Fprintf(c.opts.Progress, "images published to %s in %s\n", cfg.Addr, time.Since(start).Round(100*time.Millisecond))
+	return nil
 }

@@ -3,6 +3,7 @@ package images
 import (
 	"context"
 	"fmt"
+	"github.com/trainyard/trainyard/e2e/cluster"
 	"io"
 	"strings"
 
@@ -110,4 +111,24 @@ func Publish(ctx context.Context, registryHostPort string, imgs []*Image, progre
 	}
 	fmt.Fprintf(progress, "published %s\n", strings.Join(names, ", "))
 	return nil
+}
+
+// Publisher returns the cluster.ImagePublisher of a real node (cluster.Options.Images):
+// it builds the recipes not yet cached (All when none are given) with opts, its
+// progress going to the publisher's, and publishes them all.
+func Publisher(opts Options, recipes ...*Recipe) cluster.ImagePublisher {
+	if len(recipes) == 0 {
+		recipes = All
+	}
+	return func(ctx context.Context, registryHostPort string, progress io.Writer) error {
+		o := opts
+		if o.Progress == nil {
+			o.Progress = progress
+		}
+		imgs, err := Build(ctx, o, recipes...)
+		if err != nil {
+			return err
+		}
+		return Publish(ctx, registryHostPort, imgs, progress)
+	}
 }

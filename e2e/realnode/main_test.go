@@ -14,6 +14,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
+	"github.com/trainyard/trainyard/e2e/images"
 )
 
 // controllerBinary is the trainyard binary built once for the package by TestMain.
@@ -39,6 +40,7 @@ func TestMain(m *testing.M) {
 	controllerBinary = bin
 	os.Exit(cluster.ForTestsWith(m, func(o *cluster.Options) {
 		o.RealNode = true
+		o.Images = images.Publisher(images.Options{})
 		o.Nodes = 1 // one fake node, to show real pods never land on it
 	}))
 }

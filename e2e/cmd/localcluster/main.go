@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	"github.com/trainyard/trainyard/e2e/images"
 )
 
 const usage = `usage: localcluster <build|up|down|status> [flags]
@@ -91,6 +92,7 @@ func (c *common) options() (cluster.Options, error) {
 		Build:       cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode},
 		Kueue:       c.kueue,
 		RealNode:    c.realNode,
+		Images:      images.Publisher(images.Options{CacheDir: c.cacheDir}),
 		KubeVersion: c.kubeVersion,
 		Progress:    os.Stderr,
 	}
