@@ -2,14 +2,14 @@
 # Installs the Debian packages the build and the tests need beyond the Go image, with
 # apt-get, when any is missing (so a warm machine pays nothing):
 #   make, git, gcc      the build
-#   runc, iptables,     the local control plane's real node (e2e/cluster/realnode.go):
-#   iproute2            runc starts its containers, iptables serves the portmap plugin
+#   libseccomp-dev,     the local control plane's real node (e2e/cluster/realnode.go):
+#   iptables, iproute2  runc (built with cgo) links libseccomp, iptables serves the portmap plugin
 #                       and the guard that keeps the pod network on this machine,
 #                       iproute2 makes its bridge
 #   mmdebstrap          the real node's images, built from Debian packages (e2e/images)
 set -o errexit -o nounset -o pipefail
 
-packages=(make git gcc runc iptables iproute2 mmdebstrap)
+packages=(make git gcc libseccomp-dev iptables iproute2 mmdebstrap)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q "install ok installed" || missing+=("${p}")

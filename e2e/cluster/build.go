@@ -491,7 +491,11 @@ func buildFlags(src Source) []string {
 	for _, name := range sortedKeys(src.Stamp) {
 		ldflags = append(ldflags, "-X", name+"="+src.Stamp[name])
 	}
-	return []string{"-trimpath", "-ldflags=" + strings.Join(ldflags, " ")}
+	flags := []string{"-trimpath", "-ldflags=" + strings.Join(ldflags, " ")}
+	if len(src.Tags) > 0 {
+		flags = append(flags, "-tags="+strings.Join(src.Tags, ","))
+	}
+	return flags
 }
 
 // patchedPackageDir is where, inside a build module, writeOverlay places the

@@ -47,6 +47,8 @@ type Source struct {
 	// the linker sets (go build -ldflags -X), as a release build stamps its
 	// version into its binaries; see kubeReleaseStamp.
 	Stamp map[string]string
+	// Tags are the build tags (go build -tags), e.g. runc's "seccomp".
+	Tags []string
 	// Patches are applied to the module's source tree for the build only
 	// (go build -overlay): the module stays the pinned, checksum-verified one.
 	Patches []SourcePatch

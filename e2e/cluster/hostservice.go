@@ -29,7 +29,7 @@ func (c *Cluster) HostAddress() string {
 
 // managedByHostService marks the EndpointSlices ExposeHostService writes, so that the
 // EndpointSlice controller leaves them alone.
-const managedByHostService = "trainyard.dev/local-control-plane"
+const managedByHostService = "trainyard-local-control-plane"
 
 // ExposeHostService makes the Service namespace/name resolve, through the
 // cluster DNS, to HostAddress: a headless Service without selector (created

@@ -34,6 +34,8 @@ const (
 	// sit beside the containerd binary (containerd looks it up in its PATH).
 	ContainerdShim = "containerd-shim-runc-v2"
 	CoreDNS        = "coredns"
+	// Runc is the OCI runtime containerd's shim runs containers with.
+	Runc = "runc"
 )
 
 // RealNodeName is the Node the kubelet registers.
@@ -87,15 +89,22 @@ var realNodeSources = []Source{
 	},
 	RegistrySource,
 	{
+		// runc v1.3.3 with seccomp (cgo, libseccomp-dev): Debian bookworm's runc
+		// 1.1.5 cannot start the containers containerd 2.4 specifies, and its
+		// crun 1.8.1 refuses their OCI spec version.
+		Name: "runc", Module: "github.com/opencontainers/runc", Version: "v1.3.3", Tags: []string{"seccomp"},
+		Binaries: map[string]string{Runc: "github.com/opencontainers/runc"},
+	},
+	{
 		Name: "kubelet", BuildModule: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3", Stamp: kubeStamp,
 		Binaries: map[string]string{Kubelet: "k8s.io/kubernetes/cmd/kubelet"},
 	},
 }
 
 // RealNodeHostPackages are the Debian packages the real node needs on the
-// host: runc starts the containers, iptables serves the portmap plugin and the
-// forwarding guard, iproute2 makes the bridge.
-var RealNodeHostPackages = []string{"runc", "iptables", "iproute2"}
+// host: libseccomp for runc (built with cgo), iptables serves the portmap plugin
+// and the forwarding guard, iproute2 makes the bridge.
+var RealNodeHostPackages = []string{"libseccomp-dev", "iptables", "iproute2"}
 
 // RealNodeState is the real node's per-cluster layout, recorded in the state file. Index picks the bridge
 // (trainyard<Index>) and the pod subnet (10.244.<Index>.0/24), so that two
@@ -133,7 +142,7 @@ func checkRealNodeHost(opts *Options) error {
 		return errors.New("a real node needs root (kubelet, containerd and the pod network change the host); run as root or without RealNode")
 	}
 	var missing []string
-	for _, bin := range []string{"runc", "iptables", "ip"} {
+	for _, bin := range []string{"iptables", "ip"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			missing = append(missing, bin)
 		}
@@ -306,7 +315,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	cniBinDir := filepath.Dir(c.bins.Path(cniBridge))
 	config := fmt.Sprintf(containerdConfig,
 		rn.ContainerdRoot, filepath.Join(dir, "state"), c.containerdSocket(),
-		filepath.Join(dir, "opt"), PauseImage, hostsDir, filepath.Join(dir, "runc"), cniBinDir, cniConfDir)
+		filepath.Join(dir, "opt"), PauseImage, hostsDir, c.bins.Path(Runc), filepath.Join(dir, "runc"), cniBinDir, cniConfDir)
 	configPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
@@ -324,7 +333,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 
 // containerdConfig is containerd's configuration (version 3, containerd 2.x);
 // its verbs are, in order: root, state, socket, opt dir, sandbox image,
-// registry hosts dir, runc state root, CNI bin dir, CNI conf dir. Every path
+// registry hosts dir, runc binary, runc state root, CNI bin dir, CNI conf dir. Every path
 // is the cluster's own, so that several clusters and a host containerd never
 // meet, and network namespaces are mounted under the state folder, which
 // Down unmounts.
@@ -348,13 +357,17 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true
+  # Sandboxed machines (CI's among them) refuse to lower oom_score_adj even to
+  # root: runc then dies creating every pod ("failed to update
+  # /proc/self/oom_score_adj: Permission denied"). Clamp to containerd's own.
+  restrict_oom_score_adj = true
   enable_unprivileged_ports = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = 'io.containerd.runc.v2'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = 'runc'
+        BinaryName = %q
         Root = %q
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
