@@ -170,7 +170,9 @@ var Runtimes = []*Recipe{PyTorch, DeepSpeed, XGBoost}
 // All is every recipe of this package.
 var All = append(append([]*Recipe{}, Small...), Runtimes...)
 
-// Packages lists the Debian packages the machine that builds images needs:
-// mmdebstrap and what its hooks run on the host. CI installs them with
-// `apt-get install -y` (see hack/image-build-deps.sh).
-var Packages = []string{"mmdebstrap"}
+// Packages lists the Debian packages the machine that builds images needs
+// beyond a Debian base system and Go: mmdebstrap, gpg (with which it finds
+// the archive's signing key) and the archive's keyring. CI installs them
+// with `apt-get install -y` before the e2e tests; without mmdebstrap the
+// tests that build images skip.
+var Packages = []string{"mmdebstrap", "gpg", "debian-archive-keyring"}
