@@ -51,7 +51,7 @@ var Busybox = &Recipe{
 // (Debian ships it) and /workspace as working directory, as upstream's image
 // has. Through scipy's python3-pythran, Debian's packages bring a C++
 // toolchain and Boost's headers; their headers, static libraries and
-// compiler internals (about 350 MB) are left out of the image: nothing runs
+// compiler internals (about 400 MB) are left out of the image: nothing runs
 // a compiler in it.
 var PyTorch = &Recipe{
 	Key:   "pytorch",
@@ -159,7 +159,7 @@ var XGBoost = &Recipe{
 	Config: torchConfig("/workspace"),
 }
 
-// Small are the images a real node needs for any pod, quick to build (under a
+// Small are the images a real node needs for any pod, quick to build (about a
 // minute cold): the sandbox and busybox.
 var Small = []*Recipe{Pause, Busybox}
 
