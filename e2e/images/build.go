@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -139,7 +140,8 @@ func lookup(cacheDir string, r *Recipe) (*Image, error) {
 // cache and returns them in the order of recipes. A cached image (its folder,
 // named by its recipe hash, exists) is reused; a missing one is built in a
 // temporary folder and renamed into place, so an image folder is complete or
-// absent. A lock file (<cache>/images/.build.lock) serialises builds between
+// absent. Missing bases are built first, then the missing images side by
+// side. A lock file (<cache>/images/.build.lock) serialises builds between
 // processes, e.g. the test binaries of `go test ./...`.
 //
 // Filesystems from Debian packages are built with mmdebstrap (Debian package
@@ -174,11 +176,46 @@ func Build(ctx context.Context, opts Options, recipes ...*Recipe) ([]*Image, err
 	}
 	defer unlock()
 	b := &builder{opts: opts}
+	b.sources = sync.OnceValues(func() ([]AptSource, error) {
+		if len(opts.Sources) > 0 {
+			return opts.Sources, nil
+		}
+		return DebianSources(Suite)
+	})
+	// Bases first, one at a time; then the rest side by side: the images
+	// derived from a base wait mostly on apt's downloads and on disk, so two
+	// of them overlap well even on 2 cores.
 	for i, r := range recipes {
-		if out[i] == nil {
-			if out[i], err = b.ensure(ctx, r); err != nil {
+		if out[i] == nil && r.Debian != nil && r.Debian.Base != nil {
+			if _, err := b.ensure(ctx, r.Debian.Base); err != nil {
 				return nil, err
 			}
+		}
+	}
+	built := map[*Recipe]*Image{}
+	var todo []*Recipe
+	for i, r := range recipes {
+		if _, dup := built[r]; out[i] == nil && !dup {
+			built[r] = nil
+			todo = append(todo, r)
+		}
+	}
+	errs := make([]error, len(todo))
+	imgs := make([]*Image, len(todo))
+	var wg sync.WaitGroup
+	for i, r := range todo {
+		wg.Go(func() { imgs[i], errs[i] = b.ensure(ctx, r) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, r := range todo {
+		built[r] = imgs[i]
+	}
+	for i, r := range recipes {
+		if out[i] == nil {
+			out[i] = built[r]
 		}
 	}
 	return out, nil
@@ -187,7 +224,7 @@ func Build(ctx context.Context, opts Options, recipes ...*Recipe) ([]*Image, err
 // builder builds images while holding the cache lock.
 type builder struct {
 	opts    Options
-	sources []AptSource // resolved on first use
+	sources func() ([]AptSource, error) // resolved once, on first use
 }
 
 // ensure returns r's image, building it (and its Base first) if it is not
@@ -392,15 +429,9 @@ func writeLayout(dir string, img v1.Image) (v1.Hash, int64, error) {
 // debianLayer builds r's filesystem with mmdebstrap and writes it as a layer:
 // the whole tree, or with base what changed from base's only layer.
 func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobDir string, log io.Writer) (*fileLayer, error) {
-	if b.sources == nil {
-		srcs := b.opts.Sources
-		if len(srcs) == 0 {
-			var err error
-			if srcs, err = DebianSources(Suite); err != nil {
-				return nil, err
-			}
-		}
-		b.sources = srcs
+	srcs, err := b.sources()
+	if err != nil {
+		return nil, err
 	}
 	var baseLayer string
 	var baseIndex map[string]entryMeta
@@ -421,7 +452,7 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 			return nil, err
 		}
 	}
-	args := mmdebstrapArgs(r.Debian, baseLayer, b.sources)
+	args := mmdebstrapArgs(r.Debian, baseLayer, srcs)
 	fmt.Fprintf(log, "$ mmdebstrap %s\n", strings.Join(quoteAll(args), " "))
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Stderr = log

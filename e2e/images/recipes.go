@@ -51,7 +51,7 @@ var Busybox = &Recipe{
 // (Debian ships it) and /workspace as working directory, as upstream's image
 // has. Through scipy's python3-pythran, Debian's packages bring a C++
 // toolchain and Boost's headers; their headers, static libraries and
-// compiler internals (about 350 MB) are left out of the image: nothing runs
+// compiler internals (about 400 MB) are left out of the image: nothing runs
 // a compiler in it.
 var PyTorch = &Recipe{
 	Key:   "pytorch",
@@ -159,7 +159,7 @@ var XGBoost = &Recipe{
 	Config: torchConfig("/workspace"),
 }
 
-// Small are the images a real node needs for any pod, quick to build (under a
+// Small are the images a real node needs for any pod, quick to build (about a
 // minute cold): the sandbox and busybox.
 var Small = []*Recipe{Pause, Busybox}
 
@@ -170,7 +170,9 @@ var Runtimes = []*Recipe{PyTorch, DeepSpeed, XGBoost}
 // All is every recipe of this package.
 var All = append(append([]*Recipe{}, Small...), Runtimes...)
 
-// Packages lists the Debian packages the machine that builds images needs:
-// mmdebstrap and what its hooks run on the host. CI installs them with
-// `apt-get install -y` (see hack/image-build-deps.sh).
-var Packages = []string{"mmdebstrap"}
+// Packages lists the Debian packages the machine that builds images needs
+// beyond a Debian base system and Go: mmdebstrap, gpg (with which it finds
+// the archive's signing key) and the archive's keyring. CI installs them
+// with `apt-get install -y` before the e2e tests; without mmdebstrap the
+// tests that build images skip.
+var Packages = []string{"mmdebstrap", "gpg", "debian-archive-keyring"}
