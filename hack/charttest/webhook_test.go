@@ -10,6 +10,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -400,11 +401,39 @@ func TestWebhookModes(t *testing.T) {
 			}
 			d := into[appsv1.Deployment](t, r.get(t, "Deployment", fullname))
 			pod := d.Spec.Template.Spec
-			var mountedSecret string
+			var mountedSecret, mountedCA string
 			for _, vol := range pod.Volumes {
 				if vol.Secret != nil {
 					mountedSecret = vol.Secret.SecretName
 				}
+				if vol.Projected == nil {
+					continue
+				}
+				for _, src := range vol.Projected.Sources {
+					if src.Secret != nil {
+						mountedSecret = src.Secret.Name
+						if got := keysToPaths(src.Secret.Items); !maps.Equal(got, map[string]string{"tls.crt": "tls.crt", "tls.key": "tls.key"}) {
+							t.Errorf("projected Secret items %v, want tls.crt and tls.key only", got)
+						}
+					}
+					if src.ConfigMap != nil {
+						mountedCA = src.ConfigMap.Name
+						if got := keysToPaths(src.ConfigMap.Items); !maps.Equal(got, map[string]string{"ca.crt": "ca.crt"}) {
+							t.Errorf("projected ConfigMap items %v, want ca.crt", got)
+						}
+					}
+				}
+			}
+			// Provided: caBundle is mounted as ca.crt beside the pair, the CA the progress
+			// server publishes to trainer pods (issue 23: the Secret may have no ca.crt).
+			if w.caBundle {
+				cm := into[corev1.ConfigMap](t, r.get(t, "ConfigMap", fullname+"-webhook-ca-bundle"))
+				want, _ := base64.StdEncoding.DecodeString(testCABundle)
+				if mountedCA != cm.Name || cm.Data["ca.crt"] != string(want) {
+					t.Errorf("ConfigMap %q mounted, holding ca.crt %q; want %s holding webhook.certificates.caBundle decoded", mountedCA, cm.Data["ca.crt"], cm.Name)
+				}
+			} else if mountedCA != "" {
+				t.Errorf("ConfigMap %s mounted as ca.crt outside mode Provided", mountedCA)
 			}
 			var mountPath string
 			for _, vm := range pod.Containers[0].VolumeMounts {
@@ -573,4 +602,13 @@ func TestUpgradeKeepsControllerWrites(t *testing.T) {
 	if len(s.Data) != 4 || s.Type != corev1.SecretTypeTLS || s.Labels["team"] != "ml" {
 		t.Errorf("after the upgrade the Secret has type %q, data keys %d, labels %v; want the controller's kubernetes.io/tls with 4 keys and the new labels", s.Type, len(s.Data), s.Labels)
 	}
+}
+
+// keysToPaths maps the keys of projected items to their paths.
+func keysToPaths(items []corev1.KeyToPath) map[string]string {
+	out := map[string]string{}
+	for _, it := range items {
+		out[it.Key] = it.Path
+	}
+	return out
 }

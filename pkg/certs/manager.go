@@ -3,7 +3,9 @@
 // together in one Secret in the controller's namespace, renewed before they
 // expire, served to any number of TLS servers (the admission webhooks, the
 // progress server) through GetCertificate, and published as the CA bundle of
-// the controller's webhook configurations.
+// the controller's webhook configurations. Files and ProvidedCABundle serve a
+// certificate provided as files instead (cert-manager's, or a user's Secret) and the CA
+// bundle that verifies it.
 //
 // Every replica runs a Manager. They share the Secret: the first to find it
 // absent creates it; every write carries the resourceVersion it was decided

@@ -72,8 +72,9 @@ type CAPublisherOptions struct {
 	// Client writes the ConfigMaps and watches those named CAConfigMapName.
 	Client kubernetes.Interface
 	// Bundle returns the PEM CA bundle that verifies the progress server's certificate:
-	// certs.Manager.CABundle with self-managed certificates, the ca.crt file's content
-	// with provided ones. Empty means not known yet (certificates not ready): nothing
+	// certs.Manager.CABundle with self-managed certificates, certs.ProvidedCABundle's with
+	// provided ones (ca.crt, else tls.crt's issuers, else its self-signed leaf; never
+	// empty: the controller refuses to start without one, issue 23). Empty means not known yet (certificates not ready): nothing
 	// is written and the namespace is retried after NotReadyRetry. Call CAChanged when
 	// it changes.
 	Bundle func() []byte

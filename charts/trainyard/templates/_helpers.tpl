@@ -144,6 +144,14 @@ has no default there.
 {{- end }}
 
 {{/*
+The ConfigMap holding webhook.certificates.caBundle as ca.crt (Provided mode),
+mounted next to the Secret's pair.
+*/}}
+{{- define "trainyard.webhookCABundleName" -}}
+{{- printf "%s-webhook-ca-bundle" (include "trainyard.fullname" .) }}
+{{- end }}
+
+{{/*
 Where a mounted serving certificate is read (the binary's default certDir).
 */}}
 {{- define "trainyard.webhookCertDir" -}}

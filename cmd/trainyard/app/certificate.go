@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -15,6 +13,7 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/certs"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/progress"
 )
 
 // servingCertificate is the one TLS serving certificate of the controller's HTTPS
@@ -28,20 +27,31 @@ type servingCertificate struct {
 		TLSConfig() *tls.Config
 		Ready() bool
 	}
-	manager *certs.Manager // self-managed; nil when provided
-	caFile  string         // provided: the CA bundle file (cert-manager writes ca.crt)
+	manager    *certs.Manager          // self-managed; nil when provided
+	providedCA *certs.ProvidedCABundle // provided, with the progress server on: certDir's CA bundle
 }
 
 // newServingCertificate returns the certificate cfg describes; namespace is the
-// controller's (the Secret and the Service live there). onCAChange, when set, is called
-// each time a self-managed CA bundle changes. Errors: a registerURL that does not parse,
-// or invalid certificate options.
-func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, namespace string, kube kubernetes.Interface,
+// controller's (the Secret and the Service live there). publishCA says the progress
+// server runs and so needs the CA bundle that trainer pods trust (its CA ConfigMaps).
+// onCAChange, when set, is called each time that bundle changes. Errors: a registerURL
+// that does not parse, invalid certificate options, or, with provided certificates and
+// publishCA, files in certDir that yield no CA bundle (providedCAError).
+func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bool, namespace string, kube kubernetes.Interface,
 	m *metrics.Metrics, onCAChange func(),
 ) (*servingCertificate, error) {
 	if cfg.Certificates.Mode == configv1alpha1.CertificatesProvided {
-		return &servingCertificate{source: &certs.Files{Dir: cfg.Certificates.CertDir},
-			caFile: filepath.Join(cfg.Certificates.CertDir, certs.CACertKey)}, nil
+		c := &servingCertificate{source: &certs.Files{Dir: cfg.Certificates.CertDir}}
+		if publishCA {
+			// Issue 23: trainer pods mount the CA ConfigMap, which cannot be optional;
+			// without a CA to publish, every one of them would wait for it forever.
+			ca, err := certs.NewProvidedCABundle(cfg.Certificates.CertDir, certs.ProvidedCABundleOptions{OnChange: onCAChange})
+			if err != nil {
+				return nil, providedCAError(err)
+			}
+			c.providedCA = ca
+		}
+		return c, nil
 	}
 	opts := certs.Options{
 		Namespace: namespace, SecretName: cfg.Certificates.SecretName, Services: []string{cfg.ServiceName},
@@ -70,8 +80,12 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, namespace st
 	return &servingCertificate{source: manager, manager: manager}, nil
 }
 
-// start runs the self-managed certificate's Manager until ctx ends.
+// start runs the self-managed certificate's Manager, or the provided CA bundle's reload,
+// until ctx ends.
 func (c *servingCertificate) start(ctx context.Context, logger klog.Logger) {
+	if c.providedCA != nil {
+		go c.providedCA.Run(klog.NewContext(ctx, logger))
+	}
 	if c.manager == nil {
 		return
 	}
@@ -89,14 +103,29 @@ func (c *servingCertificate) TLSConfig() *tls.Config { return c.source.TLSConfig
 func (c *servingCertificate) Ready() bool { return c.source.Ready() }
 
 // CABundle returns the PEM CA bundle that verifies the serving certificate: the
-// Manager's, or the provided certDir's ca.crt; nil when none is known yet.
+// Manager's, or the one found in the provided certDir (certs.ReadProvidedCA: ca.crt, else
+// tls.crt's issuers, else its self-signed leaf); nil when none is known yet, or when
+// provided certificates were loaded without publishCA.
 func (c *servingCertificate) CABundle() []byte {
-	if c.manager != nil {
+	switch {
+	case c.manager != nil:
 		return c.manager.CABundle()
+	case c.providedCA != nil:
+		return c.providedCA.CABundle()
 	}
-	data, err := os.ReadFile(c.caFile)
-	if err != nil {
-		return nil
-	}
-	return data
+	return nil
+}
+
+// providedCAError explains why the controller refuses to start: provided certificates
+// yield no CA bundle for the progress server's CA ConfigMaps (err, from
+// certs.ReadProvidedCA), naming the settings involved and the fixes
+// (docs/design/progress.md, "Provided certificates").
+func providedCAError(err error) error {
+	return fmt.Errorf("webhook.certificates.certDir (webhook.certificates.mode Provided): %w. "+
+		"The progress server (statusServer.bindAddress, feature gate %s) publishes the CA that verifies its certificate "+
+		"to trainer pods in ConfigMap %s, which they mount and cannot start without. "+
+		"Fix: add %s to certDir holding the CA that signed %s (with the Helm chart, mode Provided mounts webhook.certificates.caBundle there; "+
+		"a cert-manager Secret has it when its issuer knows its CA), or append the issuing CA certificates to %s after the leaf; "+
+		`or turn the progress server off (statusServer.bindAddress "0", --status-server-bind-address=0)`,
+		err, progress.FeatureGate, progress.CAConfigMapName, certs.CACertKey, certs.TLSCertKey, certs.TLSCertKey)
 }

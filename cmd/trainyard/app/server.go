@@ -201,7 +201,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 				prog.publisher.CAChanged()
 			}
 		}
-		if certificate, err = newServingCertificate(cfg.Webhook, podNamespace(), kube, m, onCAChange); err != nil {
+		if certificate, err = newServingCertificate(cfg.Webhook, progress.Serving(cfg), podNamespace(), kube, m, onCAChange); err != nil {
 			return err
 		}
 	}

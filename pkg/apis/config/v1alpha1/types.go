@@ -272,8 +272,11 @@ type WebhookCertificates struct {
 	// certificates. Defaults to "trainyard-webhook-certs".
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
-	// certDir holds tls.crt and tls.key in mode Provided. Defaults to
-	// "/tmp/k8s-webhook-server/serving-certs".
+	// certDir holds tls.crt and tls.key in mode Provided, and ca.crt, the CA that
+	// signed tls.crt, which the progress server publishes to trainer pods. Without
+	// ca.crt that CA is taken from tls.crt (the certificates after the leaf, or a
+	// self-signed leaf); with the progress server on, the controller refuses to start
+	// when there is none. Defaults to "/tmp/k8s-webhook-server/serving-certs".
 	// +optional
 	CertDir string `json:"certDir,omitempty"`
 	// caValidity and servingValidity are the lifetimes of a new self-managed CA and
