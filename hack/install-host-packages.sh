@@ -6,10 +6,11 @@
 #   iptables, iproute2  runc (built with cgo) links libseccomp, iptables serves the portmap plugin
 #                       and the guard that keeps the pod network on this machine,
 #                       iproute2 makes its bridge
-#   mmdebstrap          the real node's images, built from Debian packages (e2e/images)
+#   mmdebstrap, gpg,    the real node's images, built from Debian packages (e2e/images,
+#   debian-archive-keyring   images.Packages)
 set -o errexit -o nounset -o pipefail
 
-packages=(make git gcc libseccomp-dev iptables iproute2 mmdebstrap)
+packages=(make git gcc libseccomp-dev iptables iproute2 mmdebstrap gpg debian-archive-keyring)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q "install ok installed" || missing+=("${p}")

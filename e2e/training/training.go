@@ -52,7 +52,12 @@ func DigitsTrainJob(repoRoot, namespace, name string, opts DigitsOptions) (*trai
 	if err != nil {
 		return nil, fmt.Errorf("reading the training script: %w", err)
 	}
-	run := "torchrun /tmp/train.py"
+	// Debian's torch 1.13 predates Python 3.11, whose IntFlag no longer iterates
+	// the zero member: torchrun's default --redirects 0 then parses to None and it
+	// crashes ("'NoneType' object has no attribute 'get'"). Redirecting stdout to
+	// its log file and teeing it to the console (1, a single-bit flag) parses,
+	// and keeps the log where `kubectl logs` reads it.
+	run := "torchrun --redirects 1 --tee 1 /tmp/train.py"
 	if opts.ExtraCommand != "" {
 		run += " && " + opts.ExtraCommand
 	}
