@@ -34,11 +34,13 @@ import (
 // behind it refuses every TrainJob write).
 const NoAdmission = "--webhook-bind-address=0"
 
-// ControllerNamespace and WebhookServiceName are the controller's defaults
-// (--controller-namespace, webhook.serviceName): the progress server's URL
-// injected into trainer pods is https://<WebhookServiceName>.<ControllerNamespace>.svc:<port>.
+// ControllerNamespace and WebhookServiceName are what the controller takes for its
+// namespace and its Service when it runs outside a pod (no POD_NAMESPACE, no
+// service-account namespace file: "default") and by default (webhook.serviceName):
+// the progress server's URL injected into trainer pods is
+// https://<WebhookServiceName>.<ControllerNamespace>.svc:<port>.
 const (
-	ControllerNamespace = "trainyard-system"
+	ControllerNamespace = "default"
 	WebhookServiceName  = "trainyard-webhook"
 )
 

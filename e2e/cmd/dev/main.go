@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	"github.com/trainyard/trainyard/e2e/training"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
@@ -96,7 +97,7 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	var tj *trainer.TrainJob
 	if local.HasRealNode() {
 		statusAddr = local.HostAddress() + ":10443"
-		if err := local.ExposeHostService(ctx, "trainyard-system", "trainyard-webhook", 10443); err != nil {
+		if err := local.ExposeHostService(ctx, ctrlproc.ControllerNamespace, ctrlproc.WebhookServiceName, 10443); err != nil {
 			return err
 		}
 		if tj, err = training.DigitsTrainJob(root, "default", "ddp-digits", training.DigitsOptions{}); err != nil {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	"github.com/trainyard/trainyard/e2e/images"
 )
 
@@ -170,7 +171,7 @@ func runUp(ctx context.Context, args []string) error {
 	if cl.HasRealNode() {
 		// `make run` serves progress reports at <host address>:10443 under the name
 		// the controller injects into trainer pods.
-		if err := cl.ExposeHostService(upCtx, "trainyard-system", "trainyard-webhook", 10443); err != nil {
+		if err := cl.ExposeHostService(upCtx, ctrlproc.ControllerNamespace, ctrlproc.WebhookServiceName, 10443); err != nil {
 			return err
 		}
 	}
