@@ -10,10 +10,12 @@ mounts (upstream Kubeflow Trainer's contract); a report that fails is logged and
 training goes on.
 """
 
+import datetime
 import json
 import os
 import ssl
 import time
+import urllib.error
 import urllib.request
 
 import torch
@@ -36,6 +38,8 @@ def report(progress, remaining, loss, accuracy):
         "progressPercentage": progress,
         "estimatedRemainingSeconds": remaining,
         "metrics": [{"name": "loss", "value": f"{loss:.4f}"}, {"name": "accuracy", "value": f"{accuracy:.4f}"}],
+        # Required by the API (trainerStatus has a CEL rule on it), at second precision.
+        "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }}).encode()
     req = urllib.request.Request(url, data=body, method="POST", headers={
         "Authorization": "Bearer " + token, "Content-Type": "application/json"})
@@ -43,6 +47,8 @@ def report(progress, remaining, loss, accuracy):
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             print(f"progress report {progress}%: HTTP {resp.status}", flush=True)
+    except urllib.error.HTTPError as e:  # the server says why, as a Kubernetes Status
+        print(f"progress report {progress}% refused: HTTP {e.code}: {e.read().decode(errors='replace')}", flush=True)
     except Exception as e:  # training must not stop because a report failed
         print(f"progress report {progress}% failed: {e}", flush=True)
 
