@@ -40,11 +40,11 @@ KUEUE ?=
 CLUSTER_KUEUE_FLAGS := $(if $(filter 1 true yes,$(KUEUE)),--kueue)
 KUBE_VERSION ?=
 CLUSTER_KUBE_FLAGS := $(if $(KUBE_VERSION),--kube-version=$(KUBE_VERSION))
-# REAL_NODE=1 adds a real node: kubelet, containerd, runc, CNI and CoreDNS on this
-# machine, so TrainJobs train for real (e2e/cluster/realnode.go, docs/design/real-node.md;
-# needs root; Kubernetes 1.36 only). Off by default until its e2e leg is in make check
-# (issue 23).
-REAL_NODE ?= 0
+# REAL_NODE=1 (the default) adds a real node: kubelet, containerd, runc, CNI and CoreDNS
+# on this machine, so TrainJobs train for real (e2e/cluster/realnode.go,
+# docs/design/real-node.md; needs root; Kubernetes 1.36 only, so KUBE_VERSION=1.37 turns
+# it off). REAL_NODE=0: fake nodes only.
+REAL_NODE ?= $(if $(filter 1.37,$(KUBE_VERSION)),0,1)
 CLUSTER_REAL_NODE_FLAGS := $(if $(filter 1 true yes,$(REAL_NODE)),--real-node)
 # Flags for `make test-e2e`.
 E2E_TEST_FLAGS ?= -timeout 30m
