@@ -322,6 +322,13 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 	}
 	clk.SetTime(t0.Add(renewDeadline))
 	notExpired("although a renewal started 1ns before")
+	// expire re-arms its timer from the clock's now: moving the clock before it has
+	// done so would push the new deadline past the time the test sets (a race on a
+	// loaded machine), so wait for the new timer first.
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
+		t.Fatalf("expire did not wait again after the renewal: %v", err)
+	}
 	clk.SetTime(renewedAt.Add(renewDeadline))
 	select {
 	case e := <-expired:
