@@ -224,6 +224,10 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	s, err := cluster.ReadState(opts.StateDir)
 	if errors.Is(err, fs.ErrNotExist) {
+		if hostAddress {
+			fmt.Println("127.0.0.1") // no real node: the host is 127.0.0.1 to everything
+			return nil
+		}
 		fmt.Printf("no cluster recorded in %s\n", opts.StateDir)
 		return nil
 	}
