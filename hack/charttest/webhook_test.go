@@ -42,14 +42,14 @@ var testCABundle = func() string {
 	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: cert.CertificateBlockType, Bytes: ca.Raw}))
 }()
 
-// wantWebhook is one webhook as upstream registers it (trainer-compat.md §6).
+// wantWebhook is one webhook as upstream registers it (docs/compatibility.md, Admission).
 type wantWebhook struct {
 	name, path, resource string
 	scope                admissionregistrationv1.ScopeType
 	runtime              bool // carries upstream's webhook-validation objectSelector
 }
 
-// Upstream's webhooks and paths (trainer-compat.md §6).
+// Upstream's webhooks and paths (docs/compatibility.md, Admission).
 var (
 	wantMutating = []wantWebhook{
 		{"defaulter.trainjob.trainer.kubeflow.org", "/mutate-trainer-kubeflow-org-v1alpha1-trainjob", "trainjobs", admissionregistrationv1.NamespacedScope, false},
