@@ -641,7 +641,7 @@ func removeCgroupRoot(root string) error {
 	return errors.Join(errs...)
 }
 
-// taintFakeNodes is TaintFakeNode on every kwok node of a cluster with a real
+// fakeNodeTaints is TaintFakeNode for every kwok node of a cluster with a real
 // node; see TaintFakeNode.
 func (c *Cluster) fakeNodeTaints() []corev1.Taint {
 	if c.opts.RealNode {

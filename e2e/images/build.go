@@ -319,6 +319,15 @@ func (b *builder) build(ctx context.Context, r *Recipe, base *Image) (im *Image,
 	return &Image{Recipe: r, Dir: dir, Digest: digest, Size: size, BuildTime: elapsed}, nil
 }
 
+// manifest reads the image's manifest from its OCI layout.
+func (im *Image) manifest() (*v1.Manifest, error) {
+	img, err := im.Image()
+	if err != nil {
+		return nil, err
+	}
+	return img.Manifest()
+}
+
 // linkBaseLayers hard-links base's layer blobs into blobDir (copying where
 // links fail), so that the images of a family share them on disk, and
 // returns them as layers.
@@ -326,11 +335,7 @@ func (b *builder) linkBaseLayers(base *Image, blobDir string) ([]v1.Layer, error
 	if err := os.MkdirAll(blobDir, 0o755); err != nil {
 		return nil, err
 	}
-	img, err := base.Image()
-	if err != nil {
-		return nil, err
-	}
-	m, err := img.Manifest()
+	m, err := base.manifest()
 	if err != nil {
 		return nil, err
 	}
@@ -436,11 +441,7 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 	var baseLayer string
 	var baseIndex map[string]entryMeta
 	if base != nil {
-		img, err := base.Image()
-		if err != nil {
-			return nil, err
-		}
-		m, err := img.Manifest()
+		m, err := base.manifest()
 		if err != nil {
 			return nil, err
 		}
