@@ -68,7 +68,7 @@ type Process struct {
 	// unless the arguments ask for more) and of /healthz and /readyz.
 	MetricsAddr, HealthAddr string
 	// WebhookURL is where the API server calls its admission webhooks ("" with
-	// NoAdmission).
+	// NoAdmission or ProvidedCertDir: not registered).
 	WebhookURL string
 	// ProgressAddr is the address of the progress server: on 127.0.0.1, or on the
 	// host's bridge address (cluster.HostAddress) with a real node ("" with
@@ -96,6 +96,11 @@ type Config struct {
 	// NoWait returns as soon as the process started, without waiting for /readyz (and
 	// for the webhooks' registration), e.g. while the API server is down.
 	NoWait bool
+	// ProvidedCertDir, when set, runs the controller with webhook.certificates.mode
+	// Provided and that certDir (tls.crt, tls.key, maybe ca.crt), as the chart does with a
+	// cert-manager or user Secret. The admission server then serves unregistered: only
+	// self-managed certificates can register the webhooks, in a cluster the chart does.
+	ProvidedCertDir string
 }
 
 // Start runs the controller against c as `make run` does: with its admission server on
@@ -129,10 +134,16 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 		exited:      make(chan error, 1),
 	}
 	args := slices.Clone(cfg.Args)
+	if cfg.ProvidedCertDir != "" {
+		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir))
+	}
 	if !slices.Contains(args, NoAdmission) {
 		addr := cluster.FreeAddr(t)
-		p.WebhookURL = "https://" + addr
-		args = append(args, "--webhook-bind-address="+addr, "--webhook-register-url="+p.WebhookURL)
+		args = append(args, "--webhook-bind-address="+addr)
+		if cfg.ProvidedCertDir == "" {
+			p.WebhookURL = "https://" + addr
+			args = append(args, "--webhook-register-url="+p.WebhookURL)
+		}
 		p.ProgressAddr = cluster.FreeAddr(t)
 		if c.HasRealNode() {
 			// Pods on the real node reach the host at its bridge address, by the
@@ -188,6 +199,18 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 		})
 	}
 	return p
+}
+
+// providedConfig writes a Configuration file for certificates mode Provided from
+// certDir into the test's temporary folder and returns its path.
+func providedConfig(t testing.TB, certDir string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	config := fmt.Sprintf("apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  certificates:\n    mode: Provided\n    certDir: %q\n", certDir)
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // Pid is the process id, also its process group id.

@@ -59,7 +59,7 @@ var PyTorch = &Recipe{
 	Debian: &Debian{
 		Variant:  "minbase",
 		Packages: []string{"python3-torch", "python3-sklearn", "python-is-python3"},
-		Hooks:    []string{`mkdir -p "$1/workspace"`},
+		Hooks:    []string{`mkdir -p "$1/workspace"`, torchrunRedirectsFix},
 		Exclude: []string{
 			"/usr/include", "/usr/lib/gcc", "/usr/libexec/gcc", "/usr/bin/*-lto-dump-*",
 			"/usr/lib/x86_64-linux-gnu/*.a", "/usr/lib/x86_64-linux-gnu/*/*.a",
@@ -67,6 +67,16 @@ var PyTorch = &Recipe{
 	},
 	Config: torchConfig("/workspace"),
 }
+
+// torchrunRedirectsFix makes Debian's torchrun start with its defaults. Torch 1.13
+// predates Python 3.11, whose IntFlag iteration skips the zero member and the
+// multi-bit alias: torchrun's Std.from_str finds no member for "0" (its default
+// --redirects and --tee) or "3" and returns None, and torchrun crashes with
+// "'NoneType' object has no attribute 'get'". The hook returns Std(int(v)) instead
+// (the value is already checked by a regular expression there), and fails the build
+// when the line it edits is gone.
+const torchrunRedirectsFix = `f="$1/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py"; ` +
+	`sed -i '/def to_std(v):/,/for s in Std:/ s/^\( *\)v = int(v)$/\1return Std(int(v))/' "$f" && grep -q 'return Std(int(v))' "$f"`
 
 // torchConfig is the config of the images built on [PyTorch]'s filesystem.
 func torchConfig(workingDir string, env ...string) Config {

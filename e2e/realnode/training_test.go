@@ -3,125 +3,23 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
-	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	"github.com/trainyard/trainyard/e2e/training"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
-	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
-
-// trainingTimeout bounds one real training run: image pull on a cold node, two
-// torchrun processes on 2 shared cores.
-const trainingTimeout = 6 * time.Minute
-
-type env struct {
-	c        *cluster.Cluster
-	ns       string
-	trainers trainerclient.Interface
-	repo     string
-}
-
-// newEnv starts the controller as `make run` does (its progress server on the host's
-// bridge address, published as its Service), installs upstream's torch-distributed
-// runtime unchanged, and gives the test a namespace.
-func newEnv(t *testing.T, controllerArgs ...string) *env {
-	t.Helper()
-	c := cluster.Shared(t)
-	e := &env{c: c, ns: cluster.NewNamespace(t, c)}
-	var err error
-	if e.trainers, err = trainerclient.NewForConfig(c.RESTConfig()); err != nil {
-		t.Fatal(err)
-	}
-	if e.repo, err = cluster.FindRepoRoot(); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(utiltesting.UpstreamDir(t), "runtimes", "torch_distributed.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &trainer.ClusterTrainingRuntime{}
-	if err := yaml.UnmarshalStrict(data, rt); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.trainers.TrainerV1alpha1().ClusterTrainingRuntimes().Create(context.Background(), rt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	ctrlproc.Start(t, c, controllerBinary, controllerArgs...)
-	return e
-}
-
-func (e *env) create(t *testing.T, tj *trainer.TrainJob) {
-	t.Helper()
-	if _, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Create(context.Background(), tj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating TrainJob %s: %v", tj.Name, err)
-	}
-}
-
-// waitFinished waits until the TrainJob is Complete or Failed and returns it; the
-// message of a timeout lists its pods' states.
-func (e *env) waitFinished(t *testing.T, name string) *trainer.TrainJob {
-	t.Helper()
-	var tj *trainer.TrainJob
-	cluster.Eventually(t, trainingTimeout, "TrainJob "+name+" finished", func(ctx context.Context) (bool, string) {
-		var err error
-		if tj, err = e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return false, err.Error()
-		}
-		if meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) || meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed) {
-			return true, ""
-		}
-		return false, fmt.Sprintf("conditions %v; pods: %s", tj.Status.Conditions, e.podStates(ctx))
-	})
-	return tj
-}
-
-func (e *env) podStates(ctx context.Context) string {
-	pods, err := e.c.Client().CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var s []string
-	for i := range pods.Items {
-		s = append(s, pods.Items[i].Name+": "+describePod(&pods.Items[i]))
-	}
-	return fmt.Sprint(s)
-}
-
-// trainerPods returns the TrainJob's pods, ordered by name (node-0-0 first).
-func (e *env) trainerPods(t *testing.T, name string) []corev1.Pod {
-	t.Helper()
-	pods, err := e.c.Client().CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "jobset.sigs.k8s.io/jobset-name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return cmpString(a.Name, b.Name) })
-	return pods.Items
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 var epochLine = regexp.MustCompile(`epoch (\d+)/\d+ loss ([0-9.]+) accuracy ([0-9.]+)`)
 
@@ -192,25 +90,35 @@ func TestDDPTrainsOnTwoNodesAndReportsProgress(t *testing.T) {
 
 // TestTrainerExitingNonZeroFailsTheTrainJob: a trainer process that exits 3 after
 // training fails its pod for real (the kubelet reports the exit code), and the TrainJob
-// becomes Failed with a reason and a message that say which Job failed.
+// becomes Failed with a reason and a message that say which Job failed. The runtime is
+// upstream's torch-distributed with retries off (restartPolicy Never, backoffLimit 0):
+// upstream's own restarts the container with the kubelet's back-off, which only delays
+// the same outcome by minutes.
 func TestTrainerExitingNonZeroFailsTheTrainJob(t *testing.T) {
 	e := newEnv(t)
+	runtime := e.installRuntime(t, torchRuntimeFile, func(rt *trainer.ClusterTrainingRuntime) {
+		rt.Name = "torch-distributed-no-retry"
+		job := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec
+		job.BackoffLimit = ptr.To[int32](0)
+		job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	})
 	tj, err := training.DigitsTrainJob(e.repo, e.ns, "exits", training.DigitsOptions{Nodes: 1, Epochs: 1, ExtraCommand: "exit 3"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tj.Spec.RuntimeRef.Name = runtime
 	e.create(t, tj)
 	got := e.waitFinished(t, tj.Name)
 	failed := meta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
 	if failed == nil || failed.Status != metav1.ConditionTrue {
-		t.Fatalf("TrainJob not Failed: %v", got.Status.Conditions)
+		t.Fatalf("TrainJob not Failed: %v\n%s", got.Status.Conditions, e.logs(t, tj.Name))
 	}
-	if failed.Reason == "" || !regexp.MustCompile(`exits-node`).MatchString(failed.Message) {
+	if failed.Reason == "" || !strings.Contains(failed.Message, "exits-node") {
 		t.Errorf("Failed condition %q: %q, want a reason and a message naming the failed Job (exits-node-...)", failed.Reason, failed.Message)
 	}
 	pods := e.trainerPods(t, tj.Name)
-	if len(pods) == 0 {
-		t.Fatal("no trainer pod")
+	if len(pods) != 1 {
+		t.Fatalf("%d trainer pods, want the 1 that failed: %s", len(pods), e.podStates(context.Background()))
 	}
 	var exit int32 = -1
 	for _, s := range pods[0].Status.ContainerStatuses {
@@ -221,5 +129,91 @@ func TestTrainerExitingNonZeroFailsTheTrainJob(t *testing.T) {
 	if exit != 3 {
 		t.Errorf("trainer container: %s, want exit code 3", describePod(&pods[0]))
 	}
+	if log := podLog(t, e.c, e.ns, pods[0].Name, "node"); !strings.Contains(log, "done: 1 epochs") {
+		t.Errorf("the trainer did not train before exiting; its log:\n%s", log)
+	}
 	t.Logf("Failed: %s: %s", failed.Reason, failed.Message)
+}
+
+// TestActiveDeadlineStopsARunningTrainer: a TrainJob whose trainer is still running
+// when spec.activeDeadlineSeconds passes becomes Failed (DeadlineExceeded) and its
+// pods go: the controller deletes the JobSet and the kubelet stops the containers.
+func TestActiveDeadlineStopsARunningTrainer(t *testing.T) {
+	e := newEnv(t)
+	e.pullImage(t, runtimeImage(t, torchRuntimeFile))
+	tj, err := training.DigitsTrainJob(e.repo, e.ns, "deadline", training.DigitsOptions{Nodes: 1, Epochs: 1, ExtraCommand: "sleep 3600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 30
+	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](deadline)
+	e.create(t, tj)
+	pods := e.waitRunning(t, tj.Name, "", 1)
+	created, err := e.get(context.Background(), tj.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := time.Since(created.CreationTimestamp.Time); age > deadline*time.Second {
+		t.Fatalf("the trainer started %s after creation, past the %ds deadline: the test cannot show a running trainer stopped", age.Round(time.Second), deadline)
+	}
+	got := e.waitFinished(t, tj.Name)
+	failed := meta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+	if failed == nil || failed.Status != metav1.ConditionTrue || failed.Reason != trainer.TrainJobDeadlineExceededReason {
+		t.Fatalf("TrainJob conditions %v, want Failed with reason %s", got.Status.Conditions, trainer.TrainJobDeadlineExceededReason)
+	}
+	if late := failed.LastTransitionTime.Sub(created.CreationTimestamp.Time) - deadline*time.Second; late < 0 || late > 15*time.Second {
+		t.Errorf("Failed %s after the deadline, want within 15s of it (and not before)", late)
+	}
+	// The kubelet gives the container its grace period (30 s) after SIGTERM.
+	e.waitNoPods(t, tj.Name, 90*time.Second)
+	t.Logf("pod %s stopped; Failed %s after creation", pods[0].Name, failed.LastTransitionTime.Sub(created.CreationTimestamp.Time).Round(time.Second))
+}
+
+// TestSuspendStopsARunningTrainJobAndResumeRunsItToComplete: spec.suspend on a
+// TrainJob whose trainer runs deletes its pods (JobSet suspends its Jobs) and marks it
+// Suspended; clearing it starts new pods that train to Complete.
+func TestSuspendStopsARunningTrainJobAndResumeRunsItToComplete(t *testing.T) {
+	e := newEnv(t)
+	// The trainer waits before training, so it is still running when suspended.
+	tj, err := training.DigitsTrainJob(e.repo, e.ns, "suspend", training.DigitsOptions{Nodes: 2, Epochs: 5, BeforeCommand: "sleep 20"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, tj)
+	first := e.waitRunning(t, tj.Name, "", 2)
+
+	e.setSuspend(t, tj.Name, true)
+	cluster.Eventually(t, time.Minute, "TrainJob Suspended", func(ctx context.Context) (bool, string) {
+		cur, err := e.get(ctx, tj.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(cur.Status.Conditions, trainer.TrainJobSuspended), fmt.Sprint(cur.Status.Conditions)
+	})
+	e.waitNoPods(t, tj.Name, 90*time.Second)
+
+	e.setSuspend(t, tj.Name, false)
+	second := e.waitRunning(t, tj.Name, "", 2)
+	for _, p := range second {
+		for _, old := range first {
+			if p.UID == old.UID {
+				t.Fatalf("pod %s survived the suspension", p.Name)
+			}
+		}
+	}
+	got := e.waitComplete(t, tj.Name)
+	if c := meta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobSuspended); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Suspended condition %+v after the resume, want False", c)
+	}
+	if log := podLog(t, e.c, e.ns, e.trainerPods(t, tj.Name)[0].Name, "node"); !strings.Contains(log, "done: 5 epochs on 2 nodes") {
+		t.Errorf("the resumed trainer did not finish training; node 0's log:\n%s", log)
+	}
+}
+
+func (e *env) setSuspend(t *testing.T, name string, suspend bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"suspend":%t}}`, suspend)
+	if _, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("setting spec.suspend of %s to %t: %v", name, suspend, err)
+	}
 }
