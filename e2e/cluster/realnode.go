@@ -160,12 +160,6 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.realNode = rn
-	c.mu.Unlock()
-	if err := c.writeState(); err != nil { // record what to tear down before anything runs
-		return err
-	}
 	if err := setupCgroupRoot(rn.CgroupRoot); err != nil {
 		return err
 	}
@@ -194,7 +188,9 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 // setupPodNetwork creates the first free trainyard<N> bridge with
 // 10.244.<N>.1/24 and the guard that keeps its traffic on this machine.
 // Creating the link is the lock: of two clusters starting at once, one gets
-// each index.
+// each index. The state file records the bridge as soon as it exists, before
+// anything is configured on it, so a process killed in between leaves nothing
+// that `localcluster down` does not remove.
 func (c *Cluster) setupPodNetwork(ctx context.Context) (*RealNodeState, error) {
 	used, err := usedSubnets()
 	if err != nil {
@@ -214,6 +210,13 @@ func (c *Cluster) setupPodNetwork(ctx context.Context) (*RealNodeState, error) {
 			CgroupRoot:     fmt.Sprintf("/trainyard-%d", i),
 			Dir:            filepath.Join(c.workDir, "node"),
 			ContainerdRoot: filepath.Join(c.opts.StateDir, "containerd"),
+		}
+		c.mu.Lock()
+		c.realNode = rn
+		c.mu.Unlock()
+		if err := c.writeState(); err != nil {
+			_ = run(ctx, "ip", "link", "del", bridge)
+			return nil, err
 		}
 		if err := errors.Join(
 			run(ctx, "ip", "addr", "add", rn.Gateway+"/24", "dev", bridge),
