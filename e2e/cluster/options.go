@@ -123,9 +123,9 @@ type Options struct {
 	// (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1), so it
 	// is meant for throw-away machines and CI, not a workstation.
 	RealNode bool
-	// Images publishes the real node's images to its registry; required with
-	// RealNode (images.Publisher).
-	Images ImagePublisher
+	// Images builds the real node's images and publishes them to its registry;
+	// required with RealNode (images.Publisher).
+	Images ImageSource
 	// KueueWaitForPodsReady, above 0, turns on Kueue's waitForPodsReady with this
 	// timeout (see KueueConfiguration).
 	KueueWaitForPodsReady time.Duration

@@ -10,11 +10,17 @@ import (
 	"time"
 )
 
-// ImagePublisher publishes the real node's images to the registry at
-// registryHostPort ("127.0.0.1:<port>"), building what is not cached; progress
-// gets one line per step. Package e2e/images provides one (images.Publisher),
-// which this package cannot import: images builds on this package's cache.
-type ImagePublisher func(ctx context.Context, registryHostPort string, progress io.Writer) error
+// ImageSource provides the real node's images. Package e2e/images provides one
+// (images.Publisher), which this package cannot import: images builds on this
+// package's cache. progress gets one line per step.
+type ImageSource interface {
+	// Prepare builds the images that are not cached. Up runs it beside the build
+	// of the cluster's binaries, so that a cold start builds both at once.
+	Prepare(ctx context.Context, progress io.Writer) error
+	// Publish pushes the images to the registry at registryHostPort
+	// ("127.0.0.1:<port>"), building first what is not cached.
+	Publish(ctx context.Context, registryHostPort string, progress io.Writer) error
+}
 
 // PauseImage is the real node's sandbox image: containerd's pinned sandbox
 // image, served by ImageRegistry like every other image.
@@ -72,7 +78,7 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if err := c.opts.Images(ctx, cfg.Addr, c.opts.Progress); err != nil {
+	if err := c.opts.Images.Publish(ctx, cfg.Addr, c.opts.Progress); err != nil {
 		return fmt.Errorf("publishing the real node's images: %w", err)
 	}
 	fmt.Fprintf(c.opts.Progress, "images published to %s in %s\n", cfg.Addr, time.Since(start).Round(100*time.Millisecond))

@@ -113,22 +113,39 @@ func Publish(ctx context.Context, registryHostPort string, imgs []*Image, progre
 	return nil
 }
 
-// Publisher returns the cluster.ImagePublisher of a real node (cluster.Options.Images):
+// Publisher returns the cluster.ImageSource of a real node (cluster.Options.Images):
 // it builds the recipes not yet cached (All when none are given) with opts, its
-// progress going to the publisher's, and publishes them all.
-func Publisher(opts Options, recipes ...*Recipe) cluster.ImagePublisher {
+// progress going to the caller's unless opts sets one, and publishes them all.
+func Publisher(opts Options, recipes ...*Recipe) cluster.ImageSource {
 	if len(recipes) == 0 {
 		recipes = All
 	}
-	return func(ctx context.Context, registryHostPort string, progress io.Writer) error {
-		o := opts
-		if o.Progress == nil {
-			o.Progress = progress
-		}
-		imgs, err := Build(ctx, o, recipes...)
-		if err != nil {
-			return err
-		}
-		return Publish(ctx, registryHostPort, imgs, progress)
+	return &publisher{opts: opts, recipes: recipes}
+}
+
+type publisher struct {
+	opts    Options
+	recipes []*Recipe
+}
+
+// build builds the images not cached and returns them all.
+func (p *publisher) build(ctx context.Context, progress io.Writer) ([]*Image, error) {
+	o := p.opts
+	if o.Progress == nil {
+		o.Progress = progress
 	}
+	return Build(ctx, o, p.recipes...)
+}
+
+func (p *publisher) Prepare(ctx context.Context, progress io.Writer) error {
+	_, err := p.build(ctx, progress)
+	return err
+}
+
+func (p *publisher) Publish(ctx context.Context, registryHostPort string, progress io.Writer) error {
+	imgs, err := p.build(ctx, progress)
+	if err != nil {
+		return err
+	}
+	return Publish(ctx, registryHostPort, imgs, progress)
 }

@@ -118,10 +118,14 @@ func runBuild(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	opts.Build.Progress = os.Stderr
-	if _, err := cluster.Build(ctx, opts.Build); err != nil {
+	if _, err := cluster.BuildAll(ctx, opts); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "binaries ready in %s\n", time.Since(start).Round(100*time.Millisecond))
+	what := "binaries"
+	if opts.RealNode {
+		what = "binaries and images"
+	}
+	fmt.Fprintf(os.Stderr, "%s ready in %s\n", what, time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
