@@ -28,14 +28,16 @@ func TestMPIAllreduceOverSSHOnTheDeepSpeedRuntime(t *testing.T) {
 	e.create(t, tj)
 	e.waitComplete(t, tj.Name)
 
-	var launcher string
+	// Pods by hostname (JobSet's <jobset>-<replicatedJob>-<job>-<index>, what the
+	// hostfile names and what a process there sees), the launcher apart.
+	var launcher, launcherPod string
 	nodes := map[string]bool{}
 	for _, p := range e.trainerPods(t, tj.Name) {
 		switch rj := p.Labels["jobset.sigs.k8s.io/replicatedjob-name"]; rj {
 		case "launcher":
-			launcher = p.Name
+			launcher, launcherPod = p.Spec.Hostname, p.Name
 		case "node":
-			nodes[p.Name] = true
+			nodes[p.Spec.Hostname] = true
 		default:
 			t.Errorf("pod %s of replicatedJob %q", p.Name, rj)
 		}
@@ -43,20 +45,19 @@ func TestMPIAllreduceOverSSHOnTheDeepSpeedRuntime(t *testing.T) {
 	if launcher == "" || len(nodes) != 2 {
 		t.Fatalf("launcher %q and nodes %v, want a launcher and 2 nodes: %s", launcher, nodes, e.podStates(context.Background()))
 	}
-	log := podLog(t, e.c, e.ns, launcher, "node")
+	log := podLog(t, e.c, e.ns, launcherPod, "node")
 	if !strings.Contains(log, "allreduce over 3 ranks on 3 hosts: sum 6") {
 		t.Fatalf("the launcher's log does not show an all-reduce of 3 ranks on 3 hosts:\n%s\n%s", log, e.logs(t, tj.Name))
 	}
-	// Every pod of the TrainJob ran a rank: the hostnames mpirun's processes saw are
-	// the pods' (a pod's hostname is its name).
+	// Every pod of the TrainJob ran a rank.
 	ranks := regexp.MustCompile(`rank \d of 3 on (\S+)`).FindAllStringSubmatch(log, -1)
 	seen := map[string]bool{}
 	for _, r := range ranks {
 		seen[r[1]] = true
 	}
-	for pod := range nodes {
-		if !seen[pod] {
-			t.Errorf("no rank ran on node %s; ranks: %v", pod, ranks)
+	for host := range nodes {
+		if !seen[host] {
+			t.Errorf("no rank ran on node %s; ranks: %v", host, ranks)
 		}
 	}
 	if !seen[launcher] {

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -93,7 +94,14 @@ def main():
     dist.barrier()
     if rank == 0:
         print(f"done: {EPOCHS} epochs on {world} nodes in {time.time() - start:.1f}s, test accuracy {accuracy:.4f}", flush=True)
-    dist.destroy_process_group()
+    # Exit without running destructors. Torch 1.13 (Debian's, in the local stand-in
+    # image) can deadlock tearing down DDP's gloo process group: its destructor joins a
+    # worker thread while holding the GIL, and the worker, still releasing the last
+    # collective's tensors, waits for the GIL. Everything is flushed and every rank is
+    # past the barrier, so there is nothing left to tear down.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

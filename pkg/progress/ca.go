@@ -272,6 +272,12 @@ func (p *CAPublisher) sync(ctx context.Context, namespace string) error {
 		}
 		err = p.apply(ctx, namespace, bundle)
 	}
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// Its TrainJobs go with it; retrying would only fill the log until they have.
+		// A namespace re-created under the name brings its TrainJobs' events back.
+		logger.V(2).Info("Not publishing the progress server's CA: the namespace is terminating", "configMap", klog.KRef(namespace, CAConfigMapName))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("applying ConfigMap %s/%s: %w", namespace, CAConfigMapName, err)
 	}

@@ -2,9 +2,11 @@ package progress
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,6 +345,34 @@ func TestCAPublisherReplacesUncorrectable(t *testing.T) {
 	defer mu.Unlock()
 	if len(deletes) != 1 || deletes[0].Preconditions == nil || deletes[0].Preconditions.UID == nil || *deletes[0].Preconditions.UID != "squatter" {
 		t.Errorf("deletes = %+v, want one, with the squatter's UID as precondition", deletes)
+	}
+}
+
+// A namespace being deleted refuses new objects (403, cause NamespaceTerminating)
+// while its TrainJobs still exist: that is no failure to retry, and one apply is all
+// the publisher sends (seen on a real cluster: an error with a stack trace per retry).
+func TestCAPublisherLeavesATerminatingNamespace(t *testing.T) {
+	client := fake.NewClientset()
+	var applies atomic.Int32
+	client.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		applies.Add(1)
+		err := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, CAConfigMapName,
+			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", a.GetNamespace()))
+		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace"}}
+		return true, nil, err
+	})
+	f := startPublisher(t, client, newFakeNamespaces("leaving"), &bundle{pem: []byte(caA)})
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return applies.Load() > 0, nil
+	}); err != nil {
+		t.Fatal("no apply")
+	}
+	settle() // the rate limiter would retry within 1–50 ms
+	if n := applies.Load(); n != 1 {
+		t.Errorf("%d applies to the terminating namespace, want 1", n)
+	}
+	if n := f.publisher.queue.NumRequeues("leaving"); n != 0 {
+		t.Errorf("namespace requeued %d times, want 0", n)
 	}
 }
 

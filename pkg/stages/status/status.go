@@ -183,6 +183,11 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if !trainjob.IsManaged(tj) || tj.DeletionTimestamp != nil {
 		return stages.WaitForEvent(), nil
 	}
+	if s.Status.WroteFinished(tj) {
+		// This process made it Complete or Failed and the cache lags: the TrainJob's
+		// update event brings the key back, finished.
+		return stages.WaitForEvent(), nil
+	}
 	js, err := s.JobSets.JobSets(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		js = nil
@@ -197,11 +202,15 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 
 	finished := trainjob.IsFinished(tj)
+	now := s.now()
+	// Past its active deadline a TrainJob gets no JobSet: one deleted at the deadline
+	// by a pass whose status write then failed is not re-created by the retry.
+	_, pastDeadline := activeDeadline(tj, js, now)
 	applied, objectsOurs := false, false
 	var planned []metav1.Condition
 	var conflict *sideObjectConflict
 	var refused *refusal
-	if !finished {
+	if !finished && !pastDeadline {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
 		case havePlan && p.Stage == Index-1:
@@ -237,7 +246,6 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if applied {
 		tj = s.newest(tj)
 	}
-	now := s.now()
 	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
 		if err := s.deleteJobSet(ctx, tj); err != nil {

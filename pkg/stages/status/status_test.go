@@ -1034,6 +1034,69 @@ func TestSyncRecreatesDeletedJobSet(t *testing.T) {
 	}
 }
 
+// TestSyncGivesNoJobSetPastTheDeadline: a TrainJob past its active deadline gets no
+// JobSet, even with a plan and no JobSet: after a pass deleted the JobSet at the
+// deadline and its status write failed, the retry writes Failed and does not create
+// the JobSet again (seen on a real node: its pods ran on after the TrainJob failed).
+func TestSyncGivesNoJobSetPastTheDeadline(t *testing.T) {
+	tj := makeTrainJob().ActiveDeadlineSeconds(60).Obj()
+	f := newFixture(t, tj, nil)
+	f.clock.SetTime(t0.Add(61 * time.Second))
+	f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+	got, err := f.sync(t)
+	if err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		t.Errorf("Sync result (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"delete jobsets"}, utiltesting.Writes(f.jobsets.Actions())); diff != "" {
+		t.Errorf("JobSet writes (-want +got):\n%s", diff)
+	}
+	if c := findCondition(f.storedTrainJob(t).Status.Conditions, trainer.TrainJobFailed); c == nil || c.Reason != trainer.TrainJobDeadlineExceededReason {
+		t.Errorf("Failed condition %+v, want reason %s", c, trainer.TrainJobDeadlineExceededReason)
+	}
+}
+
+// TestSyncTakesItsOwnFinishedWriteOverALaggingCache: this process wrote Failed (the
+// deadline) and deleted the JobSet; the JobSet's delete event comes before the
+// TrainJob's update, so the next sync reads the TrainJob from a cache without Failed.
+// It must neither re-create the JobSet nor write again: it waits for the update event.
+func TestSyncTakesItsOwnFinishedWriteOverALaggingCache(t *testing.T) {
+	tj := makeTrainJob().ActiveDeadlineSeconds(60).Obj()
+	tj.ResourceVersion = "5"
+	f := newFixture(t, tj, makeJobSet(tj).Suspend(false).Obj())
+	// The API server's answer to the status write: a newer resourceVersion.
+	f.trainer.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+		written := tj.DeepCopy()
+		written.ResourceVersion = "6"
+		return true, written, nil
+	})
+	f.clock.SetTime(t0.Add(61 * time.Second))
+	if _, err := f.sync(t); err != nil {
+		t.Fatalf("first Sync: %v", err)
+	}
+	// The JobSet is gone from the cache; the TrainJob there is still version 5; the
+	// pipeline, restarted by the delete event, left a plan.
+	if err := f.jsCache.Delete(makeJobSet(tj).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+	f.trainer.ClearActions()
+	f.jobsets.ClearActions()
+
+	got, err := f.sync(t)
+	if err != nil {
+		t.Fatalf("second Sync: %v", err)
+	}
+	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		t.Errorf("Sync result (-want +got):\n%s", diff)
+	}
+	if writes := append(utiltesting.Writes(f.jobsets.Actions()), utiltesting.Writes(f.trainer.Actions())...); len(writes) != 0 {
+		t.Errorf("writes %v after the TrainJob's own Failed write, want none", writes)
+	}
+}
+
 // TestSyncJobSetFinishedBeforeDeadline: a JobSet that completed or failed is mirrored
 // first and the deadline no longer applies (upstream checks the deadline on the status
 // it just derived from the JobSet), even when the sync runs after the deadline.

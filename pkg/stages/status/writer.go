@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -41,6 +42,7 @@ type writtenStatus struct {
 	uid             types.UID
 	resourceVersion string // the TrainJob's resourceVersion after the write
 	digest          uint64 // statusDigest of what was written
+	finished        bool   // the write made the TrainJob Complete or Failed
 }
 
 // Update applies mutate to a copy of tj.Status and, when the result differs
@@ -84,7 +86,8 @@ func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*
 	if w.written == nil {
 		w.written = map[cache.ObjectName]writtenStatus{}
 	}
-	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion, digest: digest}
+	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion, digest: digest,
+		finished: meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobComplete) || meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobFailed)}
 	w.mu.Unlock()
 	return true, nil
 }
@@ -110,6 +113,24 @@ func (w *Writer) alreadyWritten(key cache.ObjectName, tj *trainer.TrainJob, dige
 	}
 	delete(w.written, key)
 	return false
+}
+
+// WroteFinished reports whether this process's last status write for tj made it
+// Complete or Failed while tj, read from the cache, is older than that write. Those
+// conditions are terminal, so a sync reading such a tj must take it as finished: the
+// JobSet deleted at an active deadline, say, sends its delete event before the
+// TrainJob's Failed arrives, and a sync of the stale TrainJob would create a new
+// JobSet whose pods run on after the TrainJob failed. A resourceVersion that is no
+// integer (a fake client's) reports false, as alreadyWritten keeps no record for it.
+func (w *Writer) WroteFinished(tj *trainer.TrainJob) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.written[cache.MetaObjectToName(tj)]
+	if !ok || !last.finished || last.uid != tj.UID {
+		return false
+	}
+	order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion)
+	return err == nil && order < 0
 }
 
 // Observed drops the record of the last status write for tj's key once tj, a TrainJob
