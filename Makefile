@@ -109,14 +109,14 @@ test-e2e: ## End-to-end tests on the local control plane (each test package star
 	$(MAKE) test-e2e-realnode
 
 # The real-node leg (issue 23): real pods on the local control plane's real node
-# (root; e2e/cluster/realnode.go). Cached, it takes about a minute; a cold one first
-# builds the node's binaries with the control plane's and its images from Debian's
-# packages (the torch image alone ~18 min on 2 busy cores). The trainer-failure test
-# is left out until it passes (see issue 23).
-E2E_REALNODE_RUN := ^(TestPodsResolveEachOtherThroughTheClusterDNS|TestDDPTrainsOnTwoNodesAndReportsProgress)$$
+# (root; e2e/cluster/realnode.go): cluster DNS, torch DDP, MPI over SSH, XGBoost,
+# progress reports and the certificate modes, failure, deadline, suspend/resume.
+# Cached, it takes about 5 minutes; a cold one first builds the node's binaries with
+# the control plane's and, beside them, its images from Debian's packages.
+E2E_REALNODE_RUN ?= .
 
 .PHONY: test-e2e-realnode
-test-e2e-realnode: ## The e2e tests of real processes on a real node (E2E_REALNODE_RUN in e2e/realnode): cluster DNS, PyTorch DDP of 2 nodes with progress reports.
+test-e2e-realnode: ## The e2e tests of real processes on a real node (e2e/realnode; E2E_REALNODE_RUN selects): cluster DNS, DDP, MPI, XGBoost, progress and certificates, failure, deadline, suspend.
 	cd e2e && E2E_REAL_NODE=1 $(GO) test -count=1 $(E2E_TEST_FLAGS) -run '$(E2E_REALNODE_RUN)' ./realnode/
 
 .PHONY: test-e2e-137

@@ -23,7 +23,9 @@ ROUNDS = int(os.environ.get("ROUNDS", "20"))
 
 def start_tracker(workers, port):
     """Rank 0's tracker: listens on every address of the pod, at the injected port."""
-    tracker = RabitTracker(host_ip="0.0.0.0", n_workers=workers, port=port)
+    # sortby="task": ranks follow DMLC_TASK_ID, the node's index in the TrainJob, as
+    # the controller numbers them (the default, "host", sorts by address).
+    tracker = RabitTracker(host_ip="0.0.0.0", n_workers=workers, port=port, sortby="task")
     tracker.start(workers)
     thread = threading.Thread(target=tracker.join, daemon=True)
     thread.start()
