@@ -245,6 +245,29 @@ func TestPodFailureFailsTrainJob(t *testing.T) {
 	if jsFailed == nil || failed.Reason != jsFailed.Reason || failed.Message != jsFailed.Message {
 		t.Errorf("TrainJob Failed = %s/%q, want the JobSet's %+v", failed.Reason, failed.Message, jsFailed)
 	}
+
+	// Failed is terminal, as upstream treats it: the JobSet deleted after the failure
+	// (by hand, or by a TTL) is not re-created, which would run the training again with
+	// JobSet's restart count reset.
+	ctx := context.Background()
+	if err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Delete(ctx, "fails", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, 30*time.Second, "JobSet fails deleted", func(ctx context.Context) (bool, string) {
+		_, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "fails", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	time.Sleep(5 * time.Second) // a controller that re-creates it does so within a sync
+	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "fails", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the JobSet of a Failed TrainJob came back after its deletion (err = %v)", err)
+	}
+	tj, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Get(ctx, "fails", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed) || meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {
+		t.Errorf("conditions after the JobSet's deletion %v, want Failed still True", tj.Status.Conditions)
+	}
 }
 
 // TestMissingRuntimeWaitsThenProceeds: a TrainJob whose runtime does not exist shows a
