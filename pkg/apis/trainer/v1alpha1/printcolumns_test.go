@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -40,9 +41,7 @@ var printerColumns = []struct {
 // evaluates the JSONPaths exactly as `kubectl get` sees them.
 type trainJobTable struct {
 	t         *testing.T
-	convertor interface {
-		ConvertToTable(context.Context, runtime.Object, runtime.Object) (*metav1.Table, error)
-	}
+	convertor rest.TableConvertor
 }
 
 func newTrainJobTable(t *testing.T) *trainJobTable {
@@ -78,6 +77,7 @@ func (tt *trainJobTable) row(tj *trainer.TrainJob) map[string]any {
 	return cells
 }
 
+// TestTrainJobPrinterColumnDefinitions: the generated CRD has printerColumns, in order.
 func TestTrainJobPrinterColumnDefinitions(t *testing.T) {
 	c := loadCRDs(t)[trainer.TrainJobKind]
 	cols := c.v1.Spec.Versions[0].AdditionalPrinterColumns
@@ -91,6 +91,9 @@ func TestTrainJobPrinterColumnDefinitions(t *testing.T) {
 	}
 }
 
+// TestTrainJobPrinterColumns: each column's cell for TrainJobs at the steps of their
+// lives, including those upstream's column got wrong (a resumed TrainJob, Trainyard's
+// conditions True), and whatever the order of the conditions in the list.
 func TestTrainJobPrinterColumns(t *testing.T) {
 	table := newTrainJobTable(t)
 	created := time.Now().Add(-90 * time.Second)
