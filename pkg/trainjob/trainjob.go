@@ -49,6 +49,9 @@ const (
 	ReasonInvalidSpec     = "InvalidTrainJobSpec"
 	ReasonUnsupported     = "NotSupported"
 	ReasonJobSetBuilt     = "JobSetBuilt"
+	// ReasonJobSetConflict (JobSetReady=False): a JobSet of the TrainJob's name exists
+	// and is not controlled by the TrainJob; it is left alone.
+	ReasonJobSetConflict = "JobSetConflict"
 	// ReasonSideObjectConflict (JobSetReady=False): an object of a side object's kind
 	// and name (the MPI hostfile ConfigMap or SSH Secret, a PodGroup, a Workload)
 	// exists and is not controlled by the TrainJob — someone else's, nobody's, or left
@@ -79,6 +82,28 @@ const (
 	ReasonPodGroupClaimsUnsupported = "PodGroupClaimsNeedKubernetes137"
 	ReasonPodGroupClaims            = "ReservedForPodGroup"
 )
+
+// WaitingReasons are the reasons of the conditions that hold a TrainJob back before it
+// runs — RuntimeResolved, JobSetReady or GangScheduled False — most fundamental first:
+// the reasons the Reason printer column of the TrainJob CRD shows, in this order (its
+// JSONPath in pkg/apis/trainer/v1alpha1 lists them; a test keeps the two equal). A new
+// reason of one of these conditions belongs here and in that column. The warnings
+// ProcsPerNodeDerived and PodGroupResourceClaims do not hold a TrainJob back and are
+// not listed.
+var WaitingReasons = []string{
+	ReasonRuntimeNotFound,
+	ReasonInvalidSpec,
+	ReasonUnsupported,
+	ReasonJobSetConflict,
+	ReasonSideObjectConflict,
+	ReasonInsufficientDevices,
+	ReasonPrefixWrite + string(metav1.StatusReasonForbidden),
+	ReasonPrefixWrite + string(metav1.StatusReasonInvalid),
+	ReasonPrefixWrite + string(metav1.StatusReasonBadRequest),
+	ReasonPrefixWrite + string(metav1.StatusReasonRequestEntityTooLarge),
+	ReasonPrefixWrite + string(metav1.StatusReasonMethodNotAllowed),
+	ReasonGangUnschedulable,
+}
 
 // IsFinished reports whether tj reached a terminal condition: Complete or Failed True.
 // Finished TrainJobs are never re-applied (upstream §2.1 step 4).

@@ -53,7 +53,8 @@ func (e *UnsupportedError) Error() string {
 // JobSetReady=False with Reason and waits for the cluster to change (an informer
 // resumes it), like an InvalidInputError.
 type WaitingError struct {
-	// Reason is the condition reason, CamelCase, e.g. "InsufficientDevices".
+	// Reason is the condition reason, CamelCase, e.g. "InsufficientDevices": one of
+	// trainjob.WaitingReasons, the reasons the TrainJob CRD's Reason printer column shows.
 	Reason string
 	// Message says what is missing and how to fix it.
 	Message string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,11 @@ func TestRefusedJobSetApply(t *testing.T) {
 			reason: "WriteBadRequest",
 			words:  `admission webhook "jobsets.example.com" denied the request: no GPUs on Sundays`,
 		},
+		"405 MethodNotAllowed": {
+			err:    apierrors.NewMethodNotSupported(jobSets, "patch"),
+			reason: "WriteMethodNotAllowed",
+			words:  `patch is not supported on resources of kind "jobsets.jobset.x-k8s.io"`,
+		},
 		"413 RequestEntityTooLarge": {
 			err:       apierrors.NewRequestEntityTooLargeError("limit is 3145728"),
 			threshold: 2,
@@ -138,6 +144,9 @@ func TestRefusedJobSetApply(t *testing.T) {
 			}
 			if !strings.HasPrefix(cond.Reason, trainjob.ReasonPrefixWrite) {
 				t.Errorf("reason %q does not start with %q", cond.Reason, trainjob.ReasonPrefixWrite)
+			}
+			if !slices.Contains(trainjob.WaitingReasons, cond.Reason) {
+				t.Errorf("reason %q is not one of trainjob.WaitingReasons: the Reason printer column would not show it", cond.Reason)
 			}
 			for _, want := range []string{`JobSet "llm"`, c.words, delay.String()} {
 				if !strings.Contains(cond.Message, want) {

@@ -426,14 +426,14 @@ func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
-			Reason: "JobSetConflict", Message: message, ObservedGeneration: tj.Generation,
+			Reason: trainjob.ReasonJobSetConflict, Message: message, ObservedGeneration: tj.Generation,
 		})
 	})
 	if err != nil {
 		return stages.Retry(), err
 	}
 	if wrote {
-		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, "JobSetConflict", "Applying", "%s", message)
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonJobSetConflict, "Applying", "%s", message)
 	}
 	return stages.WaitForEvent(), nil
 }

@@ -21,13 +21,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Printer columns (`kubectl get trainjobs`; docs/compatibility.md, "Printer columns").
+// A filter list such as `[ ?(A),?(B)]` is a JSONPath union of filters: the API server
+// prints the first value found, so its order is the column's priority. The space after
+// the bracket is what makes the API server's parser read a union and not one filter.
+// State and Reason read only conditions upstream's and Trainyard's controllers set
+// anyway: a TrainJob that runs cleanly keeps exactly upstream's conditions. The reasons
+// of Reason are trainjob.WaitingReasons (pkg/trainjob), in that order, then Failed's.
+
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced
-// +kubebuilder:printcolumn:name="State",type=string,JSONPath=".status.conditions[-1:].type"
-// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[ ?(@.type=="Failed"),?(@.type=="Complete"),?(@.reason=="Suspended")].type`,description="Failed, Complete or Suspended: the first of these conditions the TrainJob has True (Suspended=False, reason Resumed, is not shown); empty while the TrainJob runs or waits (see Reason)."
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[ ?(@.reason=="TrainingRuntimeNotFound"),?(@.reason=="InvalidTrainJobSpec"),?(@.reason=="NotSupported"),?(@.reason=="JobSetConflict"),?(@.reason=="SideObjectConflict"),?(@.reason=="InsufficientDevices"),?(@.reason=="WriteForbidden"),?(@.reason=="WriteInvalid"),?(@.reason=="WriteBadRequest"),?(@.reason=="WriteRequestEntityTooLarge"),?(@.reason=="WriteMethodNotAllowed"),?(@.reason=="GangUnschedulable"),?(@.type=="Failed")].reason`,description="Why the TrainJob waits: the reason of its RuntimeResolved, JobSetReady or GangScheduled condition that is False; else, for a failed TrainJob, the reason of Failed."
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,description="spec.suspend."
+// +kubebuilder:printcolumn:name="Progress",type=integer,JSONPath=`.status.trainerStatus.progressPercentage`,description="The percentage of training done, as the trainer last reported it (status.trainerStatus.progressPercentage)."
+// +kubebuilder:printcolumn:name="ETA",type=integer,JSONPath=`.status.trainerStatus.estimatedRemainingSeconds`,description="The seconds of training left, as the trainer last estimated them (status.trainerStatus.estimatedRemainingSeconds)."
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`,priority=1,description="spec.runtimeRef.name."
+// +kubebuilder:printcolumn:name="NumNodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="spec.trainer.numNodes; empty when the runtime's mlPolicy.numNodes applies."
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must match RFC 1035 DNS label format"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be no more than 63 characters"
 
