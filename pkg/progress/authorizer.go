@@ -73,6 +73,10 @@ type Decision struct {
 	// Reason says which check failed when Verdict is not Allowed, in words safe to send
 	// to the client: it names the check and the pod or TrainJob, never token contents.
 	Reason string
+	// TrainJobUID is the uid of the TrainJob the allow was granted for (empty unless
+	// Allowed). The report is credited to that TrainJob only: one deleted and
+	// re-created under the name after the check must not receive it.
+	TrainJobUID types.UID
 	// Cached is true when the decision cost this request no TokenReview or pod read:
 	// it came from the review cache, or from the review of a concurrent request
 	// carrying the same token for the same TrainJob (see TokenReviewAuthorizer).
@@ -321,7 +325,7 @@ func (a *TokenReviewAuthorizer) cached(k reviewKey) (d Decision, ok bool, err er
 	case err != nil:
 		return Decision{}, false, fmt.Errorf("reading TrainJob %s from the cache: %w", k.key, err)
 	case tj.UID == c.uid:
-		return Decision{Verdict: Allowed, Cached: true}, true, nil
+		return Decision{Verdict: Allowed, TrainJobUID: c.uid, Cached: true}, true, nil
 	}
 	a.cache.Remove(k) // the TrainJob was re-created: review again
 	return Decision{}, false, nil
@@ -407,7 +411,7 @@ func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key ca
 	if owner := metav1.GetControllerOfNoCopy(pod); owner == nil || owner.APIVersion != batchv1.SchemeGroupVersion.String() || owner.Kind != "Job" {
 		return deny(Forbidden, "pod %q is not controlled by a batch/v1 Job, as the pods of a TrainJob's JobSet are", podName)
 	}
-	return Decision{Verdict: Allowed}, tj.UID, nil
+	return Decision{Verdict: Allowed, TrainJobUID: tj.UID}, tj.UID, nil
 }
 
 // single returns the only value of vs, or "" if there is not exactly one.

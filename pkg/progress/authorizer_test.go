@@ -587,7 +587,6 @@ func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 	obs := &observer{}
 	h := progress.NewHandler(progress.HandlerConfig{
 		Authorizer: c.authorizer,
-		TrainJobs:  trainerlisters.NewTrainJobLister(c.trainJobs),
 		Coalescer:  progress.NewCoalescer(nil, obs),
 		Observer:   obs,
 		Clock:      c.clock,

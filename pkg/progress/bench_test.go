@@ -13,7 +13,6 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
@@ -36,7 +35,6 @@ func BenchmarkHandler(b *testing.B) {
 	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
 	h := progress.NewHandler(progress.HandlerConfig{
 		Authorizer: c.authorizer,
-		TrainJobs:  trainerlisters.NewTrainJobLister(c.trainJobs),
 		Coalescer:  progress.NewCoalescer(func(cache.ObjectName) {}, metrics.New(nil)),
 		Observer:   metrics.New(nil),
 		Clock:      c.clock,

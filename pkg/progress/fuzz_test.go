@@ -14,9 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	testingclock "k8s.io/utils/clock/testing"
 
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress"
-	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 // FuzzProgressReport posts arbitrary bodies, with a Content-Length or chunked, to the
@@ -69,11 +67,9 @@ func FuzzProgressReport(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, chunked bool) {
 		k := key("team-a", "llm")
-		tj := utiltesting.MakeTrainJob(k.Namespace, k.Name).UID("uid-1").Obj()
 		coalescer := progress.NewCoalescer(nil, nil)
 		h := progress.NewHandler(progress.HandlerConfig{
-			Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}},
-			TrainJobs:  trainerlisters.NewTrainJobLister(utiltesting.Indexer(t, tj)),
+			Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}},
 			Coalescer:  coalescer,
 			Clock:      testingclock.NewFakePassiveClock(t0),
 		})

@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/clock"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 )
 
@@ -56,12 +55,10 @@ func (nopObserver) ObserveProgressCoalesced()                   {}
 func (nopObserver) ObserveProgressDropped(string)               {}
 func (nopObserver) ObserveProgressWrite(error)                  {}
 
-// HandlerConfig configures NewHandler. Authorizer, TrainJobs and Coalescer are required.
+// HandlerConfig configures NewHandler. Authorizer and Coalescer are required.
 type HandlerConfig struct {
 	// Authorizer decides who may report (TokenReviewAuthorizer).
 	Authorizer Authorizer
-	// TrainJobs is the TrainJob informer cache: a report is for a TrainJob in it.
-	TrainJobs trainerlisters.TrainJobLister
 	// Coalescer receives accepted reports.
 	Coalescer *Coalescer
 	// Observer, which may be nil, is told about every report and token decision.
@@ -121,8 +118,8 @@ type HandlerConfig struct {
 //
 // NewHandler panics if a required field of cfg is nil: a wiring bug.
 func NewHandler(cfg HandlerConfig) http.Handler {
-	if cfg.Authorizer == nil || cfg.TrainJobs == nil || cfg.Coalescer == nil {
-		panic("progress.NewHandler: Authorizer, TrainJobs and Coalescer are required")
+	if cfg.Authorizer == nil || cfg.Coalescer == nil {
+		panic("progress.NewHandler: Authorizer and Coalescer are required")
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
@@ -224,17 +221,11 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		return metrics.ReasonForbidden
 	}
 
-	tj, err := h.cfg.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
-	if err != nil && apierrors.IsNotFound(err) {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, noTrainJob(key), nil)
-		return metrics.ReasonNotFound
-	}
-	if err != nil {
-		klog.FromContext(r.Context()).Error(err, "Could not read a TrainJob from the cache", "trainJob", klog.KRef(key.Namespace, key.Name))
-		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "internal error reading the TrainJob, retry later", nil)
+	if d.TrainJobUID == "" {
+		klog.FromContext(r.Context()).Error(nil, "The authorizer allowed a progress report without naming the TrainJob's uid", "trainJob", klog.KRef(key.Namespace, key.Name))
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "internal error: the report could not be credited, retry later", nil)
 		return metrics.ReasonInternal
 	}
-
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bodyBuffers.Put(buf)
@@ -260,7 +251,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 			writeStatus(w, int(st.Code), st.Reason, st.Message, st.Details)
 			return metrics.ReasonInvalid
 		}
-		h.cfg.Coalescer.Record(key, tj.UID, ts)
+		h.cfg.Coalescer.Record(key, d.TrainJobUID, ts)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)

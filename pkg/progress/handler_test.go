@@ -17,17 +17,15 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 const fullReport = `{"trainerStatus":{"progressPercentage":42,"estimatedRemainingSeconds":600,` +
 	`"metrics":[{"name":"loss","value":"0.12"},{"name":"loss","value":"0.11"}],"lastUpdatedTime":"2026-03-04T09:59:58Z"}}`
 
 func TestHandler(t *testing.T) {
-	allow := progress.Decision{Verdict: progress.Allowed}
+	allow := progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}
 	endpoint := progress.Path("team-a", "llm")
 	for name, tc := range map[string]struct {
 		method        string // default POST
@@ -36,7 +34,6 @@ func TestHandler(t *testing.T) {
 		body          string
 		contentLength int64 // overrides the body's when non-zero; -1 sends it chunked
 		authorizer    *fakeAuthorizer
-		noTrainJob    bool // the TrainJob is not in the cache
 
 		wantCode       int
 		wantBody       string // exact body of a 200
@@ -68,7 +65,7 @@ func TestHandler(t *testing.T) {
 			wantRecorded: ptr.To[int32](42), wantAuthorized: 1, wantReview: "allowed cached=false",
 		},
 		"cached allow": {
-			authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, Cached: true}},
+			authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID, Cached: true}},
 			body:       fullReport, wantCode: http.StatusOK, wantBody: fullReport + "\n",
 			wantRecorded: ptr.To[int32](42), wantAuthorized: 1, wantReview: "allowed cached=true",
 		},
@@ -126,13 +123,14 @@ func TestHandler(t *testing.T) {
 
 		"authenticated, TrainJob gone: 404 from the authorizer": {
 			authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.NoTrainJob, Reason: "TrainJob team-a/llm not found: it was deleted"}},
-			body:       fullReport, noTrainJob: true, wantCode: http.StatusNotFound, wantReason: metav1.StatusReasonNotFound,
+			body:       fullReport, wantCode: http.StatusNotFound, wantReason: metav1.StatusReasonNotFound,
 			wantMessage: "TrainJob team-a/llm not found: it was deleted", wantAuthorized: 1, wantObserved: metrics.ReasonNotFound,
 			wantReview: "not_found cached=false",
 		},
-		"allowed, TrainJob not in the cache: 404": {
-			body: fullReport, noTrainJob: true, wantCode: http.StatusNotFound, wantReason: metav1.StatusReasonNotFound,
-			wantMessage: "TrainJob team-a/llm not found", wantAuthorized: 1, wantObserved: metrics.ReasonNotFound,
+		"allowed without the TrainJob's uid (a broken Authorizer): 500, nothing recorded": {
+			authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}},
+			body:       fullReport, wantCode: http.StatusInternalServerError, wantReason: metav1.StatusReasonInternalError,
+			wantMessage: "could not be credited", wantAuthorized: 1, wantObserved: metrics.ReasonInternal,
 			wantReview: "allowed cached=false",
 		},
 		"name that is not a DNS label: 404 without a review": {
@@ -198,14 +196,6 @@ func TestHandler(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var objs []*trainer.TrainJob
-			if !tc.noTrainJob {
-				objs = append(objs, utiltesting.MakeTrainJob("team-a", "llm").Obj())
-			}
-			indexer := utiltesting.Indexer(t)
-			for _, o := range objs {
-				_ = indexer.Add(o)
-			}
 			authz := tc.authorizer
 			if authz == nil {
 				authz = &fakeAuthorizer{decision: allow}
@@ -214,7 +204,6 @@ func TestHandler(t *testing.T) {
 			coalescer := progress.NewCoalescer(nil, obs)
 			h := progress.NewHandler(progress.HandlerConfig{
 				Authorizer: authz,
-				TrainJobs:  trainerlisters.NewTrainJobLister(indexer),
 				Coalescer:  coalescer,
 				Observer:   obs,
 				Clock:      testingclock.NewFakePassiveClock(t0),
@@ -310,12 +299,10 @@ func TestHandler(t *testing.T) {
 // TestHandlerRecordsTheDecodedReport checks the recorded report field by field and that
 // it is keyed by the TrainJob's uid.
 func TestHandlerRecordsTheDecodedReport(t *testing.T) {
-	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
 	var enq enqueued
 	coalescer := progress.NewCoalescer(enq.add, nil)
 	h := progress.NewHandler(progress.HandlerConfig{
-		Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}},
-		TrainJobs:  trainerlisters.NewTrainJobLister(utiltesting.Indexer(t, tj)),
+		Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}},
 		Coalescer:  coalescer,
 		Clock:      testingclock.NewFakePassiveClock(t0),
 	})
@@ -340,6 +327,39 @@ func TestHandlerRecordsTheDecodedReport(t *testing.T) {
 	// Three reports, one enqueue: the later two replaced the pending one.
 	if diff := cmp.Diff([]string{"team-a/llm"}, keyStrings(enq.get())); diff != "" {
 		t.Errorf("enqueued (-want +got):\n%s", diff)
+	}
+}
+
+// TestHandlerCreditsTheAuthorizedTrainJob: a report is credited to the TrainJob the
+// authorizer checked (its uid), not to whatever holds the name by the time the body
+// is read. A report authorized for a TrainJob deleted and re-created under the name in
+// between stays the earlier one's: the re-created TrainJob's own report then replaces
+// it as another TrainJob's (dropped "gone"), instead of coalescing with it.
+func TestHandlerCreditsTheAuthorizedTrainJob(t *testing.T) {
+	obs := &observer{}
+	coalescer := progress.NewCoalescer(nil, obs)
+	authz := &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: "earlier"}}
+	h := progress.NewHandler(progress.HandlerConfig{Authorizer: authz, Coalescer: coalescer, Observer: obs, Clock: testingclock.NewFakePassiveClock(t0)})
+	post := func() {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, progress.Path("team-a", "llm"), strings.NewReader(fullReport))
+		req.Header.Set("Authorization", "Bearer t")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("code %d: %s", rec.Code, rec.Body)
+		}
+	}
+	post()
+	authz.decision.TrainJobUID = "re-created"
+	post()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if diff := cmp.Diff([]string{metrics.ReasonGone}, obs.dropped); diff != "" {
+		t.Errorf("dropped reports (-want +got):\n%s", diff)
+	}
+	if obs.coalesced != 0 {
+		t.Errorf("%d reports coalesced across two TrainJobs, want 0", obs.coalesced)
 	}
 }
 

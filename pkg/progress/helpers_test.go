@@ -114,6 +114,9 @@ func (f *fakeAuthorizer) calls() int {
 
 func uid(s string) types.UID { return types.UID(s) }
 
+// allowedUID is the TrainJob uid the fake authorizers' allows name.
+const allowedUID = types.UID("uid-llm")
+
 // post sends body to path with the bearer token and returns the status code.
 func post(t testing.TB, h http.Handler, path, token, body string) int {
 	t.Helper()

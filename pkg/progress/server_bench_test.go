@@ -17,10 +17,8 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 // slowAuthorizer allows every token once release is closed, as a TokenReview that the
@@ -36,7 +34,7 @@ func (a *slowAuthorizer) Authorize(ctx context.Context, _ string, _ cache.Object
 	case <-a.release:
 	case <-ctx.Done():
 	}
-	return progress.Decision{Verdict: progress.Allowed}, nil
+	return progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}, nil
 }
 
 // serverBench is the progress server (NewServer, NewHandler) over TLS on 127.0.0.1,
@@ -58,11 +56,9 @@ type serverBench struct {
 // newServerBench starts the server; bounded false sets every bound of the server and
 // the handler off, as the server was before them.
 func newServerBench(b *testing.B, auth progress.Authorizer, bounded bool) *serverBench {
-	tj := utiltesting.MakeTrainJob(ns, "llm").Obj()
 	obs := &observer{}
 	hc := progress.HandlerConfig{
 		Authorizer: auth,
-		TrainJobs:  trainerlisters.NewTrainJobLister(utiltesting.Indexer(b, tj)),
 		Coalescer:  progress.NewCoalescer(func(cache.ObjectName) {}, metrics.New(nil)),
 		Observer:   obs,
 	}
@@ -162,7 +158,7 @@ func BenchmarkServerMemory(b *testing.B) {
 			const conns = 2000
 			var perConn float64
 			for b.Loop() {
-				s := newServerBench(b, &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}}, bounded)
+				s := newServerBench(b, &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}}, bounded)
 				s.start()
 				for range conns {
 					c := s.send()

@@ -14,17 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 // testHandler is NewHandler over TrainJob ns/llm with auth and obs.
 func testHandler(t testing.TB, auth progress.Authorizer, obs *observer, maxInFlight int) http.Handler {
 	return progress.NewHandler(progress.HandlerConfig{
 		Authorizer:  auth,
-		TrainJobs:   trainerlisters.NewTrainJobLister(utiltesting.Indexer(t, utiltesting.MakeTrainJob(ns, "llm").Obj())),
 		Coalescer:   progress.NewCoalescer(func(cache.ObjectName) {}, metrics.New(nil)),
 		Observer:    obs,
 		MaxInFlight: maxInFlight,
@@ -96,7 +93,7 @@ func TestServerKeepAlive(t *testing.T) {
 	tmp.StartTLS()
 	tlsConfig := tmp.TLS.Clone()
 	tmp.Close()
-	srv, err := progress.NewServer(testHandler(t, &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}}, &observer{}, 0),
+	srv, err := progress.NewServer(testHandler(t, &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}}, &observer{}, 0),
 		progress.ServerOptions{TLSConfig: tlsConfig, MaxConns: 10, MaxKeepAliveConns: 2})
 	if err != nil {
 		t.Fatal(err)

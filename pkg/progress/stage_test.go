@@ -646,8 +646,7 @@ func TestStageInAPipeline(t *testing.T) {
 		<-done
 	}()
 	h := progress.NewHandler(progress.HandlerConfig{
-		Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed}},
-		TrainJobs:  trainerlisters.NewTrainJobLister(indexer),
+		Authorizer: &fakeAuthorizer{decision: progress.Decision{Verdict: progress.Allowed, TrainJobUID: tj.UID}},
 		Coalescer:  coalescer,
 		Observer:   m,
 	})

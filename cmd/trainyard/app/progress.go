@@ -78,7 +78,7 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 		return nil, err
 	}
 	if s.server, err = progress.NewServer(progress.NewHandler(progress.HandlerConfig{
-		Authorizer: authorizer, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer, Observer: m,
+		Authorizer: authorizer, Coalescer: s.coalescer, Observer: m,
 		MaxInFlight: int(ptrDeref(sc.MaxReportsInFlight)),
 	}), progress.ServerOptions{
 		Addr: sc.BindAddress, TLSConfig: cert.TLSConfig(),
