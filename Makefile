@@ -46,12 +46,13 @@ $(TOOLS)/staticcheck: hack/tools/go.mod hack/tools/go.sum
 	touch $@
 
 .PHONY: lint
-lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, and the forbidden-dependency check.
+lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, the layering check and the forbidden-dependency check.
 	@out=$$(find . -name '*.go' -not -path './_output/*' -not -path './.git/*' -print0 | xargs -0 gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 	cd hack/charttest && $(GO) vet ./... && $(CURDIR)/$(TOOLS)/staticcheck ./...
+	$(GO) run ./hack/layers
 	hack/verify-deps.sh
 
 ##@ Test

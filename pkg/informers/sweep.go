@@ -68,7 +68,7 @@ type SweepTarget interface {
 // that the pipeline is not working on either time, is a lost update: it is logged and
 // sent back to the first stage. The two sweeps keep a TrainJob whose event is being
 // delivered at the moment of a sweep from counting as lost. The pipeline never loses an
-// update by design (package stages), so the sweep should find nothing; what it finds is
+// update by design (package engine), so the sweep should find nothing; what it finds is
 // counted (metrics.ConsistencySweepRequeuesTotal) for an alert. TrainJobs that have
 // lagged for longer than LagThreshold, lost or still being worked on, are counted in
 // metrics.TrainJobsJobSetLagging.

@@ -17,6 +17,7 @@ import (
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -37,7 +38,7 @@ func TestHandlerMaxInFlight(t *testing.T) {
 	auth := &slowAuthorizer{release: make(chan struct{})}
 	obs := &observer{}
 	h := testHandler(t, auth, obs, 2)
-	path := progress.Path(ns, "llm")
+	path := wire.Path(ns, "llm")
 	done := make(chan int, 2)
 	for range 2 {
 		go func() { done <- post(t, h, path, "t", fullReport) }()
@@ -109,7 +110,7 @@ func TestServerKeepAlive(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	request := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: trainyard\r\nAuthorization: Bearer t\r\nContent-Length: %d\r\n\r\n%s",
-		progress.Path(ns, "llm"), len(fullReport), fullReport)
+		wire.Path(ns, "llm"), len(fullReport), fullReport)
 	var closed []bool
 	for range 4 {
 		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})

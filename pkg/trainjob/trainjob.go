@@ -12,6 +12,10 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
 
+// FieldManager is the field manager of every write Trainyard makes: JobSet and side
+// object applies, and TrainJob status patches.
+const FieldManager = "trainyard"
+
 // Condition types Trainyard adds to explain a waiting TrainJob (architecture invariant 3
 // allows more types; Suspended, Complete and Failed keep their upstream meaning).
 const (

@@ -39,10 +39,10 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerv1alpha1 "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/typed/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/render"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
@@ -152,7 +152,7 @@ type convergenceEnv struct {
 	trainers *trainerfake.Clientset
 	jobsets  *jobsetfake.Clientset
 	objects  *fakeObjects
-	pipeline *stages.Pipeline
+	pipeline *engine.Pipeline
 	writes   atomic.Int64 // JobSet applies, status patches and side-object writes
 	// build are the controller's plan-building options, which the oracle renders with
 	// too (the default configuration: progress server on).
@@ -473,7 +473,7 @@ func (e *convergenceEnv) applyJobSet(seed uint64) status.JobSetApplyFunc {
 		delay()
 		e.writes.Add(1)
 		_, err := e.jobsets.JobsetV1alpha2().JobSets(namespace).Patch(ctx, name, types.ApplyPatchType, body,
-			metav1.PatchOptions{FieldManager: status.FieldManager, Force: ptr.To(true)})
+			metav1.PatchOptions{FieldManager: trainjob.FieldManager, Force: ptr.To(true)})
 		return err
 	}
 }
@@ -627,7 +627,7 @@ func (f *fakeObjects) collect(keep func(metav1.Object) bool) int {
 // run routes inf's events to the pipeline p as the controller does, starts inf, waits
 // for its caches and runs p until ctx is done. It returns the function that stops both:
 // it calls cancel (ctx's) and waits for p and inf to end.
-func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf *informers.Informers, p *stages.Pipeline, statusStage *status.Stage, plans *stages.Plans[plan.Plan]) func() {
+func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf *informers.Informers, p *engine.Pipeline, statusStage *status.Stage, plans *engine.Plans[plan.Plan]) func() {
 	e.t.Helper()
 	e.pipeline = p
 	e.objects.mu.Lock()

@@ -39,11 +39,11 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
@@ -52,6 +52,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/stages/step"
 	"github.com/trainyard/trainyard/pkg/version"
 )
@@ -429,7 +430,7 @@ func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string)
 // trainJobHooks keeps the pipeline's per-TrainJob memory to the TrainJobs the cache
 // holds: the status Writer drops a record of its write once the cache shows the write,
 // and a deleted TrainJob's plan and status records go.
-func trainJobHooks(plans *stages.Plans[plan.Plan], statusStage *status.Stage) informers.Hooks {
+func trainJobHooks(plans *engine.Plans[plan.Plan], statusStage *status.Stage) informers.Hooks {
 	return informers.Hooks{
 		Updated: statusStage.Status.Observed,
 		Deleted: func(key cache.ObjectName) {
@@ -441,11 +442,11 @@ func trainJobHooks(plans *stages.Plans[plan.Plan], statusStage *status.Stage) in
 
 // newPipeline wires the six stages in order.
 func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, deps pipelineDeps,
-) (*stages.Pipeline, *status.Stage, *stages.Plans[plan.Plan], error) {
+) (*engine.Pipeline, *status.Stage, *engine.Plans[plan.Plan], error) {
 	trainers, jobsets, recorder, m, logger := deps.trainers, deps.jobsets, deps.recorder, deps.metrics, deps.logger
-	plans := &stages.Plans[plan.Plan]{}
-	writer := &status.Writer{Client: trainers}
-	stepStage := func(name string, index int, fn step.Func) stages.Stage {
+	plans := &engine.Plans[plan.Plan]{}
+	writer := &statuswriter.Writer{Client: trainers}
+	stepStage := func(name string, index int, fn step.Func) engine.Stage {
 		return &step.Stage{StageName: name, Index: index, Step: fn,
 			TrainJobs: inf.TrainJobLister, Plans: plans, Status: writer, Recorder: recorder}
 	}
@@ -458,7 +459,7 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 		RefusalDelay:     cfg.RateLimit.RefusalDelay.Duration,
 		Settle:           informers.StatusBatchPeriod,
 	}
-	all := []stages.Stage{
+	all := []engine.Stage{
 		&resolveruntime.Stage{
 			TrainJobs: inf.TrainJobLister, TrainingRuntimes: inf.TrainingRuntimeLister,
 			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
@@ -474,11 +475,11 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 	for _, name := range stageNames {
 		workers[name] = int(*stageConfig(cfg, name).Workers)
 	}
-	p, err := stages.New(all,
-		stages.WithWorkers(workers),
-		stages.WithRateLimit(retryLimits(cfg)),
-		stages.WithMetrics(m),
-		stages.WithLogger(logger),
+	p, err := engine.New(all,
+		engine.WithWorkers(workers),
+		engine.WithRateLimit(retryLimits(cfg)),
+		engine.WithMetrics(m),
+		engine.WithLogger(logger),
 	)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("building the pipeline: %w", err)
@@ -488,9 +489,9 @@ func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, de
 
 // retryLimits are the stage queues' retry limits of cfg.rateLimit, for the TrainJob
 // pipeline and the progress pipeline alike.
-func retryLimits(cfg *configv1alpha1.Configuration) stages.RateLimit {
+func retryLimits(cfg *configv1alpha1.Configuration) engine.RateLimit {
 	rl := cfg.RateLimit
-	return stages.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}
+	return engine.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}
 }
 
 // serverCheck is a readiness check of one of the controller's HTTPS servers (admission,

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
@@ -16,7 +16,7 @@ import (
 
 // progressURL is a progress server URL as progress.URLFunc builds them.
 func progressURL(namespace, name string) string {
-	return "https://trainyard-status.trainyard-system.svc:10443" + progress.Path(namespace, name)
+	return "https://trainyard-status.trainyard-system.svc:10443" + wire.Path(namespace, name)
 }
 
 // FuzzMLPolicy applies the ML policies to arbitrary runtime + TrainJob pairs (YAML

@@ -43,9 +43,9 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/stages/step"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -63,12 +63,12 @@ type Stage struct {
 	// digest is not the live runtime's.
 	JobSets   jobsetlisters.JobSetLister
 	JobSetAPI jobsetclient.Interface
-	Plans     *stages.Plans[plan.Plan]
-	Status    *status.Writer
+	Plans     *engine.Plans[plan.Plan]
+	Status    *statuswriter.Writer
 	Recorder  events.EventRecorder
 }
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // Name returns Name.
 func (s *Stage) Name() string { return Name }
@@ -77,7 +77,7 @@ func (s *Stage) Name() string { return Name }
 // stored, WaitForEvent when there is nothing to do or the runtime is missing, Terminal
 // for an unsupported runtime kind, a corrupt snapshot or a runtime too large to record
 // (each with a condition), and an error (retried) when an API call fails.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, res, err := step.Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
 		return res, err
@@ -99,16 +99,16 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	case plan.IsInputError(err):
 		return step.Reject(ctx, s.Status, s.Recorder, tj, err)
 	case err != nil:
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if err := s.markResolved(ctx, tj, kind); err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{
 		Runtime: *rt,
 		Stage:   1,
 	})
-	return stages.Continue(), nil
+	return engine.Continue(), nil
 }
 
 // snapshot returns the runtime recorded on the JobSet of tj, or nil when tj has no
@@ -193,7 +193,7 @@ func Resolve(tj *trainer.TrainJob, trs trainerlisters.TrainingRuntimeLister, ctr
 	return rt, nil
 }
 
-func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, message string) (stages.Result, error) {
+func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, message string) (engine.Result, error) {
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type:    trainer.TrainJobFailed,
@@ -203,15 +203,15 @@ func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, messa
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobRuntimeNotSupportedReason, "Resolving", "%s", message)
 	}
-	return stages.Terminal(), nil
+	return engine.Terminal(), nil
 }
 
-func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind string) (stages.Result, error) {
+func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind string) (engine.Result, error) {
 	message := notFoundMessage(kind, tj.Namespace, tj.Spec.RuntimeRef.Name)
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -222,12 +222,12 @@ func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind s
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonRuntimeNotFound, "Resolving", "%s", message)
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 // markResolved flips a RuntimeResolved=False condition to True once the runtime exists;

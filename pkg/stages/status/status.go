@@ -31,9 +31,10 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -62,8 +63,8 @@ type Stage struct {
 	// ApplyJobSet applies the JobSet (RESTJobSetApply in production); nil applies with
 	// JobSetAPI's typed client.
 	ApplyJobSet JobSetApplyFunc
-	Plans       *stages.Plans[plan.Plan]
-	Status      *Writer
+	Plans       *engine.Plans[plan.Plan]
+	Status      *statuswriter.Writer
 	Recorder    events.EventRecorder
 	// Objects writes the plan's side objects before the JobSet; required when a gang
 	// backend or an ML policy (MPI) produces any.
@@ -129,7 +130,7 @@ type appliedJobSet struct {
 // the cache: far beyond a watch's delivery lag (milliseconds; seconds in a burst).
 const appliedRecordTTL = 2 * time.Minute
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // Name returns Name.
 func (s *Stage) Name() string { return Name }
@@ -170,24 +171,24 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 // the object, its controller and the fix, no JobSet is applied, and the plan is kept
 // until the object is gone: its deletion routes the TrainJob back (informers), or,
 // for an object no informer routes, the stage looks again after ConflictRecheck.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		s.Plans.Delete(key)
 		s.Forget(key)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if !trainjob.IsManaged(tj) || tj.DeletionTimestamp != nil {
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	js, err := s.JobSets.JobSets(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		js = nil
 	} else if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	} else if !metav1.IsControlledBy(js, tj) {
 		return s.rejectForeignJobSet(ctx, tj)
 	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID).hash {
@@ -210,11 +211,11 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 				var refusals int
 				switch refusals, refused = s.countRefusal(key, tj, err); {
 				case refusals == 0:
-					return stages.Retry(), err
+					return engine.Retry(), err
 				case refused == nil:
 					after := RefusalBackoff(refusals)
 					klog.FromContext(ctx).V(2).Info("The API server refused a write; trying again", "err", err, "refusals", refusals, "after", after)
-					return stages.RequeueAfter(after), nil
+					return engine.RequeueAfter(after), nil
 				}
 				klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
 					"refusals", refused.times, "after", refused.delay)
@@ -230,7 +231,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 				s.Plans.DeleteIf(key, p)
 			}
 		case js == nil && !havePlan:
-			return stages.Restart(), nil
+			return engine.Restart(), nil
 		}
 	}
 
@@ -241,7 +242,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
 		if err := s.deleteJobSet(ctx, tj); err != nil {
-			return stages.Retry(), err
+			return engine.Retry(), err
 		}
 	}
 	mutate := func(applied bool, planned []metav1.Condition, healed bool) func(*trainer.TrainJobStatus) {
@@ -256,11 +257,11 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 	write := mutate(applied, planned, objectsOurs && js != nil)
 	if applied && s.Settle > 0 && !expired && refused == nil && conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
-		return stages.RequeueAfter(s.Settle), nil
+		return engine.RequeueAfter(s.Settle), nil
 	}
 	wrote, err := s.Status.Update(ctx, tj, write)
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if conflict != nil && wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", conflict.message())
@@ -283,9 +284,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		after = recheck
 	}
 	if after > 0 {
-		return stages.RequeueAfter(after), nil
+		return engine.RequeueAfter(after), nil
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 // settles reports whether the status write of a pass that applied the JobSet may wait
@@ -413,7 +414,7 @@ func (s *Stage) remember(key cache.ObjectName, a appliedJobSet) {
 
 // rejectForeignJobSet refuses to touch a JobSet of the TrainJob's name that the
 // TrainJob does not control: adopting or overwriting it could destroy someone's work.
-func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (stages.Result, error) {
+func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (engine.Result, error) {
 	message := fmt.Sprintf("a JobSet named %q already exists in namespace %q and is not controlled by this TrainJob: delete or rename that JobSet, or recreate the TrainJob under another name", tj.Name, tj.Namespace)
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -422,12 +423,12 @@ func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, "JobSetConflict", "Applying", "%s", message)
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 func (s *Stage) deleteJobSet(ctx context.Context, tj *trainer.TrainJob) error {
