@@ -10,16 +10,15 @@ import (
 // A package imports packages of its own layer and of the layers below it, never of a
 // layer above. Tests are exempt: a stage's test may build its input with a test kit that
 // sits above the stages. A pattern names one package, or a package and everything under
-// it when it ends in "/...".
+// it when it ends in "/..."; the most specific pattern wins (layerOf).
 var layers = []layer{
 	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/version"}},
 	{"foundation", []string{"pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/util/..."}},
 	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
 	{"caches", []string{"pkg/informers"}},
 	{"stage kit", []string{"pkg/stages/statuswriter", "pkg/stages/step"}},
-	{"stages", []string{"pkg/stages/resolveruntime", "pkg/stages/mergepatches", "pkg/stages/mlpolicy",
-		"pkg/stages/gang/...", "pkg/stages/dra", "pkg/stages/status"}},
-	{"stage table", []string{"pkg/stages/build"}},
+	{"stages", []string{"pkg/stages/..."}},
+	{"stage table", []string{"pkg/stages"}},
 	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs"}},
 	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/admission/admissiontest"}},
 	{"commands", []string{"cmd/...", "hack/..."}},
@@ -71,15 +70,23 @@ func relative(module, path string) (string, bool) {
 	return rel, ok
 }
 
-// layerOf returns the index of the layer whose patterns match rel most specifically
-// (the longest pattern), or -1 when none does: "pkg/stages/plan/plantest" is a test
-// kit although "pkg/stages/plan" is below the stages.
+// layerOf returns the index of the layer whose patterns match rel most specifically, or
+// -1 when none does: a pattern naming rel itself before any "/..." pattern, and a longer
+// "/..." pattern before a shorter one. So "pkg/stages/plan" sits below the stages that
+// "pkg/stages/..." places, and a new stage package needs no entry.
 func layerOf(ls []layer, rel string) int {
-	best, bestLen := -1, -1
+	best, bestRank := -1, -1
 	for i, l := range ls {
 		for _, pattern := range l.patterns {
-			if matches(pattern, rel) && len(pattern) > bestLen {
-				best, bestLen = i, len(pattern)
+			if !matches(pattern, rel) {
+				continue
+			}
+			rank := len(pattern)
+			if pattern == rel {
+				rank = 1 << 30
+			}
+			if rank > bestRank {
+				best, bestRank = i, rank
 			}
 		}
 	}

@@ -12,7 +12,9 @@ const module = "example.com/m"
 var testLayers = []layer{
 	{"base", []string{"pkg/base/..."}},
 	{"engine", []string{"pkg/engine"}},
+	{"model", []string{"pkg/stages/plan"}},
 	{"stages", []string{"pkg/stages/..."}},
+	{"table", []string{"pkg/stages"}},
 	{"kits", []string{"pkg/stages/plan/plantest"}},
 }
 
@@ -32,8 +34,15 @@ func TestCheck(t *testing.T) {
 			want: []string{`pkg/engine (layer "engine") imports pkg/stages/a (layer "stages", above it)`},
 		},
 		"the most specific pattern wins": {
-			pkgs: []pkg{{ImportPath: module + "/pkg/stages/plan", Imports: []string{module + "/pkg/stages/plan/plantest"}}},
-			want: []string{`pkg/stages/plan (layer "stages") imports pkg/stages/plan/plantest (layer "kits", above it)`},
+			pkgs: []pkg{
+				{ImportPath: module + "/pkg/stages/plan", Imports: []string{module + "/pkg/stages/a"}},
+				{ImportPath: module + "/pkg/stages/a", Imports: []string{module + "/pkg/stages", module + "/pkg/stages/plan/plantest"}},
+			},
+			want: []string{
+				`pkg/stages/a (layer "stages") imports pkg/stages (layer "table", above it)`,
+				`pkg/stages/a (layer "stages") imports pkg/stages/plan/plantest (layer "kits", above it)`,
+				`pkg/stages/plan (layer "model") imports pkg/stages/a (layer "stages", above it)`,
+			},
 		},
 		"a package in no layer": {
 			pkgs: []pkg{{ImportPath: module + "/pkg/new"}},

@@ -59,7 +59,7 @@ func BaseURL(serviceName, controllerNamespace string, port int) string {
 // URLFunc returns the function giving the KUBEFLOW_TRAINER_SERVER_URL of a TrainJob,
 // BaseURL(cfg.Webhook.ServiceName, controllerNamespace, port of
 // cfg.StatusServer.BindAddress) + Path(namespace, name), for mlpolicy.TrainerStatus and
-// build.Options.ProgressURL. It returns nil when the progress server is off (!Serving),
+// stages.Options.ProgressURL. It returns nil when the progress server is off (!Serving),
 // which turns the injection off, and an error when the bind address has no numeric port.
 // cfg must be defaulted.
 func URLFunc(cfg *configv1alpha1.Configuration, controllerNamespace string) (func(namespace, name string) string, error) {

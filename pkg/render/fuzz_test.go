@@ -28,7 +28,7 @@ import (
 
 // Bits of FuzzRender's flags argument.
 const (
-	fuzzProgress   = 1 << iota // build.Options.ProgressURL set
+	fuzzProgress   = 1 << iota // stages.Options.ProgressURL set
 	fuzzNoAPIs                 // no optional API served (gang and DRA APIs absent)
 	fuzzNamespaced             // Load's namespace "team-a" instead of "default"
 )

@@ -13,12 +13,12 @@ import (
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/render"
-	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
 // TestProgressServerInjection renders every upstream case with the progress server on
-// (build.Options.ProgressURL) and off: both render, and they differ exactly by the
+// (stages.Options.ProgressURL) and off: both render, and they differ exactly by the
 // progress env, mount and volume in the trainer replicatedJob (KEP-2779).
 func TestProgressServerInjection(t *testing.T) {
 	url := func(namespace, name string) string {
@@ -34,7 +34,7 @@ func TestProgressServerInjection(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render off: %v", err)
 			}
-			on, err := render.Render(context.Background(), in, render.Options{Build: build.Options{ProgressURL: url}})
+			on, err := render.Render(context.Background(), in, render.Options{Build: stages.Options{ProgressURL: url}})
 			if err != nil {
 				t.Fatalf("Render on: %v", err)
 			}

@@ -98,6 +98,7 @@ func TestRenderIsWhatTheStatusStageApplies(t *testing.T) {
 			plans.Put(key, tj.UID, tj.Generation, r.Plan)
 			applier := &recordingApplier{}
 			stage := &status.Stage{
+				Index:     r.Plan.Stage + 1, // the stage after the last the plan reached
 				TrainJobs: trainerlisters.NewTrainJobLister(utiltesting.Indexer(t, tj)),
 				JobSets:   jobsetlisters.NewJobSetLister(utiltesting.Indexer(t)),
 				JobSetAPI: jobsets,

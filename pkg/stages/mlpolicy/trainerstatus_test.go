@@ -18,7 +18,7 @@ func testProgressURL(namespace, name string) string {
 	return "https://trainyard-webhook.trainyard-system.svc:10443/apis/trainer.kubeflow.org/v1alpha1/namespaces/" + namespace + "/trainjobs/" + name + "/status"
 }
 
-// withTrainerStatus is DefaultPlugins followed by TrainerStatus, as build.Plugins lists
+// withTrainerStatus is DefaultPlugins followed by TrainerStatus, as stages.Plugins lists
 // them with the progress server on.
 func withTrainerStatus() []Plugin {
 	return append(DefaultPlugins(SecretNames{}), TrainerStatus(testProgressURL))

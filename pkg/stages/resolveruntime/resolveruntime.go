@@ -55,6 +55,10 @@ const Name = "resolve_runtime"
 
 // Stage resolves runtimes. All fields are required.
 type Stage struct {
+	// Index is the stage's 1-based position in the pipeline (the stage table's): the
+	// plan it starts records it as the last stage it reached.
+	Index int
+
 	TrainJobs               trainerlisters.TrainJobLister
 	TrainingRuntimes        trainerlisters.TrainingRuntimeLister
 	ClusterTrainingRuntimes trainerlisters.ClusterTrainingRuntimeLister
@@ -106,7 +110,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	}
 	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{
 		Runtime: *rt,
-		Stage:   1,
+		Stage:   s.Index,
 	})
 	return engine.Continue(), nil
 }

@@ -93,6 +93,7 @@ func newFixtureWithJobSets(t *testing.T, tj *trainer.TrainJob, jobSets []*jobset
 	return &fixture{
 		jobSetAPI: jobSetAPI,
 		stage: &resolveruntime.Stage{
+			Index:                   1,
 			TrainJobs:               trainerlisters.NewTrainJobLister(trainJobs),
 			TrainingRuntimes:        trainerlisters.NewTrainingRuntimeLister(trainingRuntimes),
 			ClusterTrainingRuntimes: trainerlisters.NewClusterTrainingRuntimeLister(utiltesting.Indexer(t, ctrObjs...)),

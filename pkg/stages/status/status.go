@@ -41,9 +41,6 @@ import (
 const (
 	// Name is the stage name: its queue name and its metrics' stage label.
 	Name = "status"
-	// Index is the stage's 1-based position: the last of six.
-	Index = 6
-
 	// AnnotationJobSetHash on a JobSet is the hash of the desired JobSet last applied.
 	AnnotationJobSetHash = "trainyard.dev/jobset-hash"
 
@@ -57,6 +54,10 @@ const (
 
 // Stage applies JobSets and writes status. Fields are required unless noted.
 type Stage struct {
+	// Index is the stage's 1-based position in the pipeline (the stage table's): it
+	// applies a plan that reached the stage before it.
+	Index int
+
 	TrainJobs trainerlisters.TrainJobLister
 	JobSets   jobsetlisters.JobSetLister
 	JobSetAPI jobsetclient.Interface
@@ -205,7 +206,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if !finished {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
-		case havePlan && p.Stage == Index-1:
+		case havePlan && p.Stage == s.Index-1:
 			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
 				var refusals int

@@ -39,6 +39,10 @@ const (
 	tjName = "llm"
 )
 
+// statusIndex is the status stage's 1-based place in the pipeline, as the stage table
+// sets it: the stage applies plans that reached statusIndex-1.
+const statusIndex = 6
+
 var (
 	key = cache.ObjectName{Namespace: ns, Name: tjName}
 	// t0 is every TrainJob's creation time.
@@ -64,7 +68,7 @@ func desiredPlan(t *testing.T, tj *trainer.TrainJob) *plan.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &plan.Plan{Runtime: rt, JobSet: js, Stage: status.Index - 1}
+	return &plan.Plan{Runtime: rt, JobSet: js, Stage: statusIndex - 1}
 }
 
 type fixture struct {
@@ -109,6 +113,7 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) *
 		return true, js, json.Unmarshal(p.GetPatch(), js)
 	})
 	f.stage = &status.Stage{
+		Index:     statusIndex,
 		TrainJobs: trainerlisters.NewTrainJobLister(f.tjCache),
 		JobSets:   jobsetlisters.NewJobSetLister(f.jsCache),
 		JobSetAPI: f.jobsets,
