@@ -31,9 +31,10 @@ generate: ## Regenerate deepcopy, defaults, clientset, listers, informers, apply
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited.
+verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited, or a cited document or heading does not exist in the repository.
 	hack/verify-codegen.sh
 	hack/verify-metricsdoc.sh
+	$(GO) run ./hack/citations
 
 .PHONY: verify-selftest
 verify-selftest: ## Prove verify fails on a hand-edited generated file.

@@ -970,9 +970,9 @@ func (e *convergenceEnv) checkTrainJob(ctx context.Context, tj *trainer.TrainJob
 		return "its JobSet is controlled by another TrainJob"
 	}
 	// What the controller must have applied: the latest generation whenever the gate
-	// allows writing the JobSet (TrainJob or JobSet suspended). When both run, the JobSet
-	// may stay as it was built from an earlier unsuspended generation (a running JobSet
-	// is never modified, trainer-compat §2.8.1).
+	// allows writing the JobSet (TrainJob or JobSet suspended). When both run, the
+	// JobSet may stay as it was built from an earlier unsuspended generation (a running
+	// JobSet is never modified, docs/compatibility.md#suspend-and-resume).
 	e.mu.Lock()
 	generations := append([]*trainer.TrainJob(nil), e.history[tj.UID]...)
 	e.mu.Unlock()

@@ -14,11 +14,13 @@ type trainerStatus struct {
 	url func(namespace, name string) string
 }
 
-// TrainerStatus returns the plugin that tells trainer containers where and how to report
-// their progress to the progress server (KEP-2779; upstream v2.3's TrainJobStatus plugin,
-// trainer-compat §5.3). url gives the server's full URL for a TrainJob's namespace and
-// name (progress.URLFunc); the plugin must only be in the list while the server runs
-// (progress.Serving), which stages.Plugins ensures.
+// TrainerStatus returns the plugin that tells trainer containers where and how to
+// report their progress to the progress server (KEP-2779; upstream v2.3's
+// TrainJobStatus plugin,
+// docs/compatibility.md#training-progress-kep-2779-trainerstatus). url gives the
+// server's full URL for a TrainJob's namespace and name (progress.URLFunc); the plugin
+// must only be in the list while the server runs (progress.Serving), which
+// stages.Plugins ensures.
 //
 // It acts on every runtime, after the framework plugins (list it last). In the trainer
 // replicatedJob (the first with the trainer ancestor label, upstream's trainer PodSet:

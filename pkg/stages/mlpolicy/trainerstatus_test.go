@@ -168,7 +168,7 @@ func TestTrainerStatus(t *testing.T) {
 				}
 			},
 		},
-		"MPI runtime whose node replicatedJob has the trainer ancestor (trainer-compat §10 Case 5)": {
+		"MPI runtime whose node replicatedJob has the trainer ancestor (docs/compatibility.md#upstream-test-cases Case 5)": {
 			rt: func(*testing.T) plan.Runtime {
 				return case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", false))
 			},

@@ -1,7 +1,7 @@
 // Package resolveruntime is pipeline stage 1: it finds the TrainingRuntime or
 // ClusterTrainingRuntime a TrainJob references and starts the TrainJob's plan.
 //
-// Outcomes (trainer-compat §2.1):
+// Outcomes (docs/compatibility.md#one-pass):
 //   - TrainJob gone, being deleted, finished, or managed by MultiKueue: nothing to do.
 //   - runtimeRef names an unsupported kind or group: condition Failed=True with reason
 //     TrainingRuntimeNotSupported and message "unsupported runtime: <Kind>.<group>";
@@ -11,21 +11,22 @@
 //     (Upstream only retries with backoff and emits events.)
 //   - found: the plan for this TrainJob generation is stored and the key moves on.
 //
-// Runtime snapshots (trainer-compat §2.2, KEP-2599): once a TrainJob has a JobSet, its
-// runtime comes from the JobSet's trainyard.dev/runtime-snapshot annotation
-// (plan.AnnotationRuntimeSnapshot), which records the runtime the first build used, and
-// never from the live runtime again: editing or deleting a runtime changes no TrainJob
-// that has started, not even a suspended one on resume (upstream's behaviour). The
-// JobSet informer's cache drops the annotation (it is as large as the Job templates the
-// cache already drops) but keeps its digest (plan.AnnotationRuntimeSnapshotHash): a
-// rebuild of a TrainJob that has a JobSet uses the live runtime when its encoding has
-// that digest — it is the recorded runtime, byte for byte — and costs one GET of the
-// JobSet only when it has not (the runtime was edited, deleted or re-created since, or
-// the JobSet predates the digest). Through Kueue, whose runtime patch and unsuspend each
-// rebuild a TrainJob, that is two GETs per TrainJob saved. Recording the snapshot costs
-// no write: it rides on the JobSet apply that happens anyway. A JobSet without the
-// annotation (built before snapshots existed) gets the live runtime recorded the next
-// time it may be written (while suspended).
+// Runtime snapshots (docs/compatibility.md#runtime-snapshots, KEP-2599): once a
+// TrainJob has a JobSet, its runtime comes from the JobSet's
+// trainyard.dev/runtime-snapshot annotation (plan.AnnotationRuntimeSnapshot), which
+// records the runtime the first build used, and never from the live runtime again:
+// editing or deleting a runtime changes no TrainJob that has started, not even a
+// suspended one on resume (upstream's behaviour). The JobSet informer's cache drops the
+// annotation (it is as large as the Job templates the cache already drops) but keeps
+// its digest (plan.AnnotationRuntimeSnapshotHash): a rebuild of a TrainJob that has a
+// JobSet uses the live runtime when its encoding has that digest — it is the recorded
+// runtime, byte for byte — and costs one GET of the JobSet only when it has not (the
+// runtime was edited, deleted or re-created since, or the JobSet predates the digest).
+// Through Kueue, whose runtime patch and unsuspend each rebuild a TrainJob, that is two
+// GETs per TrainJob saved. Recording the snapshot costs no write: it rides on the
+// JobSet apply that happens anyway. A JobSet without the annotation (built before
+// snapshots existed) gets the live runtime recorded the next time it may be written
+// (while suspended).
 package resolveruntime
 
 import (

@@ -1,6 +1,8 @@
 // Package status is pipeline stage 6: it applies the desired JobSet (server-side apply,
 // only when it changed and only while the JobSet may change) and writes the TrainJob's
-// status from the JobSet (trainer-compat §2.5 gate, §2.8, §5).
+// status from the JobSet (docs/compatibility.md#building-the-jobset gate,
+// docs/compatibility.md#suspend-and-resume,
+// docs/compatibility.md#status-from-the-jobset).
 //
 // JobSet status changes are routed straight here by the informers, so status-only
 // traffic never rebuilds a JobSet. Writes: one apply per desired-JobSet change (compared
@@ -162,7 +164,8 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 // JobSetReady=False, reason Write<StatusReason> (e.g. WriteForbidden), its message
 // naming the object and quoting the server, and the stage returns RequeueAfter
 // RefusalDelay: the key leaves the pipeline, and its in-flight slot, until then or
-// until the TrainJob's spec changes (architecture invariant 8). The count is per
+// until the TrainJob's spec changes
+// (docs/design/architecture.md#a-refused-write-holds-no-capacity). The count is per
 // TrainJob generation; a pass whose writes go through ends it and turns the condition
 // True.
 //
@@ -311,8 +314,9 @@ func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJo
 // followed by generation 3's Resumed; from the newest TrainJob the pass that applied
 // generation 2 writes Resumed at once, and generation 3's pass, which resumes the
 // JobSet, finds nothing left to write (docs/design/status-writes.md). The status
-// follows spec.suspend as upstream's does (trainer-compat §5.1); the newer generation
-// is queued for its own build (the informers route it), which resumes the JobSet.
+// follows spec.suspend as upstream's does (docs/compatibility.md#suspended-condition);
+// the newer generation is queued for its own build (the informers route it), which
+// resumes the JobSet.
 func (s *Stage) newest(tj *trainer.TrainJob) *trainer.TrainJob {
 	cached, err := s.TrainJobs.TrainJobs(tj.Namespace).Get(tj.Name)
 	if err != nil || cached.UID != tj.UID || cached.DeletionTimestamp != nil {
@@ -374,9 +378,10 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	return true, nil, nil
 }
 
-// mayApply is the upstream gate (§2.5, §2.8.1): a JobSet is written when absent, while
-// the TrainJob is suspended (runtimePatches may change then), and once more on resume
-// (the JobSet is still suspended). A running JobSet is never modified.
+// mayApply is the upstream gate (docs/compatibility.md#building-the-jobset,
+// docs/compatibility.md#suspend-and-resume): a JobSet is written when absent, while the
+// TrainJob is suspended (runtimePatches may change then), and once more on resume (the
+// JobSet is still suspended). A running JobSet is never modified.
 //
 // js is the cache's JobSet and last what this process last applied (zero if nothing).
 // When the cache does not show that apply yet, the JobSet is as applied: judging by the

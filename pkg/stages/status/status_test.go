@@ -644,8 +644,9 @@ func TestSyncHealsRejection(t *testing.T) {
 	}
 }
 
-// TestSyncStatus maps the cached JobSet onto TrainJob status (trainer-compat §5) with one
-// status patch when something changed and none otherwise.
+// TestSyncStatus maps the cached JobSet onto TrainJob status
+// (docs/compatibility.md#status-from-the-jobset) with one status patch when something
+// changed and none otherwise.
 func TestSyncStatus(t *testing.T) {
 	base := makeTrainJob()
 	tj := base.Obj()
@@ -786,8 +787,8 @@ func TestSyncMirrorsTransitionTime(t *testing.T) {
 	}
 }
 
-// TestSyncDeadline covers activeDeadlineSeconds (trainer-compat §2.8.3) on the stage's
-// clock.
+// TestSyncDeadline covers activeDeadlineSeconds (docs/compatibility.md#active-deadline)
+// on the stage's clock.
 func TestSyncDeadline(t *testing.T) {
 	base := makeTrainJob().ActiveDeadlineSeconds(60)
 	resumedAt := t0.Add(100 * time.Second)

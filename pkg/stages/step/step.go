@@ -3,7 +3,7 @@
 // scheduling, DRA claims) are steps; this package holds what they share: loading the
 // TrainJob and its plan, copy-on-write of the plan, and turning bad input
 // (plan.IsInputError) into a condition instead of a retry loop (architecture
-// invariant 5).
+// docs/design/architecture.md#bad-input-becomes-a-condition).
 package step
 
 import (
@@ -131,7 +131,8 @@ func truncate(s string) string {
 // plan is dropped), being deleted or managed by another controller; Continue when it
 // has finished, so that the key reaches the status stage without a build: a finished
 // TrainJob is never rebuilt, but its Suspended condition still follows spec.suspend
-// (trainer-compat §4 step 5 and §5.1), and a spec change routed here before the
+// (docs/compatibility.md#one-pass step 5 and
+// docs/compatibility.md#suspended-condition), and a spec change routed here before the
 // TrainJob's terminal condition reached the cache would otherwise be lost; Retry with
 // the error when the lister fails.
 func Buildable(lister trainerlisters.TrainJobLister, plans *engine.Plans[plan.Plan], key cache.ObjectName) (*trainer.TrainJob, engine.Result, error) {
