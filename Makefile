@@ -31,9 +31,10 @@ generate: ## Regenerate deepcopy, defaults, clientset, listers, informers, apply
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited.
+verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited, or a cited document or heading does not exist in the repository.
 	hack/verify-codegen.sh
 	hack/verify-metricsdoc.sh
+	$(GO) run ./hack/citations
 
 .PHONY: verify-selftest
 verify-selftest: ## Prove verify fails on a hand-edited generated file.
@@ -46,12 +47,13 @@ $(TOOLS)/staticcheck: hack/tools/go.mod hack/tools/go.sum
 	touch $@
 
 .PHONY: lint
-lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, and the forbidden-dependency check.
+lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, the layering check and the forbidden-dependency check.
 	@out=$$(find . -name '*.go' -not -path './_output/*' -not -path './.git/*' -print0 | xargs -0 gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 	cd hack/charttest && $(GO) vet ./... && $(CURDIR)/$(TOOLS)/staticcheck ./...
+	$(GO) run ./hack/layers
 	hack/verify-deps.sh
 
 ##@ Test

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The controller binary must not depend on controller-runtime or k8s.io/kubernetes
-# (architecture invariant 1). Fails naming the offending packages.
+# (docs/design/architecture.md#no-controller-runtime). Fails naming the offending packages.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bad=$(GOWORK=off go list -deps ./cmd/... ./pkg/... |

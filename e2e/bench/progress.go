@@ -41,6 +41,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 const (
@@ -54,7 +55,7 @@ const (
 	// any run, so they stay Running.
 	podRunTime = "24h"
 	// tokenSeconds is the lifetime of the minted tokens, the projected token's.
-	tokenSeconds = progress.TokenExpirationSeconds
+	tokenSeconds = wire.TokenExpirationSeconds
 	// gapTolerance is how much shorter than the write period the gap between two
 	// trainerStatus changes of one TrainJob may look to the benchmark's watch for its
 	// delivery jitter (a write's round trip is added) before it counts as two writes in
@@ -330,20 +331,20 @@ func (r *runner) waitCAConfigMaps(ctx context.Context, namespaces []string) ([]b
 	missing := slices.Clone(namespaces)
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for len(missing) > 0 {
-			cm, err := r.kube.CoreV1().ConfigMaps(missing[0]).Get(ctx, progress.CAConfigMapName, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) || (err == nil && cm.Data[progress.CAConfigMapKey] == "") {
+			cm, err := r.kube.CoreV1().ConfigMaps(missing[0]).Get(ctx, wire.CAConfigMapName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && cm.Data[wire.CAConfigMapKey] == "") {
 				return false, nil
 			}
 			if err != nil {
 				return false, err
 			}
-			pem = []byte(cm.Data[progress.CAConfigMapKey])
+			pem = []byte(cm.Data[wire.CAConfigMapKey])
 			missing = missing[1:]
 		}
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("waiting for ConfigMap %s in %v: %w", progress.CAConfigMapName, missing, err)
+		return nil, fmt.Errorf("waiting for ConfigMap %s in %v: %w", wire.CAConfigMapName, missing, err)
 	}
 	return pem, nil
 }
@@ -379,7 +380,7 @@ func (r *runner) listReporters(ctx context.Context, namespaces []string) ([]repo
 			}
 			url := injectedURL(pod)
 			if url == "" {
-				return nil, fmt.Errorf("pod %s/%s: no %s in container %q: the controller injected no progress URL", ns, pod.Name, progress.EnvServerURL, trainer.ContainerNode)
+				return nil, fmt.Errorf("pod %s/%s: no %s in container %q: the controller injected no progress URL", ns, pod.Name, wire.EnvServerURL, trainer.ContainerNode)
 			}
 			rank, _ := strconv.Atoi(pod.Labels[jobsetv1alpha2.JobIndexKey]) // the pod's Job within the JobSet...
 			if idx, err := strconv.Atoi(pod.Annotations["batch.kubernetes.io/job-completion-index"]); err == nil {
@@ -418,7 +419,7 @@ func injectedURL(pod *corev1.Pod) string {
 			continue
 		}
 		for _, e := range c.Env {
-			if e.Name == progress.EnvServerURL {
+			if e.Name == wire.EnvServerURL {
 				return e.Value
 			}
 		}
@@ -439,7 +440,7 @@ func mintPodToken(ctx context.Context, sa tokenRequester, rep reporter) (string,
 		name = "default"
 	}
 	tr, err := sa.CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		Audiences:         []string{progress.Audience(rep.namespace, rep.trainJob)},
+		Audiences:         []string{wire.Audience(rep.namespace, rep.trainJob)},
 		ExpirationSeconds: ptr.To[int64](tokenSeconds),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: rep.pod, UID: types.UID(rep.podUID)},
 	}}, metav1.CreateOptions{})

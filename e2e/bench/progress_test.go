@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 func TestWriteCeiling(t *testing.T) {
@@ -46,7 +47,7 @@ func TestReportBodyIsAValidRisingReport(t *testing.T) {
 	now := time.Date(2026, 11, 25, 3, 4, 5, 600_000_000, time.FixedZone("x", 3600))
 	var last int32 = -1
 	for _, elapsed := range []time.Duration{0, 15 * time.Second, 30 * time.Second, 60 * time.Second, 61 * time.Second} {
-		var req progress.UpdateTrainJobStatusRequest
+		var req wire.UpdateTrainJobStatusRequest
 		body := reportBody(elapsed, time.Minute, now)
 		if err := json.Unmarshal(body, &req); err != nil || req.TrainerStatus == nil {
 			t.Fatalf("body %s: %v", body, err)
@@ -354,7 +355,7 @@ func TestMintPodTokenBindsToThePodAndTheTrainJobsAudience(t *testing.T) {
 		t.Fatalf("token %q, %v", tok, err)
 	}
 	spec := f.req.Spec
-	if f.name != "default" || len(spec.Audiences) != 1 || spec.Audiences[0] != progress.Audience("ns", "tj-00001") {
+	if f.name != "default" || len(spec.Audiences) != 1 || spec.Audiences[0] != wire.Audience("ns", "tj-00001") {
 		t.Errorf("service account %q, audiences %v; want default and the TrainJob's audience", f.name, spec.Audiences)
 	}
 	if ref := spec.BoundObjectRef; ref == nil || ref.Kind != "Pod" || ref.Name != "tj-00001-node-0-0-abc" || ref.UID != "uid-1" {
@@ -371,7 +372,7 @@ func TestLoadReportsOverOneTrustedReusedConnectionPool(t *testing.T) {
 	seen := map[string]int{}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var req progress.UpdateTrainJobStatusRequest
+		var req wire.UpdateTrainJobStatusRequest
 		if r.Host != "example.com" || json.Unmarshal(body, &req) != nil || req.TrainerStatus == nil {
 			http.Error(w, "bad report", http.StatusUnprocessableEntity)
 			return
@@ -389,7 +390,7 @@ func TestLoadReportsOverOneTrustedReusedConnectionPool(t *testing.T) {
 	}
 	reps := make([]reporter, 8)
 	for i := range reps {
-		reps[i] = reporter{namespace: "ns", pod: name(i), url: "https://example.com" + progress.Path("ns", "tj"), token: name(i)}
+		reps[i] = reporter{namespace: "ns", pod: name(i), url: "https://example.com" + wire.Path("ns", "tj"), token: name(i)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
 	defer cancel()

@@ -33,6 +33,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // ModeWrites measures, with no controller, the API server's cost of each way Trainyard
@@ -245,7 +246,7 @@ func (w *writer) applyFieldsIn(ctx context.Context, js *jobsetv1alpha2.JobSet) (
 	}
 	var fields []metav1.ManagedFieldsEntry
 	for _, m := range got.ManagedFields {
-		if m.Manager == status.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply {
+		if m.Manager == trainjob.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply {
 			m.Time = nil
 			fields = append(fields, m)
 		}
@@ -303,7 +304,7 @@ func (w *writer) write(ctx context.Context, method string, first bool, js *jobse
 		return status.RESTJobSetApply(client.RESTClient())(ctx, js.Namespace, js.Name, body)
 	case first:
 		return client.RESTClient().Post().Namespace(js.Namespace).Resource("jobsets").
-			VersionedParams(&metav1.CreateOptions{FieldManager: status.FieldManager}, metav1.ParameterCodec).
+			VersionedParams(&metav1.CreateOptions{FieldManager: trainjob.FieldManager}, metav1.ParameterCodec).
 			Body(js).Do(ctx).Error()
 	default:
 		patch, err := json.Marshal(map[string]any{
@@ -314,7 +315,7 @@ func (w *writer) write(ctx context.Context, method string, first bool, js *jobse
 			return err
 		}
 		return client.RESTClient().Patch(types.MergePatchType).Namespace(js.Namespace).Resource("jobsets").Name(js.Name).
-			VersionedParams(&metav1.PatchOptions{FieldManager: status.FieldManager}, metav1.ParameterCodec).
+			VersionedParams(&metav1.PatchOptions{FieldManager: trainjob.FieldManager}, metav1.ParameterCodec).
 			Body(patch).Do(ctx).Error()
 	}
 }
@@ -537,7 +538,7 @@ func (w *writer) ownership(ctx context.Context, method string) ([]OwnershipCheck
 		return c
 	}
 	trainyardOwns := slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
-		return m.Manager == status.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
+		return m.Manager == trainjob.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
 	})
 	return []OwnershipCheck{
 		check("Trainyard's suspend lands", ptr.Deref(got.Spec.Suspend, false), "spec.suspend is %v", ptr.Deref(got.Spec.Suspend, false)),

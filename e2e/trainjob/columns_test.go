@@ -18,7 +18,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // The headers of `kubectl get trainjobs` and of `-o wide` (docs/compatibility.md,
@@ -71,9 +71,9 @@ func TestKubectlGetTrainJobs(t *testing.T) {
 	// The resumed run's pods report as a trainer does: to the URL the controller
 	// injected, with a token minted for the pod, trusting the CA the pod mounts.
 	pod := e.waitNewPod(t, "mnist", first)
-	url := envOf(podContainer(t, pod, trainer.ContainerNode), progress.EnvServerURL)
+	url := envOf(podContainer(t, pod, trainer.ContainerNode), wire.EnvServerURL)
 	client := progressClient(t, e.progressCA(t), ctrl.progressAddr)
-	token := e.podToken(t, pod, progress.Audience(e.ns, "mnist"))
+	token := e.podToken(t, pod, wire.Audience(e.ns, "mnist"))
 	report := func(percent, remaining int, at time.Time) {
 		t.Helper()
 		body := fmt.Sprintf(`{"trainerStatus":{"progressPercentage":%d,"estimatedRemainingSeconds":%d,"metrics":[{"name":"loss","value":"0.25"}],"lastUpdatedTime":%q}}`,

@@ -22,9 +22,10 @@ import (
 )
 
 // createMPIRuntime creates a TrainingRuntime shaped like upstream's
-// deepspeed-distributed (trainer-compat §9): an sshd "node" replicatedJob with a
-// readiness probe, and the trainer "launcher" that dependsOn node Ready and decides
-// success. Workers run for nodeRuns, the launcher for launcherRuns (kwok delays).
+// deepspeed-distributed (docs/compatibility.md#shipped-runtimes): an sshd "node"
+// replicatedJob with a readiness probe, and the trainer "launcher" that dependsOn node
+// Ready and decides success. Workers run for nodeRuns, the launcher for launcherRuns
+// (kwok delays).
 func (e *env) createMPIRuntime(t *testing.T, name string, nodeRuns, launcherRuns time.Duration, mutate func(*trainer.TrainingRuntime)) {
 	t.Helper()
 	pod := func(runs time.Duration, c corev1.Container) corev1.PodTemplateSpec {

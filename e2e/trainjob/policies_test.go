@@ -36,8 +36,8 @@ func TestRuntimePolicies(t *testing.T) {
 }
 
 // testJAX: the unmodified upstream jax-distributed runtime; every trainer pod carries
-// JAX_NUM_PROCESSES, its JAX_PROCESS_ID and the coordinator's address (trainer-compat
-// §3.3), and the TrainJob completes.
+// JAX_NUM_PROCESSES, its JAX_PROCESS_ID and the coordinator's address
+// (docs/compatibility.md#jax), and the TrainJob completes.
 func testJAX(t *testing.T) {
 	e := newEnv(t)
 	runtime := e.ensureUpstreamRuntime(t, "jax_distributed.yaml")
@@ -55,7 +55,8 @@ func testJAX(t *testing.T) {
 }
 
 // testXGBoost: the unmodified upstream xgboost-distributed runtime; DMLC_* env with one
-// worker per node on GPU-less pods (trainer-compat §3.5), and the TrainJob completes.
+// worker per node on GPU-less pods (docs/compatibility.md#xgboost), and the TrainJob
+// completes.
 func testXGBoost(t *testing.T) {
 	e := newEnv(t)
 	runtime := e.ensureUpstreamRuntime(t, "xgboost_distributed.yaml")
@@ -152,13 +153,14 @@ func initializerJob(ancestor, container, delay string) jobsetv1alpha2.Replicated
 }
 
 // testRuntimePatches: a runtimePatch adding env, a volume with its mount and a
-// toleration to the trainer reaches the pods (trainer-compat §2.3 step 2).
+// toleration to the trainer reaches the pods (docs/compatibility.md#the-build-model
+// step 2).
 func testRuntimePatches(t *testing.T) {
 	e := newEnv(t)
 	e.createRuntime(t, "torch", nil)
 	tj := trainJob("patched", trainer.TrainingRuntimeKind, "torch")
 	// Env for the node container comes from spec.trainer: patches may not set it there
-	// (upstream's admission rule, trainer-compat §6.2).
+	// (upstream's admission rule, docs/compatibility.md#trainjob-validation).
 	tj.Spec.Trainer = &trainer.Trainer{Env: []corev1.EnvVar{{Name: "PATCHED_BY", Value: "e2e"}}}
 	toleration := corev1.Toleration{Key: "example.com/dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{
@@ -195,7 +197,7 @@ func testRuntimePatches(t *testing.T) {
 }
 
 // testActiveDeadline: a TrainJob outliving activeDeadlineSeconds fails with reason
-// DeadlineExceeded and its JobSet is deleted (trainer-compat §2.8.3).
+// DeadlineExceeded and its JobSet is deleted (docs/compatibility.md#active-deadline).
 func testActiveDeadline(t *testing.T) {
 	e := newEnv(t)
 	e.createRuntime(t, "slow", map[string]string{cluster.AnnotationCompleteDelay: "60s"})

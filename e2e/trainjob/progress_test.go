@@ -23,7 +23,7 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // progressWrites is the series of a replica's successful trainerStatus writes.
@@ -50,23 +50,23 @@ func TestTrainerProgress(t *testing.T) {
 	ctx := context.Background()
 
 	// What the trainer container gets: upstream's env, mount and projected volume.
-	wantURL := "https://trainyard-webhook.default.svc:" + ctrl.progressPort() + progress.Path(e.ns, "reporter")
+	wantURL := "https://trainyard-webhook.default.svc:" + ctrl.progressPort() + wire.Path(e.ns, "reporter")
 	node := podContainer(t, pods[0], trainer.ContainerNode)
 	expectEnv(t, pods[0].Name, node, map[string]string{
-		progress.EnvServerURL: wantURL,
-		progress.EnvCACert:    progress.MountPath + "/" + progress.CACertFile,
-		progress.EnvToken:     progress.MountPath + "/" + progress.TokenFile,
+		wire.EnvServerURL: wantURL,
+		wire.EnvCACert:    wire.MountPath + "/" + wire.CACertFile,
+		wire.EnvToken:     wire.MountPath + "/" + wire.TokenFile,
 	})
-	if !hasMount(node.VolumeMounts, progress.VolumeName, progress.MountPath) {
-		t.Errorf("pod %s: no mount of %s at %s: %+v", pods[0].Name, progress.VolumeName, progress.MountPath, node.VolumeMounts)
+	if !hasMount(node.VolumeMounts, wire.VolumeName, wire.MountPath) {
+		t.Errorf("pod %s: no mount of %s at %s: %+v", pods[0].Name, wire.VolumeName, wire.MountPath, node.VolumeMounts)
 	}
-	expectProgressVolume(t, pods[0], progress.Audience(e.ns, "reporter"))
+	expectProgressVolume(t, pods[0], wire.Audience(e.ns, "reporter"))
 
 	// The CA the pod mounts verifies the server: the URL's host is resolved to the
 	// controller's 127.0.0.1 address, as a Service would route it.
 	client := progressClient(t, e.progressCA(t), ctrl.progressAddr)
 
-	token := e.podToken(t, pods[0], progress.Audience(e.ns, "reporter"))
+	token := e.podToken(t, pods[0], wire.Audience(e.ns, "reporter"))
 	// Report times as a trainer stamps them: now, at the second precision stored.
 	start := time.Now().UTC().Truncate(time.Second)
 	stamp := func(d time.Duration) string { return start.Add(d).Format(time.RFC3339) }
@@ -91,13 +91,13 @@ func TestTrainerProgress(t *testing.T) {
 		what, url, token, body string
 		code                   int
 	}{
-		{"a token of another TrainJob's pod", wantURL, e.podToken(t, neighbours[0], progress.Audience(e.ns, "reporter")), forged, http.StatusForbidden},
-		{"a token for another TrainJob's endpoint", wantURL, e.podToken(t, pods[0], progress.Audience(e.ns, "neighbour")), forged, http.StatusForbidden},
+		{"a token of another TrainJob's pod", wantURL, e.podToken(t, neighbours[0], wire.Audience(e.ns, "reporter")), forged, http.StatusForbidden},
+		{"a token for another TrainJob's endpoint", wantURL, e.podToken(t, pods[0], wire.Audience(e.ns, "neighbour")), forged, http.StatusForbidden},
 		{"no token", wantURL, "", forged, http.StatusForbidden},
 		{"a malformed body", wantURL, token, `{"trainerStatus":`, http.StatusUnprocessableEntity},
 		{"a percentage over 100", wantURL, token, `{"trainerStatus":{"progressPercentage":120,"lastUpdatedTime":"` + stamp(2*time.Second) + `"}}`, http.StatusUnprocessableEntity},
 		{"the endpoint of another TrainJob", strings.Replace(wantURL, "/reporter/", "/neighbour/", 1), token, forged, http.StatusForbidden},
-		{"an unknown TrainJob", strings.Replace(wantURL, "/reporter/", "/nobody/", 1), e.podToken(t, pods[0], progress.Audience(e.ns, "nobody")), forged, http.StatusNotFound},
+		{"an unknown TrainJob", strings.Replace(wantURL, "/reporter/", "/nobody/", 1), e.podToken(t, pods[0], wire.Audience(e.ns, "nobody")), forged, http.StatusNotFound},
 	}
 	waitProgressWrites(t, ctrl, 1) // one report, one write
 	received, rejected := ctrl.metric(t, metrics.ProgressReportsTotal), ctrl.metric(t, metrics.ProgressReportsRejectedTotal)
@@ -175,12 +175,12 @@ func TestProgressServedByEveryReplica(t *testing.T) {
 	e.createTrainJob(t, trainJob("reporter", trainer.TrainingRuntimeKind, "reporting"))
 	pod := e.waitPods(t, "reporter", 1)[0]
 	// The URL the pod was given; its Service routes to any replica, here the follower.
-	url := envOf(podContainer(t, pod, trainer.ContainerNode), progress.EnvServerURL)
+	url := envOf(podContainer(t, pod, trainer.ContainerNode), wire.EnvServerURL)
 	if url == "" {
-		t.Fatalf("pod %s: no %s", pod.Name, progress.EnvServerURL)
+		t.Fatalf("pod %s: no %s", pod.Name, wire.EnvServerURL)
 	}
 	client := progressClient(t, e.progressCA(t), follower.progressAddr)
-	token := e.podToken(t, pod, progress.Audience(e.ns, "reporter"))
+	token := e.podToken(t, pod, wire.Audience(e.ns, "reporter"))
 	start := time.Now().UTC().Truncate(time.Second)
 	stamp := func(d time.Duration) string { return start.Add(d).Format(time.RFC3339) }
 
@@ -232,17 +232,17 @@ func TestProgressServedByEveryReplica(t *testing.T) {
 func expectProgressVolume(t *testing.T, pod corev1.Pod, audience string) {
 	t.Helper()
 	for _, v := range pod.Spec.Volumes {
-		if v.Name != progress.VolumeName || v.Projected == nil {
+		if v.Name != wire.VolumeName || v.Projected == nil {
 			continue
 		}
 		var token, ca bool
 		for _, s := range v.Projected.Sources {
 			if st := s.ServiceAccountToken; st != nil {
-				token = st.Audience == audience && st.Path == progress.TokenFile && ptr.Deref(st.ExpirationSeconds, 0) == progress.TokenExpirationSeconds
+				token = st.Audience == audience && st.Path == wire.TokenFile && ptr.Deref(st.ExpirationSeconds, 0) == wire.TokenExpirationSeconds
 			}
 			if cm := s.ConfigMap; cm != nil {
-				ca = cm.Name == progress.CAConfigMapName && len(cm.Items) == 1 &&
-					cm.Items[0].Key == progress.CAConfigMapKey && cm.Items[0].Path == progress.CACertFile
+				ca = cm.Name == wire.CAConfigMapName && len(cm.Items) == 1 &&
+					cm.Items[0].Key == wire.CAConfigMapKey && cm.Items[0].Path == wire.CACertFile
 			}
 		}
 		if !token || !ca {
@@ -250,7 +250,7 @@ func expectProgressVolume(t *testing.T, pod corev1.Pod, audience string) {
 		}
 		return
 	}
-	t.Errorf("pod %s: no projected volume %s", pod.Name, progress.VolumeName)
+	t.Errorf("pod %s: no projected volume %s", pod.Name, wire.VolumeName)
 }
 
 // podToken mints a token bound to pod for audience, as the kubelet does for the
@@ -344,13 +344,13 @@ func waitProgressWrites(t *testing.T, ctrl *controller, n float64) {
 func (e *env) progressCA(t *testing.T) []byte {
 	t.Helper()
 	var caPEM []byte
-	cluster.Eventually(t, time.Minute, "CA ConfigMap "+progress.CAConfigMapName, func(ctx context.Context) (bool, string) {
-		cm, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, progress.CAConfigMapName, metav1.GetOptions{})
+	cluster.Eventually(t, time.Minute, "CA ConfigMap "+wire.CAConfigMapName, func(ctx context.Context) (bool, string) {
+		cm, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, wire.CAConfigMapName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		caPEM = []byte(cm.Data[progress.CAConfigMapKey])
-		return len(caPEM) > 0, "empty " + progress.CAConfigMapKey
+		caPEM = []byte(cm.Data[wire.CAConfigMapKey])
+		return len(caPEM) > 0, "empty " + wire.CAConfigMapKey
 	})
 	return caPEM
 }

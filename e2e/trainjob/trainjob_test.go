@@ -291,7 +291,9 @@ func TestMissingRuntimeWaitsThenProceeds(t *testing.T) {
 }
 
 // TestSuspendThenResume: a suspended TrainJob gets a suspended JobSet and no pods;
-// resuming starts the pods and the TrainJob completes (trainer-compat §2.8.1, §5.1).
+// resuming starts the pods and the TrainJob completes
+// (docs/compatibility.md#suspend-and-resume,
+// docs/compatibility.md#suspended-condition).
 func TestSuspendThenResume(t *testing.T) {
 	e := newEnv(t)
 	startController(t, e.c)
@@ -318,7 +320,8 @@ func TestSuspendThenResume(t *testing.T) {
 }
 
 // TestControllerKilledMidRun: killing the controller while a TrainJob runs and starting
-// a new one creates no second JobSet and loses no TrainJob (architecture invariant 4).
+// a new one creates no second JobSet and loses no TrainJob
+// (docs/design/architecture.md#one-worker-per-key-one-jobset-per-trainjob).
 func TestControllerKilledMidRun(t *testing.T) {
 	e := newEnv(t)
 	first := startController(t, e.c)

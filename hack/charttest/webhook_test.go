@@ -87,11 +87,11 @@ func handlerPaths(t *testing.T) []string {
 	return paths
 }
 
-// wireConst reads the string constant name of pkg/progress/wire.go, the
+// wireConst reads the string constant name of pkg/progress/wire/wire.go, the
 // progress server's contract with trainer pods (parsed, as handlerPaths).
 func wireConst(t *testing.T, name string) string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), repoRoot+"/pkg/progress/wire.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), repoRoot+"/pkg/progress/wire/wire.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func wireConst(t *testing.T, name string) string {
 		return true
 	})
 	if !found {
-		t.Fatalf("no string constant %s in pkg/progress/wire.go", name)
+		t.Fatalf("no string constant %s in pkg/progress/wire/wire.go", name)
 	}
 	return value
 }

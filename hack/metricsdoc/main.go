@@ -32,18 +32,13 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages/dra"
-	"github.com/trainyard/trainyard/pkg/stages/gang"
-	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
-	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
-	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages"
 )
 
 // stageNames are the pipeline's stages in order, then the progress stage (its
 // own single-stage pipeline on every replica): the values of the "stage" and
 // "name" labels.
-var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name, gang.Name, dra.Name, status.Name, progress.Name}
+var stageNames = append(stages.Names(), progress.Name)
 
 // enumLabels are the labels whose values are a closed set that the catalogue
 // lists. The values come from the gathered children, so they follow the code.

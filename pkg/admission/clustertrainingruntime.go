@@ -21,9 +21,10 @@ func (d *Deps) validateClusterTrainingRuntime(req *admissionv1.AdmissionRequest)
 // ValidateClusterTrainingRuntime checks a ClusterTrainingRuntime on CREATE (old nil)
 // and UPDATE with ValidateRuntime's rules and warnings. On CREATE, one labelled
 // trainer.kubeflow.org/support=deprecated also gets upstream's warning
-// `ClusterTrainingRuntime "<name>" is deprecated and will be removed in a future release
-// of Kubeflow Trainer. See runtime deprecation policy: <URL>` (trainer-compat §6.4),
-// even when labelled trainer.kubeflow.org/webhook-validation=disabled.
+// `ClusterTrainingRuntime "<name>" is deprecated and will be removed in a future
+// release of Kubeflow Trainer. See runtime deprecation policy: <URL>`
+// (docs/compatibility.md#runtime-validation), even when labelled
+// trainer.kubeflow.org/webhook-validation=disabled.
 func (d *Deps) ValidateClusterTrainingRuntime(old, obj *trainer.ClusterTrainingRuntime) (warnings []string, errs field.ErrorList) {
 	if old == nil && obj.Labels[trainer.LabelSupport] == trainer.SupportDeprecated {
 		warnings = append(warnings, fmt.Sprintf("ClusterTrainingRuntime %q is deprecated and will be removed in a future release "+

@@ -8,8 +8,8 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
 
-// Webhook names, upstream's (trainer-compat §6): clients and tools that look for a
-// TrainJob's defaulter or validator by name find them.
+// Webhook names, upstream's (docs/compatibility.md#admission-rules): clients and tools
+// that look for a TrainJob's defaulter or validator by name find them.
 const (
 	WebhookDefaultTrainJob                = "defaulter.trainjob.trainer.kubeflow.org"
 	WebhookValidateTrainJob               = "validator.trainjob.trainer.kubeflow.org"

@@ -1,7 +1,7 @@
 // Package admission is Trainyard's admission webhook: the validating and mutating
 // handlers upstream Kubeflow Trainer v2.3 serves for TrainJob, TrainingRuntime and
-// ClusterTrainingRuntime (trainer-compat §6), over net/http and admission.k8s.io/v1,
-// without controller-runtime.
+// ClusterTrainingRuntime (docs/compatibility.md#admission-rules), over net/http and
+// admission.k8s.io/v1, without controller-runtime.
 //
 // The rules are pure functions returning field.ErrorList and warnings, one file per
 // kind (trainjob.go, trainingruntime.go, clustertrainingruntime.go). Where the

@@ -17,8 +17,9 @@ import (
 )
 
 // LabelWebhookValidation = "disabled" on a runtime opts it out of validation, as the
-// runtime webhooks' objectSelector does upstream (trainer-compat §6); the handlers honour
-// it too, for webhook configurations without the selector.
+// runtime webhooks' objectSelector does upstream
+// (docs/compatibility.md#admission-rules); the handlers honour it too, for webhook
+// configurations without the selector.
 const LabelWebhookValidation = "trainer.kubeflow.org/webhook-validation"
 
 // validateTrainingRuntime answers the TrainingRuntime validating webhook.
@@ -40,10 +41,11 @@ func (d *Deps) validateTrainingRuntime(req *admissionv1.AdmissionRequest) *admis
 // trainer.kubeflow.org/webhook-validation=disabled, or an UPDATE that leaves spec
 // unchanged (metadata, finalizers), is admitted without checks.
 //
-// Upstream never validates a TrainingRuntime UPDATE (trainer-compat §6.4, §11.9) and
-// validates ClusterTrainingRuntime UPDATEs. Trainyard validates both kinds alike: a
-// runtime edited into one that cannot build fails every TrainJob that uses it, and the
-// edit is the place to say so.
+// Upstream never validates a TrainingRuntime UPDATE
+// (docs/compatibility.md#runtime-validation, docs/compatibility.md#upstream-quirks
+// (quirk 9)) and validates ClusterTrainingRuntime UPDATEs. Trainyard validates both
+// kinds alike: a runtime edited into one that cannot build fails every TrainJob that
+// uses it, and the edit is the place to say so.
 //
 // Warnings (upstream has none but the deprecation, which ValidateClusterTrainingRuntime
 // adds): on UPDATE, the unfinished TrainJobs already built from the runtime keep the
@@ -67,7 +69,7 @@ func (d *Deps) ValidateRuntime(kind string, meta *metav1.ObjectMeta, oldSpec, sp
 // ValidateRuntimeSpec returns every violation of the rules a runtime spec must follow,
 // with paths relative to the runtime object:
 //
-//   - upstream's (trainer-compat §6.4): a replicatedJob labelled
+//   - upstream's (docs/compatibility.md#runtime-validation): a replicatedJob labelled
 //     trainer.kubeflow.org/trainjob-ancestor-step (trainer, dataset-initializer,
 //     model-initializer) has replicas 1 (at spec.template.spec.replicatedJobs
 //     [name=<rj>].replicas, "always must be 1") and the container its step needs

@@ -31,7 +31,8 @@ var (
 	runtimePatchesPath = field.NewPath("spec", "runtimePatches")
 )
 
-// deprecationPolicyURL is upstream's runtime deprecation policy (trainer-compat §1.9).
+// deprecationPolicyURL is upstream's runtime deprecation policy
+// (docs/compatibility.md#well-known-names).
 const deprecationPolicyURL = "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
 
 // validateTrainJob answers the TrainJob validating webhook.
@@ -44,8 +45,9 @@ func (d *Deps) validateTrainJob(req *admissionv1.AdmissionRequest) *admissionv1.
 }
 
 // ValidateTrainJob checks a TrainJob on CREATE (old nil) and UPDATE against every rule
-// of upstream's TrainJob webhook (trainer-compat §6.2, §6.3) and Trainyard's build
-// rules, returning the admission warnings and every violation (deny when non-empty):
+// of upstream's TrainJob webhook (docs/compatibility.md#trainjob-validation,
+// docs/compatibility.md#runtime-patch-changes) and Trainyard's build rules, returning
+// the admission warnings and every violation (deny when non-empty):
 //
 //   - spec.runtimeRef names a TrainingRuntime or ClusterTrainingRuntime of
 //     trainer.kubeflow.org (at spec.runtimeRef.apiGroup or .kind, "unsupported runtime:
@@ -190,16 +192,18 @@ func atRuntimeRef(rt plan.Runtime, errs field.ErrorList) field.ErrorList {
 	return out
 }
 
-// controllerContainers are the containers whose env Trainyard sets from spec.trainer and
-// spec.initializer; a runtimePatch must not set it (trainer-compat §6.2).
+// controllerContainers are the containers whose env Trainyard sets from spec.trainer
+// and spec.initializer; a runtimePatch must not set it
+// (docs/compatibility.md#trainjob-validation).
 var controllerContainers = []string{trainer.ContainerDatasetInitializer, trainer.ContainerModelInitializer, trainer.ContainerNode}
 
 // validatePatchEnv forbids env in a runtimePatch's containers[] entry named node,
-// dataset-initializer or model-initializer (upstream's rule, trainer-compat §6.2), at
+// dataset-initializer or model-initializer (upstream's rule,
+// docs/compatibility.md#trainjob-validation), at
 // spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.spec.replicatedJobs
-// [name=<rj>].template.spec.template.spec.containers[name=<c>].env, the message starting
-// with upstream's text. Upstream checks only containers the runtime has; the rule needs
-// no runtime here.
+// [name=<rj>].template.spec.template.spec.containers[name=<c>].env, the message
+// starting with upstream's text. Upstream checks only containers the runtime has; the
+// rule needs no runtime here.
 func validatePatchEnv(tj *trainer.TrainJob) field.ErrorList {
 	var errs field.ErrorList
 	for _, p := range tj.Spec.RuntimePatches {
@@ -238,13 +242,14 @@ func envInstead(name string) string {
 }
 
 // validatePatchChange applies upstream's runtimePatches change rules on UPDATE
-// (trainer-compat §6.3): when spec.runtimePatches changed (after defaulting, so an
-// unchanged entry keeps its time), the TrainJob must be suspended before or after the
-// update ("RuntimePatches can only be modified when the TrainJob is suspended before or
-// after the update"), and its JobSet (from the cache; one the TrainJob does not control
-// is not its own) must have no replicatedJob with active pods ("RuntimePatches cannot be
-// modified when the JobSet's ReplicatedJob <name> is still active"). Both Forbidden at
-// spec.runtimePatches; a cache error is an InternalError.
+// (docs/compatibility.md#runtime-patch-changes): when spec.runtimePatches changed
+// (after defaulting, so an unchanged entry keeps its time), the TrainJob must be
+// suspended before or after the update ("RuntimePatches can only be modified when the
+// TrainJob is suspended before or after the update"), and its JobSet (from the cache;
+// one the TrainJob does not control is not its own) must have no replicatedJob with
+// active pods ("RuntimePatches cannot be modified when the JobSet's ReplicatedJob
+// <name> is still active"). Both Forbidden at spec.runtimePatches; a cache error is an
+// InternalError.
 func validatePatchChange(old, tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) field.ErrorList {
 	if old == nil || equality.Semantic.DeepEqual(old.Spec.RuntimePatches, tj.Spec.RuntimePatches) {
 		return nil
@@ -273,14 +278,14 @@ func validatePatchChange(old, tj *trainer.TrainJob, jobSets jobsetlisters.JobSet
 	return errs
 }
 
-// validateInitializers applies upstream's initializer rules (trainer-compat §6.2): with
-// spec.initializer.dataset (model) set, the runtime has a replicatedJob named
-// dataset-initializer (model-initializer), with a container or init container of that
-// name: Invalid at spec.initializer.dataset (model), the messages starting with
-// upstream's texts (upstream reports them at spec.runtimeRef). Upstream also denies
-// when that container mounts no volume "initializer"; Trainyard only warns, since
-// upstream's own example 05-multi-step (an initializer without the mount) would be
-// denied otherwise, and the TrainJob runs.
+// validateInitializers applies upstream's initializer rules
+// (docs/compatibility.md#trainjob-validation): with spec.initializer.dataset (model)
+// set, the runtime has a replicatedJob named dataset-initializer (model-initializer),
+// with a container or init container of that name: Invalid at spec.initializer.dataset
+// (model), the messages starting with upstream's texts (upstream reports them at
+// spec.runtimeRef). Upstream also denies when that container mounts no volume
+// "initializer"; Trainyard only warns, since upstream's own example 05-multi-step (an
+// initializer without the mount) would be denied otherwise, and the TrainJob runs.
 func validateInitializers(tj *trainer.TrainJob, rt plan.Runtime) (warnings []string, errs field.ErrorList) {
 	in := tj.Spec.Initializer
 	if in == nil {
@@ -317,16 +322,18 @@ func validateInitializers(tj *trainer.TrainJob, rt plan.Runtime) (warnings []str
 	return warnings, errs
 }
 
-// initializerVolume is the volume initializers write to (trainer-compat §1.9).
+// initializerVolume is the volume initializers write to
+// (docs/compatibility.md#well-known-names).
 const initializerVolume = "initializer"
 
-// validatePriorityClasses applies upstream's Volcano rule (trainer-compat §4.2): each
-// priorityClassName of the desired JobSet's pod templates names an existing
-// PriorityClass, except system-cluster-critical and system-node-critical. Reported at
-// spec.runtimeRef (the pod templates are the runtime's: patches cannot set it), the
-// message starting with upstream's `PriorityClass "<n>" doesn't exist: <error>`.
-// Upstream stops checking at the first system-* name; every replicatedJob is checked
-// here. Skipped without a PriorityClass cache.
+// validatePriorityClasses applies upstream's Volcano rule
+// (docs/compatibility.md#volcano): each priorityClassName of the desired JobSet's pod
+// templates names an existing PriorityClass, except system-cluster-critical and
+// system-node-critical. Reported at spec.runtimeRef (the pod templates are the
+// runtime's: patches cannot set it), the message starting with upstream's
+// `PriorityClass "<n>" doesn't exist: <error>`. Upstream stops checking at the first
+// system-* name; every replicatedJob is checked here. Skipped without a PriorityClass
+// cache.
 func (d *Deps) validatePriorityClasses(rt plan.Runtime, p *plan.Plan) field.ErrorList {
 	if d.PriorityClasses == nil {
 		return nil
@@ -420,8 +427,9 @@ type PatchOperation struct {
 }
 
 // DefaultRuntimePatchTimes defaults spec.runtimePatches[].time exactly as upstream's
-// mutating webhook does (trainer-compat §6.1) and returns the JSON patch that does it
-// (empty when nothing changes); tj is not modified. now is taken at second precision.
+// mutating webhook does (docs/compatibility.md#trainjob-defaulting) and returns the
+// JSON patch that does it (empty when nothing changes); tj is not modified. now is
+// taken at second precision.
 //
 //   - CREATE (old nil): each patch without a time gets now; a time the user set is kept.
 //   - UPDATE: a patch whose manager the old object has gets the old patch's time when the

@@ -115,7 +115,7 @@ func TestValidateTrainJobUpdate(t *testing.T) {
 	}
 }
 
-// Every branch of trainer-compat §6.1.
+// Every branch of docs/compatibility.md#trainjob-defaulting.
 func TestDefaultRuntimePatchTimes(t *testing.T) {
 	now := metav1.NewTime(testNow.Truncate(time.Second))
 	user := metav1.NewTime(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))

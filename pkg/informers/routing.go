@@ -97,10 +97,10 @@ func (h *handlers) addTrainJob(obj any) {
 	h.routeTrainJob(tj)
 }
 
-// routeTrainJob sends tj to the status stage when there is nothing to build for it:
-// it has finished (never rebuilt, but its Suspended condition follows spec.suspend,
-// trainer-compat §5.1) or its JobSet was built from its current spec (Built); else to
-// the build stage.
+// routeTrainJob sends tj to the status stage when there is nothing to build for it: it
+// has finished (never rebuilt, but its Suspended condition follows spec.suspend,
+// docs/compatibility.md#suspended-condition) or its JobSet was built from its current
+// spec (Built); else to the build stage.
 func (h *handlers) routeTrainJob(tj *trainer.TrainJob) {
 	if trainjob.IsFinished(tj) || Built(tj, h.in.JobSetLister) {
 		h.router.Enqueue(h.routes.Status, cache.MetaObjectToName(tj))
@@ -181,10 +181,11 @@ func (h *handlers) enqueueReferencing(obj any) {
 }
 
 // RuntimeMayAffect reports whether a change of tj's runtime can change what is built
-// for tj: not when tj is finished (never rebuilt, trainer-compat §2.1), managed by
-// another controller, being deleted, or has a JobSet (its runtime is the snapshot the
-// JobSet records, trainer-compat §2.2; a JobSet of the same name that tj does not
-// control blocks tj whatever its runtime says). It reads only the caches.
+// for tj: not when tj is finished (never rebuilt, docs/compatibility.md#one-pass),
+// managed by another controller, being deleted, or has a JobSet (its runtime is the
+// snapshot the JobSet records, docs/compatibility.md#runtime-snapshots; a JobSet of the
+// same name that tj does not control blocks tj whatever its runtime says). It reads
+// only the caches.
 func RuntimeMayAffect(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
 	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
 		return false

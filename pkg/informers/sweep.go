@@ -25,12 +25,13 @@ import (
 // JobSetLags reports whether tj's JobSet, as the caches hold it, should reflect tj's
 // current generation and does not: the JobSet records an older generation
 // (plan.AnnotationTrainJobGeneration) while it may still change — tj or the JobSet is
-// suspended (a running JobSet is never modified, trainer-compat §2.8.1) — or tj has no
-// JobSet, or one it does not control, while nothing recorded says why. Recorded reasons:
-// JobSetReady=False observed at tj's generation (bad input, a foreign JobSet, an API the
-// cluster does not serve, too few devices) and RuntimeResolved=False while the runtime
-// is still missing from the cache. Finished, deleted and foreign-managed TrainJobs never
-// lag. It reads only the caches.
+// suspended (a running JobSet is never modified,
+// docs/compatibility.md#suspend-and-resume) — or tj has no JobSet, or one it does not
+// control, while nothing recorded says why. Recorded reasons: JobSetReady=False
+// observed at tj's generation (bad input, a foreign JobSet, an API the cluster does not
+// serve, too few devices) and RuntimeResolved=False while the runtime is still missing
+// from the cache. Finished, deleted and foreign-managed TrainJobs never lag. It reads
+// only the caches.
 func JobSetLags(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister, runtimeExists func(*trainer.TrainJob) bool) bool {
 	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) || trainjob.IsFinished(tj) {
 		return false
@@ -68,7 +69,7 @@ type SweepTarget interface {
 // that the pipeline is not working on either time, is a lost update: it is logged and
 // sent back to the first stage. The two sweeps keep a TrainJob whose event is being
 // delivered at the moment of a sweep from counting as lost. The pipeline never loses an
-// update by design (package stages), so the sweep should find nothing; what it finds is
+// update by design (package engine), so the sweep should find nothing; what it finds is
 // counted (metrics.ConsistencySweepRequeuesTotal) for an alert. TrainJobs that have
 // lagged for longer than LagThreshold, lost or still being worked on, are counted in
 // metrics.TrainJobsJobSetLagging.

@@ -229,7 +229,7 @@ const (
 )
 
 // Values of the "result" label: the outcome of one Stage.Sync call. They match
-// the result codes of package stages one to one.
+// the result codes of package engine one to one.
 const (
 	ResultContinue     = "continue"
 	ResultRequeueAfter = "requeue_after"

@@ -64,7 +64,7 @@ func (s *StageMetrics) SyncFinished(result string, d time.Duration) {
 	s.inflight.Dec()
 	duration, ok := s.duration[result]
 	if !ok {
-		// Not reached through package stages, whose results are all bound above.
+		// Not reached through package engine, whose results are all bound above.
 		duration = s.m.stageDuration.WithLabelValues(s.stage, result)
 	}
 	duration.Observe(d.Seconds())

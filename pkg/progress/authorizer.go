@@ -27,6 +27,7 @@ import (
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // Verdict is the outcome of an authorization. The zero Verdict denies.
@@ -331,7 +332,7 @@ func (a *TokenReviewAuthorizer) cached(k reviewKey) (d Decision, ok bool, err er
 	return Decision{}, false, nil
 }
 
-const reasonNoToken = "no bearer token: send the projected service account token (the file $" + EnvToken +
+const reasonNoToken = "no bearer token: send the projected service account token (the file $" + wire.EnvToken +
 	" names) as the header Authorization: Bearer <token>"
 
 func noTrainJob(key cache.ObjectName) string {
@@ -342,7 +343,7 @@ func noTrainJob(key cache.ObjectName) string {
 // uid with an allow.
 func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key cache.ObjectName) (Decision, types.UID, error) {
 	logger := klog.FromContext(ctx)
-	audience := Audience(key.Namespace, key.Name)
+	audience := wire.Audience(key.Namespace, key.Name)
 	deny := func(v Verdict, format string, args ...any) (Decision, types.UID, error) {
 		d := Decision{Verdict: v, Reason: fmt.Sprintf(format, args...)}
 		logger.V(4).Info("Denied a progress report", "trainJob", klog.KRef(key.Namespace, key.Name), "verdict", v, "reason", d.Reason)
@@ -360,10 +361,10 @@ func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key ca
 		// st.Error may quote the token's audiences: logged, not sent.
 		logger.V(4).Info("TokenReview did not authenticate a progress token", "trainJob", klog.KRef(key.Namespace, key.Name), "error", st.Error)
 		return deny(Unauthenticated, "the API server does not authenticate the token for audience %q: it is expired, "+
-			"bound to a deleted pod, or issued for another audience; send the projected token mounted at %s/%s", audience, MountPath, TokenFile)
+			"bound to a deleted pod, or issued for another audience; send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile)
 	}
 	if !slices.Contains(st.Audiences, audience) {
-		return deny(Unauthenticated, "the token is not valid for audience %q: send the projected token mounted at %s/%s", audience, MountPath, TokenFile)
+		return deny(Unauthenticated, "the token is not valid for audience %q: send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile)
 	}
 	rest, isSA := strings.CutPrefix(st.User.Username, serviceAccountUserPrefix)
 	if ns, _, ok := strings.Cut(rest, ":"); !isSA || !ok || ns != key.Namespace {
@@ -371,7 +372,7 @@ func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key ca
 	}
 	podName, podUID := single(st.User.Extra[podNameExtra]), single(st.User.Extra[podUIDExtra])
 	if podName == "" || podUID == "" {
-		return deny(Forbidden, "the token is not bound to a pod: send the projected token mounted at %s/%s, not a service account token from a Secret or the TokenRequest API", MountPath, TokenFile)
+		return deny(Forbidden, "the token is not bound to a pod: send the projected token mounted at %s/%s, not a service account token from a Secret or the TokenRequest API", wire.MountPath, wire.TokenFile)
 	}
 
 	tj, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name)

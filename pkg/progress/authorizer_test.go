@@ -29,6 +29,7 @@ import (
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -200,7 +201,7 @@ func (c *cluster) counts() (reviews, podReads int) {
 }
 
 func TestTokenReviewAuthorizer(t *testing.T) {
-	llmAudience := progress.Audience(ns, "llm")
+	llmAudience := wire.Audience(ns, "llm")
 	for name, tc := range map[string]struct {
 		token  authenticationv1.TokenReviewStatus
 		setup  func(c *cluster)
@@ -224,7 +225,7 @@ func TestTokenReviewAuthorizer(t *testing.T) {
 			want:  progress.Unauthenticated, wantReason: `the API server does not authenticate the token for audience "` + llmAudience + `"`, wantReview: true,
 		},
 		"wrong audience": {
-			token: boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "other")),
+			token: boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "other")),
 			want:  progress.Unauthenticated, wantReason: `the token is not valid for audience "` + llmAudience + `"`, wantReview: true,
 		},
 		"service account of another namespace": {
@@ -291,7 +292,7 @@ func TestTokenReviewAuthorizer(t *testing.T) {
 			want:  progress.Forbidden, wantReason: "TrainJob team-a/llm has no JobSet", wantReview: true,
 		},
 		"TrainJob not in the cache": {
-			token:  boundToken(ns, "gone-node-0-0", "pod-gone", progress.Audience(ns, "gone")),
+			token:  boundToken(ns, "gone-node-0-0", "pod-gone", wire.Audience(ns, "gone")),
 			target: "gone",
 			want:   progress.NoTrainJob, wantReason: "TrainJob team-a/gone not found", wantReview: true,
 		},
@@ -329,7 +330,7 @@ func TestTokenReviewAuthorizer(t *testing.T) {
 				t.Errorf("%d TokenReviews, want one: %t", reviews, tc.wantReview)
 			}
 			if reviews == 1 {
-				want := authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{progress.Audience(ns, target)}}
+				want := authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{wire.Audience(ns, target)}}
 				if diff := cmp.Diff(want, c.reviews[0]); diff != "" {
 					t.Errorf("TokenReview spec (-want +got):\n%s", diff)
 				}
@@ -396,7 +397,7 @@ func TestTokenReviewAuthorizerCache(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newCluster(t)
-			c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
+			c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
 			c.tokens[bad] = authenticationv1.TokenReviewStatus{Authenticated: false}
 			for i, s := range steps {
 				c.clock.SetTime(c.clock.Now().Add(s.advance))
@@ -451,9 +452,9 @@ func TestTokenReviewAuthorizerSharesConcurrentReviews(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newCluster(t)
 			good := "good-token"
-			c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
+			c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
 			if tc.want == progress.Forbidden {
-				c.tokens[good] = boundToken(ns, "other-node-0-0", "pod-other", progress.Audience(ns, "llm"))
+				c.tokens[good] = boundToken(ns, "other-node-0-0", "pod-other", wire.Audience(ns, "llm"))
 			}
 			c.reviewErr = tc.reviewErr
 			reviewing, waiting, gate := make(chan struct{}, n), make(chan struct{}, n), make(chan struct{})
@@ -535,7 +536,7 @@ func TestTokenReviewAuthorizerWaiterGivesUp(t *testing.T) {
 	llm := key(ns, "llm")
 	c := newCluster(t)
 	good := "good-token"
-	c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
+	c.tokens[good] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
 	reviewing, gate := make(chan struct{}, 1), make(chan struct{})
 	c.reviewing, c.reviewGate = reviewing, gate
 
@@ -582,8 +583,8 @@ func TestNewTokenReviewAuthorizerRequiresItsDependencies(t *testing.T) {
 // second report of a pod costs no TokenReview, and a stranger gets 403.
 func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 	c := newCluster(t)
-	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
-	c.tokens["other"] = boundToken(ns, "other-node-0-0", "pod-other", progress.Audience(ns, "llm"))
+	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
+	c.tokens["other"] = boundToken(ns, "other-node-0-0", "pod-other", wire.Audience(ns, "llm"))
 	obs := &observer{}
 	h := progress.NewHandler(progress.HandlerConfig{
 		Authorizer: c.authorizer,
@@ -606,7 +607,7 @@ func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 		c.mu.Lock()
 		c.reviewErr = s.reviewErr
 		c.mu.Unlock()
-		code := post(t, h, progress.Path(ns, "llm"), s.token, fullReport)
+		code := post(t, h, wire.Path(ns, "llm"), s.token, fullReport)
 		if code != s.wantCode {
 			t.Errorf("request %d: code %d, want %d", i, code, s.wantCode)
 		}

@@ -13,9 +13,10 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // discard is a ResponseWriter that keeps only the status code.
@@ -32,7 +33,7 @@ func (d *discard) WriteHeader(code int)        { d.code = code }
 // through the real authorizer, metrics and Coalescer (go test -bench Handler -benchmem).
 func BenchmarkHandler(b *testing.B) {
 	c := newCluster(b)
-	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", progress.Audience(ns, "llm"))
+	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
 	h := progress.NewHandler(progress.HandlerConfig{
 		Authorizer: c.authorizer,
 		Coalescer:  progress.NewCoalescer(func(cache.ObjectName) {}, metrics.New(nil)),
@@ -40,7 +41,7 @@ func BenchmarkHandler(b *testing.B) {
 		Clock:      c.clock,
 	})
 	body := []byte(fullReport)
-	req := httptest.NewRequest(http.MethodPost, progress.Path(ns, "llm"), nil)
+	req := httptest.NewRequest(http.MethodPost, wire.Path(ns, "llm"), nil)
 	req.Header.Set("Authorization", "Bearer good")
 	w := &discard{header: http.Header{}}
 	serve := func() {
@@ -87,14 +88,14 @@ func BenchmarkStageSyncDeferred(b *testing.B) {
 	llm := key("team-a", "llm")
 	f := newStageFixture(b, progress.WriteLimits{Period: time.Hour}, trainJob("team-a", "llm", nil))
 	f.record(llm, status(1, t0))
-	if res, err := f.sync(llm); err != nil || res != stages.WaitForEvent() {
+	if res, err := f.sync(llm); err != nil || res != engine.WaitForEvent() {
 		b.Fatalf("first Sync = %+v, %v", res, err)
 	}
 	f.record(llm, status(2, t0.Add(time.Second)))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if res, _ := f.stage.Sync(ctx, llm); res.Code != stages.CodeRequeueAfter {
+		if res, _ := f.stage.Sync(ctx, llm); res.Code != engine.CodeRequeueAfter {
 			b.Fatalf("Sync = %+v, want requeue_after", res)
 		}
 	}

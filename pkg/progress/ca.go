@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // CA ConfigMap ownership.
@@ -148,7 +149,7 @@ func NewCAPublisher(opts CAPublisherOptions) (*CAPublisher, error) {
 	p.informer = opts.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredConfigMapInformer(opts.Client, namespace, 0, cache.Indexers{},
 			func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", CAConfigMapName).String()
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", wire.CAConfigMapName).String()
 			})
 	})
 	if err := p.informer.SetTransform(stripManagedFields); err != nil {
@@ -180,7 +181,7 @@ func (p *CAPublisher) EnqueueNamespace(namespace string) {
 // namespace holding one and every namespace with TrainJobs.
 func (p *CAPublisher) CAChanged() {
 	for _, key := range p.informer.GetStore().ListKeys() {
-		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil && name == CAConfigMapName {
+		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil && name == wire.CAConfigMapName {
 			p.queue.Add(ns)
 		}
 	}
@@ -233,7 +234,7 @@ func (p *CAPublisher) processNext(ctx context.Context) bool {
 	defer p.queue.Done(ns)
 	if err := p.sync(ctx, ns); err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Publishing the progress server's CA failed",
-			"configMap", klog.KRef(ns, CAConfigMapName), "attempt", p.queue.NumRequeues(ns)+1)
+			"configMap", klog.KRef(ns, wire.CAConfigMapName), "attempt", p.queue.NumRequeues(ns)+1)
 		p.queue.AddRateLimited(ns)
 		return true
 	}
@@ -253,7 +254,7 @@ func (p *CAPublisher) sync(ctx context.Context, namespace string) error {
 	}
 	bundle := p.opts.Bundle()
 	if len(bundle) == 0 {
-		logger.V(4).Info("CA bundle not ready; retrying later", "configMap", klog.KRef(namespace, CAConfigMapName), "in", p.opts.NotReadyRetry)
+		logger.V(4).Info("CA bundle not ready; retrying later", "configMap", klog.KRef(namespace, wire.CAConfigMapName), "in", p.opts.NotReadyRetry)
 		p.queue.AddAfter(namespace, p.opts.NotReadyRetry)
 		return nil
 	}
@@ -266,42 +267,42 @@ func (p *CAPublisher) sync(ctx context.Context, namespace string) error {
 		// goes (only that very object: a newer one is looked at again first).
 		logger.V(2).Info("Deleting a CA ConfigMap that cannot be corrected", "configMap", klog.KObj(cached), "err", err)
 		uid := cached.UID
-		if err := p.opts.Client.CoreV1().ConfigMaps(namespace).Delete(ctx, CAConfigMapName,
+		if err := p.opts.Client.CoreV1().ConfigMaps(namespace).Delete(ctx, wire.CAConfigMapName,
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting ConfigMap %s/%s, which the apply cannot correct: %w", namespace, CAConfigMapName, err)
+			return fmt.Errorf("deleting ConfigMap %s/%s, which the apply cannot correct: %w", namespace, wire.CAConfigMapName, err)
 		}
 		err = p.apply(ctx, namespace, bundle)
 	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		// Its TrainJobs go with it; retrying would only fill the log until they have.
 		// A namespace re-created under the name brings its TrainJobs' events back.
-		logger.V(2).Info("Not publishing the progress server's CA: the namespace is terminating", "configMap", klog.KRef(namespace, CAConfigMapName))
+		logger.V(2).Info("Not publishing the progress server's CA: the namespace is terminating", "configMap", klog.KRef(namespace, wire.CAConfigMapName))
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("applying ConfigMap %s/%s: %w", namespace, CAConfigMapName, err)
+		return fmt.Errorf("applying ConfigMap %s/%s: %w", namespace, wire.CAConfigMapName, err)
 	}
-	logger.V(2).Info("Published the progress server's CA", "configMap", klog.KRef(namespace, CAConfigMapName), "replaced", cached != nil)
+	logger.V(2).Info("Published the progress server's CA", "configMap", klog.KRef(namespace, wire.CAConfigMapName), "replaced", cached != nil)
 	return nil
 }
 
 func (p *CAPublisher) apply(ctx context.Context, namespace string, bundle []byte) error {
-	cm := corev1ac.ConfigMap(CAConfigMapName, namespace).
+	cm := corev1ac.ConfigMap(wire.CAConfigMapName, namespace).
 		WithLabels(map[string]string{LabelManagedBy: ManagedByValue}).
-		WithData(map[string]string{CAConfigMapKey: string(bundle)})
+		WithData(map[string]string{wire.CAConfigMapKey: string(bundle)})
 	_, err := p.opts.Client.CoreV1().ConfigMaps(namespace).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: CAFieldManager, Force: true})
 	return err
 }
 
 // cached returns the cached CA ConfigMap of namespace, or nil.
 func (p *CAPublisher) cached(namespace string) (*corev1.ConfigMap, error) {
-	obj, exists, err := p.informer.GetStore().GetByKey(namespace + "/" + CAConfigMapName)
+	obj, exists, err := p.informer.GetStore().GetByKey(namespace + "/" + wire.CAConfigMapName)
 	if err != nil || !exists {
 		return nil, err
 	}
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
-		return nil, fmt.Errorf("cached %s/%s is a %T", namespace, CAConfigMapName, obj)
+		return nil, fmt.Errorf("cached %s/%s is a %T", namespace, wire.CAConfigMapName, obj)
 	}
 	return cm, nil
 }
@@ -311,8 +312,8 @@ func (p *CAPublisher) cached(namespace string) (*corev1.ConfigMap, error) {
 // the apply could not remove). Other keys, someone else's, do not matter: pods mount
 // ca.crt only.
 func upToDate(cm *corev1.ConfigMap, bundle []byte) bool {
-	ca, ok := cm.Data[CAConfigMapKey]
-	_, binary := cm.BinaryData[CAConfigMapKey]
+	ca, ok := cm.Data[wire.CAConfigMapKey]
+	_, binary := cm.BinaryData[wire.CAConfigMapKey]
 	return ok && !binary && ca == string(bundle) && cm.Labels[LabelManagedBy] == ManagedByValue
 }
 
@@ -332,7 +333,7 @@ func isCAConfigMap(obj any) bool {
 		obj = tomb.Obj
 	}
 	m, err := meta.Accessor(obj)
-	return err == nil && m.GetName() == CAConfigMapName
+	return err == nil && m.GetName() == wire.CAConfigMapName
 }
 
 func stripManagedFields(obj any) (any, error) {

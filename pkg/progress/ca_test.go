@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 const (
@@ -133,7 +134,7 @@ func (f *caFixture) stop() {
 
 // get returns the CA ConfigMap of ns from the API, nil if absent.
 func (f *caFixture) get(ns string) *corev1.ConfigMap {
-	cm, err := f.client.CoreV1().ConfigMaps(ns).Get(context.Background(), CAConfigMapName, metav1.GetOptions{})
+	cm, err := f.client.CoreV1().ConfigMaps(ns).Get(context.Background(), wire.CAConfigMapName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -150,14 +151,14 @@ func (f *caFixture) waitFor(ns, what string, cond func(*corev1.ConfigMap) bool) 
 		return cond(f.get(ns)), nil
 	})
 	if err != nil {
-		f.t.Fatalf("ConfigMap %s/%s: %s: not reached; now %+v", ns, CAConfigMapName, what, f.get(ns))
+		f.t.Fatalf("ConfigMap %s/%s: %s: not reached; now %+v", ns, wire.CAConfigMapName, what, f.get(ns))
 	}
 }
 
 // published reports whether cm is exactly what the publisher applies for pem.
 func published(pem string) func(*corev1.ConfigMap) bool {
 	return func(cm *corev1.ConfigMap) bool {
-		return cm != nil && cm.Data[CAConfigMapKey] == pem && cm.Labels[LabelManagedBy] == ManagedByValue
+		return cm != nil && cm.Data[wire.CAConfigMapKey] == pem && cm.Labels[LabelManagedBy] == ManagedByValue
 	}
 }
 
@@ -268,8 +269,8 @@ func TestCAPublisherBundleChanges(t *testing.T) {
 // (pods mount ca.crt only).
 func TestCAPublisherTakesOverSquatter(t *testing.T) {
 	squatter := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: CAConfigMapName, Namespace: "team-a", Labels: map[string]string{"owner": "mallory"}},
-		Data:       map[string]string{CAConfigMapKey: "-----BEGIN CERTIFICATE-----\nEVIL\n-----END CERTIFICATE-----\n", "other": "x"},
+		ObjectMeta: metav1.ObjectMeta{Name: wire.CAConfigMapName, Namespace: "team-a", Labels: map[string]string{"owner": "mallory"}},
+		Data:       map[string]string{wire.CAConfigMapKey: "-----BEGIN CERTIFICATE-----\nEVIL\n-----END CERTIFICATE-----\n", "other": "x"},
 	}
 	client := fake.NewClientset()
 	if _, err := client.CoreV1().ConfigMaps("team-a").Create(context.Background(), squatter, metav1.CreateOptions{FieldManager: "kubectl-create"}); err != nil {
@@ -289,19 +290,19 @@ func TestCAPublisherRepairs(t *testing.T) {
 	ctx := context.Background()
 
 	cm := f.get("team-a")
-	cm.Data[CAConfigMapKey] = "tampered"
+	cm.Data[wire.CAConfigMapKey] = "tampered"
 	if _, err := client.CoreV1().ConfigMaps("team-a").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor("team-a", "restored after an update", published(caA))
 
-	if err := client.CoreV1().ConfigMaps("team-a").Delete(ctx, CAConfigMapName, metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().ConfigMaps("team-a").Delete(ctx, wire.CAConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor("team-a", "re-created after a delete", published(caA))
 
 	f.ns.set1("team-b", false)
-	if err := client.CoreV1().ConfigMaps("team-b").Delete(ctx, CAConfigMapName, metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().ConfigMaps("team-b").Delete(ctx, wire.CAConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	settle()
@@ -314,17 +315,17 @@ func TestCAPublisherRepairs(t *testing.T) {
 // ca.crt in binaryData) is deleted, that very object only, and re-created.
 func TestCAPublisherReplacesUncorrectable(t *testing.T) {
 	squatter := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: CAConfigMapName, Namespace: "team-a", UID: "squatter"},
-		BinaryData: map[string][]byte{CAConfigMapKey: []byte("EVIL")},
+		ObjectMeta: metav1.ObjectMeta{Name: wire.CAConfigMapName, Namespace: "team-a", UID: "squatter"},
+		BinaryData: map[string][]byte{wire.CAConfigMapKey: []byte("EVIL")},
 		Immutable:  ptr.To(true),
 	}
 	client := fake.NewClientset(squatter)
 	// The fake does not validate: answer as the API server would while the squatter's
 	// object exists.
 	client.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj, err := client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, a.GetNamespace(), CAConfigMapName)
+		obj, err := client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, a.GetNamespace(), wire.CAConfigMapName)
 		if err == nil && obj.(*corev1.ConfigMap).UID == "squatter" {
-			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, CAConfigMapName,
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, wire.CAConfigMapName,
 				field.ErrorList{field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set")})
 		}
 		return false, nil, nil
@@ -356,7 +357,7 @@ func TestCAPublisherLeavesATerminatingNamespace(t *testing.T) {
 	var applies atomic.Int32
 	client.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		applies.Add(1)
-		err := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, CAConfigMapName,
+		err := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, wire.CAConfigMapName,
 			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", a.GetNamespace()))
 		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace"}}
 		return true, nil, err
@@ -440,7 +441,7 @@ func TestCAPublisherWatchesOnlyItsNamespaces(t *testing.T) {
 			t.Errorf("%s %s in namespace %q, want only %v", a.GetVerb(), a.GetResource().Resource, a.GetNamespace(), watched)
 		}
 		if r, ok := a.(k8stesting.ListActionImpl); ok {
-			if got := r.GetListRestrictions().Fields.String(); got != "metadata.name="+CAConfigMapName {
+			if got := r.GetListRestrictions().Fields.String(); got != "metadata.name="+wire.CAConfigMapName {
 				t.Errorf("list in %s selects %q, want the CA ConfigMap's name", a.GetNamespace(), got)
 			}
 			listed[a.GetNamespace()] = true

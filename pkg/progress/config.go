@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // EnabledByDefault is FeatureGate's value when the configuration does not set it: on in
@@ -18,7 +19,7 @@ const EnabledByDefault = true
 // Enabled reports whether feature gate TrainJobStatus is on in cfg:
 // cfg.FeatureGates["TrainJobStatus"] when set, else EnabledByDefault.
 func Enabled(cfg *configv1alpha1.Configuration) bool {
-	if on, ok := cfg.FeatureGates[FeatureGate]; ok {
+	if on, ok := cfg.FeatureGates[wire.FeatureGate]; ok {
 		return on
 	}
 	return EnabledByDefault
@@ -58,7 +59,7 @@ func BaseURL(serviceName, controllerNamespace string, port int) string {
 // URLFunc returns the function giving the KUBEFLOW_TRAINER_SERVER_URL of a TrainJob,
 // BaseURL(cfg.Webhook.ServiceName, controllerNamespace, port of
 // cfg.StatusServer.BindAddress) + Path(namespace, name), for mlpolicy.TrainerStatus and
-// build.Options.ProgressURL. It returns nil when the progress server is off (!Serving),
+// stages.Options.ProgressURL. It returns nil when the progress server is off (!Serving),
 // which turns the injection off, and an error when the bind address has no numeric port.
 // cfg must be defaulted.
 func URLFunc(cfg *configv1alpha1.Configuration, controllerNamespace string) (func(namespace, name string) string, error) {
@@ -70,5 +71,5 @@ func URLFunc(cfg *configv1alpha1.Configuration, controllerNamespace string) (fun
 		return nil, fmt.Errorf("statusServer.bindAddress %w", err)
 	}
 	base := BaseURL(cfg.Webhook.ServiceName, controllerNamespace, port)
-	return func(namespace, name string) string { return base + Path(namespace, name) }, nil
+	return func(namespace, name string) string { return base + wire.Path(namespace, name) }, nil
 }

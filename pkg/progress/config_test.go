@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // defaulted returns the default configuration, changed by edit.
@@ -31,7 +32,7 @@ func TestEnabledAndServing(t *testing.T) {
 	}{
 		"defaults: on": {enabled: true, serving: true},
 		"gate set on": {
-			edit:    func(c *configv1alpha1.Configuration) { c.FeatureGates = map[string]bool{FeatureGate: true} },
+			edit:    func(c *configv1alpha1.Configuration) { c.FeatureGates = map[string]bool{wire.FeatureGate: true} },
 			enabled: true, serving: true,
 		},
 		"other gates only: default": {
@@ -39,7 +40,7 @@ func TestEnabledAndServing(t *testing.T) {
 			enabled: true, serving: true,
 		},
 		"gate off": {
-			edit: func(c *configv1alpha1.Configuration) { c.FeatureGates = map[string]bool{FeatureGate: false} },
+			edit: func(c *configv1alpha1.Configuration) { c.FeatureGates = map[string]bool{wire.FeatureGate: false} },
 		},
 		"gate on, server off": {
 			edit:    func(c *configv1alpha1.Configuration) { c.StatusServer.BindAddress = "0" },

@@ -21,7 +21,7 @@
 //     requests with the same token share one review.
 //   - Coalescer: the latest report of each TrainJob, in memory, until it is written; a
 //     newer report replaces a pending one.
-//   - Stage: the write, a stages.Stage named "progress" run in its own single-stage
+//   - Stage: the write, an engine.Stage named "progress" run in its own single-stage
 //     pipeline. It applies status.trainerStatus at most once per TrainJob per
 //     WriteLimits.Period, under global and per-namespace rate limits.
 //

@@ -15,6 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // FuzzProgressReport posts arbitrary bodies, with a Content-Length or chunked, to the
@@ -60,7 +61,7 @@ func FuzzProgressReport(f *testing.F) {
 		`{"trainerStatus":{"progressPercentage":1,"progressPercentage":200,"lastUpdatedTime":"2026-03-04T10:00:00Z"}}`,
 		`{"TRAINERSTATUS":{"ProgressPercentage":7,"LastUpdatedTime":"2026-03-04T10:00:00Z"}}`,
 		`{"extra":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
-		`{"trainerStatus":{"lastUpdatedTime":"2026-03-04T10:00:00Z"},"pad":"` + strings.Repeat("x", progress.MaxBodyBytes) + `"}`,
+		`{"trainerStatus":{"lastUpdatedTime":"2026-03-04T10:00:00Z"},"pad":"` + strings.Repeat("x", wire.MaxBodyBytes) + `"}`,
 	} {
 		f.Add([]byte(body), false)
 		f.Add([]byte(body), true)
@@ -77,7 +78,7 @@ func FuzzProgressReport(f *testing.F) {
 		if chunked {
 			reader = io.MultiReader(reader) // not a *bytes.Reader: no Content-Length
 		}
-		req := httptest.NewRequest(http.MethodPost, progress.Path(k.Namespace, k.Name), reader)
+		req := httptest.NewRequest(http.MethodPost, wire.Path(k.Namespace, k.Name), reader)
 		req.Header.Set("Authorization", "Bearer valid-token")
 		if chunked {
 			req.ContentLength = -1
@@ -115,11 +116,11 @@ func FuzzProgressReport(f *testing.F) {
 
 // expectedAnswer is the status code the handler must answer a report of body with (the
 // TrainJob exists and the token is allowed), and the request it decodes to when 200.
-func expectedAnswer(body []byte) (int, *progress.UpdateTrainJobStatusRequest) {
-	if len(body) > progress.MaxBodyBytes {
+func expectedAnswer(body []byte) (int, *wire.UpdateTrainJobStatusRequest) {
+	if len(body) > wire.MaxBodyBytes {
 		return http.StatusRequestEntityTooLarge, nil
 	}
-	req := new(progress.UpdateTrainJobStatusRequest)
+	req := new(wire.UpdateTrainJobStatusRequest)
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(req); err != nil {
 		return http.StatusUnprocessableEntity, nil
 	}

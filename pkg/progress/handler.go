@@ -23,6 +23,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // Observer is told what the progress server does, e.g. to record metrics;
@@ -135,10 +136,10 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	}
 	h := &handler{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.Handle(http.MethodPost+" "+Path("{namespace}", "{name}"), h)
+	mux.Handle(http.MethodPost+" "+wire.Path("{namespace}", "{name}"), h)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound,
-			fmt.Sprintf("no endpoint for %s %s: trainers POST their progress to %s", r.Method, r.URL.Path, Path("<namespace>", "<name>")), nil)
+			fmt.Sprintf("no endpoint for %s %s: trainers POST their progress to %s", r.Method, r.URL.Path, wire.Path("<namespace>", "<name>")), nil)
 	})
 	return recoverPanics(mux)
 }
@@ -184,7 +185,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		}
 	}
 	key := cache.ObjectName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
-	if r.ContentLength > MaxBodyBytes {
+	if r.ContentLength > wire.MaxBodyBytes {
 		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, tooLarge(r.ContentLength), nil)
 		return metrics.ReasonTooLarge
 	}
@@ -229,7 +230,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bodyBuffers.Put(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes)); err != nil {
 		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
 			writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, tooLarge(-1), nil)
 			return metrics.ReasonTooLarge
@@ -237,7 +238,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "reading the request body: "+err.Error(), nil)
 		return metrics.ReasonInvalid
 	}
-	req := new(UpdateTrainJobStatusRequest)
+	req := new(wire.UpdateTrainJobStatusRequest)
 	if err := json.NewDecoder(bytes.NewReader(buf.Bytes())).Decode(req); err != nil {
 		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			`the body is not a JSON {"trainerStatus": {...}}: `+err.Error(), nil)
@@ -266,7 +267,7 @@ func tooLarge(n int64) string {
 	if n >= 0 {
 		size = fmt.Sprintf("the request body of %d bytes is", n)
 	}
-	return fmt.Sprintf("%s larger than the %d bytes allowed: send fewer or shorter metrics", size, MaxBodyBytes)
+	return fmt.Sprintf("%s larger than the %d bytes allowed: send fewer or shorter metrics", size, wire.MaxBodyBytes)
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header value (the

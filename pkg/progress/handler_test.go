@@ -19,6 +19,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 const fullReport = `{"trainerStatus":{"progressPercentage":42,"estimatedRemainingSeconds":600,` +
@@ -26,7 +27,7 @@ const fullReport = `{"trainerStatus":{"progressPercentage":42,"estimatedRemainin
 
 func TestHandler(t *testing.T) {
 	allow := progress.Decision{Verdict: progress.Allowed, TrainJobUID: allowedUID}
-	endpoint := progress.Path("team-a", "llm")
+	endpoint := wire.Path("team-a", "llm")
 	for name, tc := range map[string]struct {
 		method        string // default POST
 		path          string // default endpoint
@@ -71,7 +72,7 @@ func TestHandler(t *testing.T) {
 		},
 
 		"Content-Length over 64 KiB: 413 before the token is looked at": {
-			body: fullReport, contentLength: progress.MaxBodyBytes + 1,
+			body: fullReport, contentLength: wire.MaxBodyBytes + 1,
 			wantCode: http.StatusRequestEntityTooLarge, wantReason: metav1.StatusReasonRequestEntityTooLarge,
 			wantMessage: "the request body of 65537 bytes is larger than the 65536 bytes allowed", wantObserved: metrics.ReasonTooLarge,
 		},
@@ -81,7 +82,7 @@ func TestHandler(t *testing.T) {
 			wantMessage: "larger than the 65536 bytes allowed", wantAuthorized: 1, wantObserved: metrics.ReasonTooLarge, wantReview: "allowed cached=false",
 		},
 		"body of exactly 64 KiB is read": {
-			body:     `{"trainerStatus":null}` + strings.Repeat(" ", progress.MaxBodyBytes-len(`{"trainerStatus":null}`)),
+			body:     `{"trainerStatus":null}` + strings.Repeat(" ", wire.MaxBodyBytes-len(`{"trainerStatus":null}`)),
 			wantCode: http.StatusOK, wantBody: "{}\n", wantAuthorized: 1, wantReview: "allowed cached=false",
 		},
 
@@ -134,7 +135,7 @@ func TestHandler(t *testing.T) {
 			wantReview: "allowed cached=false",
 		},
 		"name that is not a DNS label: 404 without a review": {
-			path: progress.Path("team-a", "LLM"), body: fullReport, wantCode: http.StatusNotFound, wantReason: metav1.StatusReasonNotFound,
+			path: wire.Path("team-a", "LLM"), body: fullReport, wantCode: http.StatusNotFound, wantReason: metav1.StatusReasonNotFound,
 			wantMessage: "TrainJob team-a/LLM not found", wantObserved: metrics.ReasonNotFound,
 		},
 
@@ -307,7 +308,7 @@ func TestHandlerRecordsTheDecodedReport(t *testing.T) {
 		Clock:      testingclock.NewFakePassiveClock(t0),
 	})
 	for range 3 {
-		req := httptest.NewRequest(http.MethodPost, progress.Path("team-a", "llm"), strings.NewReader(fullReport))
+		req := httptest.NewRequest(http.MethodPost, wire.Path("team-a", "llm"), strings.NewReader(fullReport))
 		req.Header.Set("Authorization", "Bearer t")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -342,7 +343,7 @@ func TestHandlerCreditsTheAuthorizedTrainJob(t *testing.T) {
 	h := progress.NewHandler(progress.HandlerConfig{Authorizer: authz, Coalescer: coalescer, Observer: obs, Clock: testingclock.NewFakePassiveClock(t0)})
 	post := func() {
 		t.Helper()
-		req := httptest.NewRequest(http.MethodPost, progress.Path("team-a", "llm"), strings.NewReader(fullReport))
+		req := httptest.NewRequest(http.MethodPost, wire.Path("team-a", "llm"), strings.NewReader(fullReport))
 		req.Header.Set("Authorization", "Bearer t")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

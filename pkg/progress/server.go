@@ -11,6 +11,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // Defaults of ServerOptions and HandlerConfig.MaxInFlight (statusServer.maxConnections,
@@ -121,8 +122,8 @@ func NewServer(handler http.Handler, opts ServerOptions) (*Server, error) {
 			HTTP2: &http.HTTP2Config{
 				MaxConcurrentStreams:          16,
 				MaxReadFrameSize:              16 << 10,
-				MaxReceiveBufferPerStream:     MaxBodyBytes,
-				MaxReceiveBufferPerConnection: 16 * MaxBodyBytes,
+				MaxReceiveBufferPerStream:     wire.MaxBodyBytes,
+				MaxReceiveBufferPerConnection: 16 * wire.MaxBodyBytes,
 			},
 		},
 	}, nil

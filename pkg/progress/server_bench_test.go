@@ -19,6 +19,7 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // slowAuthorizer allows every token once release is closed, as a TokenReview that the
@@ -85,7 +86,7 @@ func newServerBench(b *testing.B, auth progress.Authorizer, bounded bool) *serve
 	return &serverBench{
 		b: b, srv: srv, addr: ln.Addr().String(), obs: obs,
 		request: fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: trainyard\r\nAuthorization: Bearer t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-			progress.Path(ns, "llm"), len(body), body),
+			wire.Path(ns, "llm"), len(body), body),
 	}
 }
 

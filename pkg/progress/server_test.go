@@ -16,6 +16,7 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // testHandler is NewHandler over TrainJob ns/llm with auth and obs.
@@ -34,7 +35,7 @@ func TestHandlerMaxInFlight(t *testing.T) {
 	auth := &slowAuthorizer{release: make(chan struct{})}
 	obs := &observer{}
 	h := testHandler(t, auth, obs, 2)
-	path := progress.Path(ns, "llm")
+	path := wire.Path(ns, "llm")
 	done := make(chan int, 2)
 	for range 2 {
 		go func() { done <- post(t, h, path, "t", fullReport) }()
@@ -106,7 +107,7 @@ func TestServerKeepAlive(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	request := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: trainyard\r\nAuthorization: Bearer t\r\nContent-Length: %d\r\n\r\n%s",
-		progress.Path(ns, "llm"), len(fullReport), fullReport)
+		wire.Path(ns, "llm"), len(fullReport), fullReport)
 	var closed []bool
 	for range 4 {
 		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})

@@ -20,8 +20,9 @@ import (
 	trainerac "github.com/trainyard/trainyard/pkg/clientset/applyconfiguration/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -100,7 +101,7 @@ type StageConfig struct {
 }
 
 // Stage writes the reports the Coalescer holds to status.trainerStatus; see the package
-// doc for when. It implements stages.Stage under Name, to run in its own single-stage
+// doc for when. It implements engine.Stage under Name, to run in its own single-stage
 // pipeline on every replica (the engine gives it a queue, workers and the stage
 // metrics), fed by the Coalescer's enqueue hook. Its Sync never blocks on the rate
 // limits: a write that would have to wait reserves its tokens and is requeued for when
@@ -114,7 +115,7 @@ type Stage struct {
 	clock     clock.PassiveClock
 }
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // NewStage returns the Stage of cfg, or an error naming a missing required field or a
 // negative limit.
@@ -147,7 +148,7 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 	}, nil
 }
 
-// Name implements stages.Stage.
+// Name implements engine.Stage.
 func (s *Stage) Name() string { return Name }
 
 // Sync writes the pending report of the TrainJob at key, if it is due. Results:
@@ -163,7 +164,7 @@ func (s *Stage) Name() string { return Name }
 // guess to poll at; meanwhile the Coalescer enqueues nothing for new reports of the
 // key (entry.due). So a TrainJob costs a few syncs per write however often its pods
 // report and however long the limits make it wait.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	c := s.coalescer
 	now := s.clock.Now()
 	tj, err := s.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
@@ -176,10 +177,10 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		if e != nil && e.pending != nil {
 			c.observer.ObserveProgressDropped(metrics.ReasonGone)
 		}
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if err != nil {
-		return stages.Result{}, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
+		return engine.Result{}, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
 	}
 
 	c.mu.Lock()
@@ -187,19 +188,19 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if e == nil {
 		c.mu.Unlock()
 		s.limits.release(key, now)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	// This is the deferred sync, or one that makes it moot; set again if this one defers.
 	e.due = time.Time{}
-	deferWrite := func(wait time.Duration) (stages.Result, error) {
+	deferWrite := func(wait time.Duration) (engine.Result, error) {
 		e.due = now.Add(wait)
 		c.mu.Unlock()
-		return stages.RequeueAfter(wait), nil
+		return engine.RequeueAfter(wait), nil
 	}
 	if e.pending == nil {
 		c.mu.Unlock()
 		s.limits.release(key, now)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if e.uid != tj.UID {
 		// The report is an earlier TrainJob's of this name.
@@ -207,7 +208,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		c.mu.Unlock()
 		s.limits.release(key, now)
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	report := e.pending
 	stored := tj.Status.TrainerStatus
@@ -220,7 +221,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 			reason = metrics.ReasonUnchanged
 		}
 		c.observer.ObserveProgressDropped(reason)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) {
 		if wait := e.lastWrite.Add(s.period).Sub(now); wait > 0 {
@@ -245,15 +246,15 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		}
 		c.mu.Unlock()
 		klog.FromContext(ctx).V(4).Info("Wrote trainerStatus", "lastUpdatedTime", report.LastUpdatedTime)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	case apierrors.IsNotFound(err):
 		c.mu.Unlock()
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		c.mu.Unlock()
 		utilruntime.HandleErrorWithContext(ctx, err, "The API server refused a trainerStatus report; dropping it")
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if current && e.pending == nil {
 		e.pending = report // not replaced meanwhile: retry it
@@ -261,9 +262,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	c.mu.Unlock()
 	if apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(4).Info("TrainJob changed since the cached copy; retrying the trainerStatus write", "err", err)
-		return stages.Retry(), nil
+		return engine.Retry(), nil
 	}
-	return stages.Result{}, fmt.Errorf("applying status.trainerStatus of TrainJob %s: %w", key, err)
+	return engine.Result{}, fmt.Errorf("applying status.trainerStatus of TrainJob %s: %w", key, err)
 }
 
 // apply writes ts as tj's status.trainerStatus: server-side apply on the status
@@ -271,7 +272,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 // the cached resourceVersion as a precondition (see the package doc).
 func (s *Stage) apply(ctx context.Context, tj *trainer.TrainJob, ts *trainer.TrainerStatus) error {
 	_, err := s.client.TrainerV1alpha1().TrainJobs(tj.Namespace).ApplyStatus(ctx, applyConfiguration(tj, ts),
-		metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		metav1.ApplyOptions{FieldManager: wire.FieldManager, Force: true})
 	return err
 }
 

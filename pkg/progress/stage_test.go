@@ -24,9 +24,10 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -118,12 +119,12 @@ func (f *stageFixture) record(k cache.ObjectName, ts *trainer.TrainerStatus) {
 	f.coalescer.Record(k, types.UID(k.Name+"-uid"), ts)
 }
 
-func (f *stageFixture) sync(k cache.ObjectName) (stages.Result, error) {
+func (f *stageFixture) sync(k cache.ObjectName) (engine.Result, error) {
 	return f.stage.Sync(context.Background(), k)
 }
 
 // mustSync syncs k and fails unless the result is want with no error.
-func (f *stageFixture) mustSync(k cache.ObjectName, want stages.Result) {
+func (f *stageFixture) mustSync(k cache.ObjectName, want engine.Result) {
 	f.t.Helper()
 	got, err := f.sync(k)
 	if err != nil || got != want {
@@ -183,8 +184,8 @@ func TestStageCoalesces(t *testing.T) {
 	if diff := cmp.Diff([]string{"team-a/llm"}, keyStrings(f.enq.get())); diff != "" {
 		t.Errorf("enqueued (-want +got):\n%s", diff)
 	}
-	f.mustSync(llm, stages.WaitForEvent())
-	f.mustSync(llm, stages.WaitForEvent()) // nothing left
+	f.mustSync(llm, engine.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent()) // nothing left
 	if diff := cmp.Diff([]string{"team-a/llm=99"}, f.written()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
@@ -215,7 +216,7 @@ func TestStageWritesOnlyNewerReports(t *testing.T) {
 			llm := key("team-a", "llm")
 			f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", tc.stored))
 			f.record(llm, tc.report)
-			f.mustSync(llm, stages.WaitForEvent())
+			f.mustSync(llm, engine.WaitForEvent())
 			if got := len(f.written()) == 1; got != tc.wantWritten {
 				t.Errorf("written %v, want a write: %t", f.written(), tc.wantWritten)
 			}
@@ -239,20 +240,20 @@ func TestStagePeriod(t *testing.T) {
 	llm := key("team-a", "llm")
 	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
 	f.record(llm, status(10, t0))
-	f.mustSync(llm, stages.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent())
 
 	f.advance(3 * time.Second)
 	f.record(llm, status(20, t0.Add(3*time.Second)))
-	f.mustSync(llm, stages.RequeueAfter(7*time.Second))
+	f.mustSync(llm, engine.RequeueAfter(7*time.Second))
 	f.advance(2 * time.Second)
 	f.record(llm, status(30, t0.Add(5*time.Second))) // replaces 20
-	f.mustSync(llm, stages.RequeueAfter(5*time.Second))
+	f.mustSync(llm, engine.RequeueAfter(5*time.Second))
 	if diff := cmp.Diff([]string{"team-a/llm=10"}, f.written()); diff != "" {
 		t.Fatalf("writes within the period (-want +got):\n%s", diff)
 	}
 
 	f.advance(5 * time.Second)
-	f.mustSync(llm, stages.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent())
 	if diff := cmp.Diff([]string{"team-a/llm=10", "team-a/llm=30"}, f.written()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
@@ -268,18 +269,18 @@ func TestStagePeriod(t *testing.T) {
 func TestStageFinishedTrainJobIsWrittenAtOnce(t *testing.T) {
 	for name, tc := range map[string]struct {
 		condition metav1.Condition
-		want      stages.Result
+		want      engine.Result
 	}{
-		"Complete": {condition: utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", ""), want: stages.WaitForEvent()},
-		"Failed":   {condition: utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs", ""), want: stages.WaitForEvent()},
+		"Complete": {condition: utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", ""), want: engine.WaitForEvent()},
+		"Failed":   {condition: utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs", ""), want: engine.WaitForEvent()},
 		"Suspended, not finished": {condition: utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, "Suspended", ""),
-			want: stages.RequeueAfter(9 * time.Second)},
+			want: engine.RequeueAfter(9 * time.Second)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			llm := key("team-a", "llm")
 			f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
 			f.record(llm, status(90, t0))
-			f.mustSync(llm, stages.WaitForEvent())
+			f.mustSync(llm, engine.WaitForEvent())
 			f.advance(time.Second)
 			f.record(llm, status(100, t0.Add(time.Second)))
 			tj := trainJob("team-a", "llm", status(90, t0))
@@ -288,7 +289,7 @@ func TestStageFinishedTrainJobIsWrittenAtOnce(t *testing.T) {
 			f.coalescer.Flush(llm)
 			f.mustSync(llm, tc.want)
 			wantWrites := 2
-			if tc.want.Code == stages.CodeRequeueAfter {
+			if tc.want.Code == engine.CodeRequeueAfter {
 				wantWrites = 1
 			}
 			if got := f.written(); len(got) != wantWrites {
@@ -308,7 +309,7 @@ func TestStageDropsReportsOfGoneTrainJobs(t *testing.T) {
 		if err := f.trainJobs.Delete(trainJob("team-a", "llm", nil)); err != nil {
 			t.Fatal(err)
 		}
-		f.mustSync(llm, stages.WaitForEvent())
+		f.mustSync(llm, engine.WaitForEvent())
 		if len(f.written()) != 0 || f.coalescer.Len() != 0 {
 			t.Errorf("writes %v, %d TrainJobs kept; want none", f.written(), f.coalescer.Len())
 		}
@@ -322,7 +323,7 @@ func TestStageDropsReportsOfGoneTrainJobs(t *testing.T) {
 		tj := trainJob("team-a", "llm", nil)
 		tj.UID = "llm-uid-2"
 		f.setTrainJob(tj)
-		f.mustSync(llm, stages.WaitForEvent())
+		f.mustSync(llm, engine.WaitForEvent())
 		if len(f.written()) != 0 || f.coalescer.Len() != 0 {
 			t.Errorf("writes %v, %d TrainJobs kept; want none", f.written(), f.coalescer.Len())
 		}
@@ -331,7 +332,7 @@ func TestStageDropsReportsOfGoneTrainJobs(t *testing.T) {
 		f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
 		f.record(llm, status(10, t0))
 		f.coalescer.Forget(llm)
-		f.mustSync(llm, stages.WaitForEvent())
+		f.mustSync(llm, engine.WaitForEvent())
 		if len(f.written()) != 0 || f.coalescer.Len() != 0 {
 			t.Errorf("writes %v, %d TrainJobs kept; want none", f.written(), f.coalescer.Len())
 		}
@@ -344,10 +345,10 @@ func TestStageNeverRegresses(t *testing.T) {
 	llm := key("team-a", "llm")
 	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", status(0, t0.Add(-time.Minute))))
 	f.record(llm, status(50, t0))
-	f.mustSync(llm, stages.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent())
 	f.advance(time.Minute)
 	f.record(llm, status(40, t0.Add(-time.Second))) // reordered on the way
-	f.mustSync(llm, stages.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent())
 	if diff := cmp.Diff([]string{"team-a/llm=50"}, f.written()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
@@ -367,10 +368,10 @@ func TestStageRateLimits(t *testing.T) {
 		for _, k := range []cache.ObjectName{a1, a2, a3, b1} {
 			f.record(k, status(1, t0))
 		}
-		f.mustSync(a1, stages.WaitForEvent())
-		f.mustSync(a2, stages.WaitForEvent())
-		f.mustSync(a3, stages.RequeueAfter(time.Second)) // ns-a's burst is spent
-		f.mustSync(b1, stages.WaitForEvent())            // ns-b is not held back
+		f.mustSync(a1, engine.WaitForEvent())
+		f.mustSync(a2, engine.WaitForEvent())
+		f.mustSync(a3, engine.RequeueAfter(time.Second)) // ns-a's burst is spent
+		f.mustSync(b1, engine.WaitForEvent())            // ns-b is not held back
 		if diff := cmp.Diff([]string{"ns-a/a1=1", "ns-a/a2=1", "ns-b/b1=1"}, f.written()); diff != "" {
 			t.Errorf("writes (-want +got):\n%s", diff)
 		}
@@ -378,7 +379,7 @@ func TestStageRateLimits(t *testing.T) {
 			t.Error("a3's report was dropped, want it pending")
 		}
 		f.advance(time.Second)
-		f.mustSync(a3, stages.WaitForEvent())
+		f.mustSync(a3, engine.WaitForEvent())
 		if got := f.written(); len(got) != 4 || got[3] != "ns-a/a3=1" {
 			t.Errorf("writes %v, want a3's last", got)
 		}
@@ -389,13 +390,13 @@ func TestStageRateLimits(t *testing.T) {
 		for _, k := range []cache.ObjectName{a1, a2, b1} {
 			f.record(k, status(1, t0))
 		}
-		f.mustSync(a1, stages.WaitForEvent())
-		f.mustSync(b1, stages.RequeueAfter(500*time.Millisecond)) // the next token is b1's
-		f.mustSync(a2, stages.RequeueAfter(time.Second))          // and the one after, a2's
-		f.mustSync(b1, stages.RequeueAfter(500*time.Millisecond)) // asking again keeps b1's turn
+		f.mustSync(a1, engine.WaitForEvent())
+		f.mustSync(b1, engine.RequeueAfter(500*time.Millisecond)) // the next token is b1's
+		f.mustSync(a2, engine.RequeueAfter(time.Second))          // and the one after, a2's
+		f.mustSync(b1, engine.RequeueAfter(500*time.Millisecond)) // asking again keeps b1's turn
 		f.advance(500 * time.Millisecond)
-		f.mustSync(b1, stages.WaitForEvent())
-		f.mustSync(a2, stages.RequeueAfter(500*time.Millisecond))
+		f.mustSync(b1, engine.WaitForEvent())
+		f.mustSync(a2, engine.RequeueAfter(500*time.Millisecond))
 		if diff := cmp.Diff([]string{"ns-a/a1=1", "ns-b/b1=1"}, f.written()); diff != "" {
 			t.Errorf("writes (-want +got):\n%s", diff)
 		}
@@ -407,13 +408,13 @@ func TestStageRateLimits(t *testing.T) {
 		for _, k := range []cache.ObjectName{a1, a2, a4} {
 			f.record(k, status(1, t0))
 		}
-		f.mustSync(a1, stages.WaitForEvent())
-		f.mustSync(a2, stages.RequeueAfter(time.Second))
+		f.mustSync(a1, engine.WaitForEvent())
+		f.mustSync(a2, engine.RequeueAfter(time.Second))
 		if err := f.trainJobs.Delete(trainJob("ns-a", "a2", nil)); err != nil {
 			t.Fatal(err)
 		}
-		f.mustSync(a2, stages.WaitForEvent())            // gone: its token is released
-		f.mustSync(a4, stages.RequeueAfter(time.Second)) // a2's turn, not the one after it
+		f.mustSync(a2, engine.WaitForEvent())            // gone: its token is released
+		f.mustSync(a4, engine.RequeueAfter(time.Second)) // a2's turn, not the one after it
 	})
 	t.Run("asking again takes no other token", func(t *testing.T) {
 		f := newStageFixture(t, progress.WriteLimits{QPS: 1, Burst: 1, NamespaceQPS: 0.001, NamespaceBurst: 2},
@@ -421,12 +422,12 @@ func TestStageRateLimits(t *testing.T) {
 		for _, k := range []cache.ObjectName{a1, a2, a3} {
 			f.record(k, status(1, t0))
 		}
-		f.mustSync(a1, stages.WaitForEvent())
+		f.mustSync(a1, engine.WaitForEvent())
 		for range 5 { // held back by the global bucket; a2 holds one token of each bucket, no more
-			f.mustSync(a2, stages.RequeueAfter(time.Second))
+			f.mustSync(a2, engine.RequeueAfter(time.Second))
 		}
 		f.advance(time.Second)
-		f.mustSync(a2, stages.WaitForEvent())
+		f.mustSync(a2, engine.WaitForEvent())
 		if got := f.written(); len(got) != 2 {
 			t.Errorf("writes %v, want a1's and a2's", got)
 		}
@@ -440,7 +441,7 @@ func TestStageApplyBody(t *testing.T) {
 	llm := key("team-a", "llm")
 	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
 	f.record(llm, status(42, t0.Add(1500*time.Millisecond), trainer.Metric{Name: "loss", Value: "0.1"}, trainer.Metric{Name: "loss", Value: "0.2"}))
-	f.mustSync(llm, stages.WaitForEvent())
+	f.mustSync(llm, engine.WaitForEvent())
 	if len(f.applies) != 1 {
 		t.Fatalf("%d applies, want 1", len(f.applies))
 	}
@@ -473,26 +474,26 @@ func TestStageWriteFailures(t *testing.T) {
 	gr := trainer.Resource("trainjobs")
 	for name, tc := range map[string]struct {
 		err         error
-		wantResult  stages.Result
+		wantResult  engine.Result
 		wantErr     bool
 		wantPending bool
 		wantDropped []string
 	}{
 		"server error: retried with backoff": {
-			err: apierrors.NewInternalError(errors.New("etcd")), wantResult: stages.Result{}, wantErr: true, wantPending: true,
+			err: apierrors.NewInternalError(errors.New("etcd")), wantResult: engine.Result{}, wantErr: true, wantPending: true,
 		},
 		"timeout: retried with backoff": {
 			err: context.DeadlineExceeded, wantErr: true, wantPending: true,
 		},
 		"conflict (stale cache): retried without an error": {
-			err: apierrors.NewConflict(gr, "llm", errors.New("the object has been modified")), wantResult: stages.Retry(), wantPending: true,
+			err: apierrors.NewConflict(gr, "llm", errors.New("the object has been modified")), wantResult: engine.Retry(), wantPending: true,
 		},
 		"TrainJob gone: dropped": {
-			err: apierrors.NewNotFound(gr, "llm"), wantResult: stages.WaitForEvent(), wantDropped: []string{metrics.ReasonGone},
+			err: apierrors.NewNotFound(gr, "llm"), wantResult: engine.WaitForEvent(), wantDropped: []string{metrics.ReasonGone},
 		},
 		"refused as invalid: dropped": {
 			err:        apierrors.NewInvalid(trainer.Kind("TrainJob"), "llm", field.ErrorList{field.Invalid(field.NewPath("status"), "x", "no")}),
-			wantResult: stages.WaitForEvent(),
+			wantResult: engine.WaitForEvent(),
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -518,7 +519,7 @@ func TestStageWriteFailures(t *testing.T) {
 			}
 			// The retry writes it, at once: a failed write starts no period.
 			f.applyErr = nil
-			f.mustSync(llm, stages.WaitForEvent())
+			f.mustSync(llm, engine.WaitForEvent())
 			if len(f.written()) != 2 {
 				t.Errorf("writes %v, want the failed one and the retry", f.written())
 			}
@@ -625,7 +626,7 @@ func TestStageInAPipeline(t *testing.T) {
 		return true, tj, nil
 	})
 	m := metrics.New(nil)
-	var pipeline *stages.Pipeline
+	var pipeline *engine.Pipeline
 	coalescer := progress.NewCoalescer(func(k cache.ObjectName) { pipeline.Enqueue(progress.Name, k) }, m)
 	stage, err := progress.NewStage(progress.StageConfig{
 		Client: client, TrainJobs: trainerlisters.NewTrainJobLister(indexer), Coalescer: coalescer,
@@ -634,7 +635,7 @@ func TestStageInAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipeline, err = stages.New([]stages.Stage{stage}, stages.WithMetrics(m), stages.WithMaxInFlight(0))
+	pipeline, err = engine.New([]engine.Stage{stage}, engine.WithMetrics(m), engine.WithMaxInFlight(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +655,7 @@ func TestStageInAPipeline(t *testing.T) {
 		t.Helper()
 		body := `{"trainerStatus":{"progressPercentage":` + string(mustJSON(t, percent)) +
 			`,"lastUpdatedTime":"` + time.Now().Add(time.Duration(percent)*time.Second).UTC().Format(time.RFC3339) + `"}}`
-		if code := post(t, h, progress.Path("team-a", "llm"), "t", body); code != 200 {
+		if code := post(t, h, wire.Path("team-a", "llm"), "t", body); code != 200 {
 			t.Fatalf("code %d", code)
 		}
 	}
@@ -693,24 +694,24 @@ func TestStageInAPipeline(t *testing.T) {
 	}
 }
 
-// engine runs a Stage as the pipeline's engine does, without goroutines, on the
+// fakeEngine runs a Stage as the pipeline's engine does, without goroutines, on the
 // fixture's fake clock, so that a test can count syncs: a key the Coalescer enqueues is
 // due at once (an add of a key already due coalesces with it), and RequeueAfter(d)
 // makes it due d later unless it is due sooner already (the delaying queue keeps the
 // earliest). Results other than WaitForEvent and RequeueAfter fail the test.
-type engine struct {
+type fakeEngine struct {
 	f        *stageFixture
 	enqueued int // keys of f.enq made due so far
 	due      map[cache.ObjectName]time.Time
 	syncs    int
 }
 
-func newEngine(f *stageFixture) *engine {
-	return &engine{f: f, due: map[cache.ObjectName]time.Time{}}
+func newEngine(f *stageFixture) *fakeEngine {
+	return &fakeEngine{f: f, due: map[cache.ObjectName]time.Time{}}
 }
 
 // schedule makes k due at at, unless it is due sooner.
-func (e *engine) schedule(k cache.ObjectName, at time.Time) {
+func (e *fakeEngine) schedule(k cache.ObjectName, at time.Time) {
 	if cur, ok := e.due[k]; !ok || at.Before(cur) {
 		e.due[k] = at
 	}
@@ -718,7 +719,7 @@ func (e *engine) schedule(k cache.ObjectName, at time.Time) {
 
 // runUntil syncs the keys due up to end in time order (ties by key), moving the clock
 // to each, then moves it to end.
-func (e *engine) runUntil(end time.Time) {
+func (e *fakeEngine) runUntil(end time.Time) {
 	e.f.t.Helper()
 	for {
 		keys := e.f.enq.get()
@@ -743,9 +744,9 @@ func (e *engine) runUntil(end time.Time) {
 		res, err := e.f.sync(next)
 		e.syncs++
 		switch {
-		case err != nil || res.Code != stages.CodeWaitForEvent && res.Code != stages.CodeRequeueAfter:
+		case err != nil || res.Code != engine.CodeWaitForEvent && res.Code != engine.CodeRequeueAfter:
 			e.f.t.Fatalf("Sync(%s) = %+v, %v; want WaitForEvent or RequeueAfter", next, res, err)
-		case res.Code == stages.CodeRequeueAfter:
+		case res.Code == engine.CodeRequeueAfter:
 			e.schedule(next, e.f.clock.Now().Add(res.After))
 		}
 	}

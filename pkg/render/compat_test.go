@@ -19,19 +19,22 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
-// facts are what trainer-compat.md specifies for one upstream runtime × TrainJob, checked
+// facts are what docs/compatibility.md specifies for one upstream runtime × TrainJob, checked
 // on the rendered objects. Values are written out from the spec, not computed.
 type facts struct {
-	// replicatedJobs are the names in order (§2.3: the runtime's order); containers per
-	// replicatedJob; dependsOn per replicatedJob as "name=status".
+	// replicatedJobs are the names in order (docs/compatibility.md#the-build-model: the
+	// runtime's order); containers per replicatedJob; dependsOn per replicatedJob as
+	// "name=status".
 	replicatedJobs []string
 	containers     map[string][]string
 	dependsOn      map[string][]string
-	// counts: parallelism == completions per replicatedJob (§2.4); replicas per
-	// replicatedJob (§2.5 steps 3–4: 1 for ancestor steps).
+	// counts: parallelism == completions per replicatedJob
+	// (docs/compatibility.md#plugin-order); replicas per replicatedJob
+	// (docs/compatibility.md#building-the-jobset steps 3–4: 1 for ancestor steps).
 	counts   map[string]int32
 	replicas map[string]int32
-	// labels and annotations of the JobSet (§2.3 step 1); suspend (§2.5 step 6).
+	// labels and annotations of the JobSet (docs/compatibility.md#the-build-model step
+	// 1); suspend (docs/compatibility.md#building-the-jobset step 6).
 	labels, annotations map[string]string
 	suspend             bool
 	// env per "<replicatedJob>/<container>": name → literal value, or "fieldRef:<path>".
@@ -82,7 +85,8 @@ type objectFacts struct {
 
 const rankPath = "fieldRef:metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
-// torchEnv is the Torch env set (§3.1 step 3) for TrainJob name on nnodes nodes.
+// torchEnv is the Torch env set (docs/compatibility.md#torch step 3) for TrainJob name
+// on nnodes nodes.
 func torchEnv(name, nnodes, nproc string) map[string]string {
 	return map[string]string{
 		"PET_NNODES": nnodes, "PET_NPROC_PER_NODE": nproc, "PET_NODE_RANK": rankPath,
@@ -91,8 +95,9 @@ func torchEnv(name, nnodes, nproc string) map[string]string {
 }
 
 // torchtuneFacts are the facts of the shipped torchtune runtimes with `tune run` on one
-// node (§3.1.1, §9): initializers then the trainer, GPUs 2 → nproc auto and a
-// rendezvous endpoint, no PET_MASTER_*.
+// node (docs/compatibility.md#torchtune, docs/compatibility.md#shipped-runtimes):
+// initializers then the trainer, GPUs 2 → nproc auto and a rendezvous endpoint, no
+// PET_MASTER_*.
 func torchtuneFacts(modelURI, config string, tokenizerArgs ...string) facts {
 	command := append([]string{"tune", "run", "--rdzv_endpoint=minimal-node-0-0.minimal:29500", "full_finetune_distributed",
 		"--config", config, "output_dir=/workspace/output"}, tokenizerArgs...)
@@ -121,25 +126,29 @@ func torchtuneFacts(modelURI, config string, tokenizerArgs ...string) facts {
 const secretSuffix = "-wyjwpgqict"
 
 // mpiFacts are the facts of the shipped MPI runtimes (deepspeed-distributed,
-// mlx-distributed: §9, OpenMPI, numProcPerNode 1, sshAuthMountPath /home/mpiuser/.ssh,
-// runLauncherAsNode) with the minimal TrainJob (numNodes 2, no GPUs), per §3.4.
+// mlx-distributed: docs/compatibility.md#shipped-runtimes, OpenMPI, numProcPerNode 1,
+// sshAuthMountPath /home/mpiuser/.ssh, runLauncherAsNode) with the minimal TrainJob
+// (numNodes 2, no GPUs), per docs/compatibility.md#mpi.
 func mpiFacts(image string) facts {
 	const sshMount = "/home/mpiuser/.ssh"
 	sshVolume := "secret minimal-mpi-ssh-auth" + secretSuffix + " mode=0400 items=ssh-privatekey>id_rsa:0640,ssh-publickey>id_rsa.pub:0644,ssh-publickey>authorized_keys:0644"
 	ompi := []string{"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_orte_keep_fqdn_hostnames", "OMPI_MCA_orte_set_default_slots", "OMPI_MCA_plm_rsh_args"}
 	return facts{
-		// §9: the runtime's order, the launcher waiting for the nodes.
+		// docs/compatibility.md#shipped-runtimes: the runtime's order, the launcher
+		// waiting for the nodes.
 		replicatedJobs: []string{"node", "launcher"},
 		containers:     map[string][]string{"node": {"node"}, "launcher": {"node"}},
 		dependsOn:      map[string][]string{"launcher": {"node=Ready"}},
-		// §3.4: runLauncherAsNode → node max(numNodes-1, 1); the launcher, ancestor
-		// trainer, mlPolicy.numNodes (§2.3 step 4).
+		// docs/compatibility.md#mpi: runLauncherAsNode → node max(numNodes-1, 1); the
+		// launcher, ancestor trainer, mlPolicy.numNodes
+		// (docs/compatibility.md#the-build-model step 4).
 		counts:   map[string]int32{"node": 1, "launcher": 1},
 		replicas: map[string]int32{"launcher": 1},
-		// §2.3 step 1: the runtime's own labels (framework) are not propagated.
+		// docs/compatibility.md#the-build-model step 1: the runtime's own labels
+		// (framework) are not propagated.
 		labels: map[string]string{},
-		// §3.4: OpenMPI env on the launcher's node container only, slots = the
-		// policy's numProcPerNode (no GPUs); no ports.
+		// docs/compatibility.md#mpi: OpenMPI env on the launcher's node container only,
+		// slots = the policy's numProcPerNode (no GPUs); no ports.
 		env: map[string]map[string]string{"launcher/node": {
 			"OMPI_MCA_orte_default_hostfile":    "/etc/mpi/hostfile",
 			"OMPI_MCA_orte_keep_fqdn_hostnames": "true",
@@ -149,7 +158,8 @@ func mpiFacts(image string) facts {
 		noEnv: map[string][]string{"node/node": ompi},
 		ports: map[string][]int32{"node/node": nil, "launcher/node": nil},
 		image: map[string]string{"node/node": image, "launcher/node": image},
-		// §9: the node pods run sshd; the minimal TrainJob sets no command.
+		// docs/compatibility.md#shipped-runtimes: the node pods run sshd; the minimal
+		// TrainJob sets no command.
 		command: map[string][]string{"node/node": {"/usr/sbin/sshd"}, "launcher/node": nil},
 		volumes: map[string]map[string]string{
 			"node":     {"mpi-ssh-auth": sshVolume},
@@ -159,7 +169,8 @@ func mpiFacts(image string) facts {
 			"node/node":     {sshMount: "mpi-ssh-auth"},
 			"launcher/node": {sshMount: "mpi-ssh-auth", "/etc/mpi": "mpi-hostfile"},
 		},
-		// §2.7; the create-only Secret first (Result.Objects).
+		// docs/compatibility.md#objects-per-trainjob; the create-only Secret first
+		// (Result.Objects).
 		objects: []string{"v1 Secret minimal-mpi-ssh-auth" + secretSuffix, "v1 ConfigMap minimal-mpi-hostfile"},
 		content: map[string]objectFacts{
 			"Secret minimal-mpi-ssh-auth" + secretSuffix: {
@@ -167,7 +178,8 @@ func mpiFacts(image string) facts {
 				keys:     []string{"ssh-privatekey", "ssh-publickey"},
 				contains: []string{"-----BEGIN EC PRIVATE KEY-----", "ecdsa-sha2-nistp521 AAAA"},
 			},
-			// Endpoints in template order (§2.4): node pods, then the launcher.
+			// Endpoints in template order (docs/compatibility.md#plugin-order): node
+			// pods, then the launcher.
 			"ConfigMap minimal-mpi-hostfile": {
 				keys: []string{"hostfile"},
 				data: map[string]string{"hostfile": "minimal-node-0-0.minimal slots=1\nminimal-launcher-0-0.minimal slots=1\n"},
@@ -176,21 +188,23 @@ func mpiFacts(image string) facts {
 	}
 }
 
-// fluxFacts are the facts of the example runtime flux-distributed (§9) for TrainJob
-// name in namespace default, per §3.6: image and command string as the TrainJob gives
-// them; scriptFacts are the scripts' parameters that depend on the TrainJob (flags,
-// resource spec, hostlist).
+// fluxFacts are the facts of the example runtime flux-distributed
+// (docs/compatibility.md#shipped-runtimes) for TrainJob name in namespace default, per
+// docs/compatibility.md#flux: image and command string as the TrainJob gives them;
+// scriptFacts are the scripts' parameters that depend on the TrainJob (flags, resource
+// spec, hostlist).
 func fluxFacts(name string, nodes int32, image, command string, scriptFacts ...string) facts {
 	entrypoint := name + "-flux-entrypoint"
 	return facts{
 		replicatedJobs: []string{"node"},
 		containers:     map[string][]string{"node": {"node"}},
 		initContainers: map[string][]string{"node": {"flux-installer"}},
-		// §3.2 (PlainML acts with Flux): numNodes → the trainer's count.
+		// docs/compatibility.md#plainml (PlainML acts with Flux): numNodes → the
+		// trainer's count.
 		counts:   map[string]int32{"node": nodes},
 		replicas: map[string]int32{"node": 1},
-		// §2.3 step 1: the runtime's own labels (framework, webhook-validation) are not
-		// propagated.
+		// docs/compatibility.md#the-build-model step 1: the runtime's own labels
+		// (framework, webhook-validation) are not propagated.
 		labels: map[string]string{},
 		image: map[string]string{
 			"node/node": image,
@@ -216,11 +230,13 @@ func fluxFacts(name string, nodes int32, image, command string, scriptFacts ...s
 			},
 			"node/flux-installer": {"/mnt/flux": "flux-install", "/etc/flux-config": entrypoint + " (ro)"},
 		},
-		// §2.7; the create-only Secret first (Result.Objects).
+		// docs/compatibility.md#objects-per-trainjob; the create-only Secret first
+		// (Result.Objects).
 		objects: []string{"v1 Secret " + name + "-flux-curve" + secretSuffix, "v1 ConfigMap " + entrypoint},
 		content: map[string]objectFacts{
-			// §2.7 Opaque. Its key is random, not the UID's hash (docs/compatibility.md,
-			// "Flux CURVE certificate"); the ZeroMQ certificate names the TrainJob.
+			// docs/compatibility.md#objects-per-trainjob Opaque. Its key is random, not
+			// the UID's hash (docs/compatibility.md, "Flux CURVE certificate"); the
+			// ZeroMQ certificate names the TrainJob.
 			"Secret " + name + "-flux-curve" + secretSuffix: {
 				secretType: "Opaque", keys: []string{"curve.cert"},
 				contains: []string{"name = \"" + name + "\"", "public-key = ", "secret-key = "},
@@ -247,7 +263,8 @@ var compatTable = map[string]facts{
 		containers:     map[string][]string{"node": {"node"}},
 		counts:         map[string]int32{"node": 3},
 		replicas:       map[string]int32{"node": 1},
-		// No resources anywhere: cpu 0 → max(1, 0) processes (§3.1 step 2).
+		// No resources anywhere: cpu 0 → max(1, 0) processes
+		// (docs/compatibility.md#torch step 2).
 		env:   map[string]map[string]string{"node/node": torchEnv("multi-node-example", "3", "1")},
 		ports: map[string][]int32{"node/node": {29500}},
 		image: map[string]string{"node/node": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"},
@@ -280,7 +297,8 @@ var compatTable = map[string]facts{
 		replicas:       map[string]int32{"node": 1},
 		env:            map[string]map[string]string{"node/node": torchEnv("volcano-example", "4", "1")},
 		ports:          map[string][]int32{"node/node": {29500}},
-		// §4.2: one PodGroup named after the TrainJob, annotation on every pod.
+		// docs/compatibility.md#volcano: one PodGroup named after the TrainJob,
+		// annotation on every pod.
 		objects:        []string{"scheduling.volcano.sh/v1beta1 PodGroup volcano-example"},
 		podAnnotations: map[string]map[string]string{"node": {"scheduling.k8s.io/group-name": "volcano-example"}},
 	},
@@ -316,7 +334,7 @@ var compatTable = map[string]facts{
 		containers:     map[string][]string{"node": {"node"}},
 		counts:         map[string]int32{"node": 2},
 		replicas:       map[string]int32{"node": 1},
-		// §3.3.
+		// docs/compatibility.md#jax.
 		env: map[string]map[string]string{"node/node": {
 			"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": rankPath, "JAX_COORDINATOR_ADDRESS": "minimal-node-0-0.minimal:29500",
 		}},
@@ -329,7 +347,7 @@ var compatTable = map[string]facts{
 		containers:     map[string][]string{"node": {"node"}},
 		counts:         map[string]int32{"node": 2},
 		replicas:       map[string]int32{"node": 1},
-		// §3.5: no GPU → one worker per node.
+		// docs/compatibility.md#xgboost: no GPU → one worker per node.
 		env: map[string]map[string]string{"node/node": {
 			"DMLC_TRACKER_URI": "minimal-node-0-0.minimal", "DMLC_TRACKER_PORT": "29500", "DMLC_TASK_ID": rankPath, "DMLC_NUM_WORKER": "2",
 		}},
@@ -345,7 +363,8 @@ var compatTable = map[string]facts{
 		"tokenizer.path=/workspace/model/vocab.json", "tokenizer.merges_file=/workspace/model/merges.txt"),
 	"deepspeed-distributed/minimal": mpiFacts("ghcr.io/kubeflow/trainer/deepspeed-runtime"),
 	"mlx-distributed/minimal":       mpiFacts("ghcr.io/kubeflow/trainer/mlx-runtime"),
-	// §3.6 with the policy's numProcPerNode 1 (§1.10), no GPUs.
+	// docs/compatibility.md#flux with the policy's numProcPerNode 1
+	// (docs/compatibility.md#api-defaults), no GPUs.
 	"flux-distributed/flux-interactive": fluxFacts("lammps-flux-interactive", 4,
 		"ghcr.io/converged-computing/metric-lammps:latest", "sleep infinity",
 		"-N 4 -n 4", "--cores=0", "lammps-flux-interactive-node-0-[0-3]"),
@@ -353,7 +372,9 @@ var compatTable = map[string]facts{
 		"lmp_gpu -k on g 8 -sf kk -pk kokkos cuda/aware off newton on neigh half -in in.reaxff.hns -v x 8 -v y 8 -v z 16 -in in.reaxff.hns -nocite",
 		// numProcPerNode 1, one GPU per node (resourcesPerNode).
 		"-N 2 -n 2 -g 1", "--cores=0 --gpu=0", "lammps-flux-node-0-[0-1]"), func(f *facts) {
-		// §2.5 step 4: spec.trainer.env on the trainer container; §2.3: resourcesPerNode merged.
+		// docs/compatibility.md#building-the-jobset step 4: spec.trainer.env on the
+		// trainer container; docs/compatibility.md#the-build-model: resourcesPerNode
+		// merged.
 		f.env = map[string]map[string]string{"node/node": {
 			"OMPI_MCA_btl": "tcp,self", "FLUX_VIEW_IMAGE": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy",
 		}}
@@ -384,9 +405,10 @@ func merge(ms ...map[string]string) map[string]string {
 }
 
 // TestCompatibility renders every upstream runtime × TrainJob and checks the facts
-// trainer-compat.md specifies for it (compatTable), plus what holds for every JobSet
-// (§13 items 5–6): name, namespace and controller owner reference of the TrainJob,
-// parallelism == completions on every replicatedJob.
+// docs/compatibility.md specifies for it (compatTable), plus what holds for every
+// JobSet: name, namespace and controller owner reference of the TrainJob
+// (docs/compatibility.md#building-the-jobset), parallelism == completions on every
+// replicatedJob (docs/compatibility.md#plugin-order).
 func TestCompatibility(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range upstreamCases(t) {
@@ -394,7 +416,7 @@ func TestCompatibility(t *testing.T) {
 		t.Run(c.ID(), func(t *testing.T) {
 			want, ok := compatTable[c.ID()]
 			if !ok {
-				t.Fatalf("no compatTable row for %s: add the facts trainer-compat.md specifies for it", c.ID())
+				t.Fatalf("no compatTable row for %s: add the facts docs/compatibility.md specifies for it", c.ID())
 			}
 			in, err := render.Load(c.Sources, "default")
 			if err != nil {
@@ -417,7 +439,7 @@ func TestCompatibility(t *testing.T) {
 func checkFacts(t *testing.T, r *render.Result, want facts) {
 	t.Helper()
 	tj, js := r.TrainJob, r.Desired.JobSet
-	// §13.5: name, namespace, owner.
+	// Name, namespace, owner (docs/compatibility.md#building-the-jobset).
 	if js.Name != tj.Name || js.Namespace != tj.Namespace {
 		t.Errorf("JobSet %s/%s, want %s/%s", js.Namespace, js.Name, tj.Namespace, tj.Name)
 	}
@@ -441,7 +463,7 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 		rj := &js.Spec.ReplicatedJobs[i]
 		names = append(names, rj.Name)
 		spec := rj.Template.Spec
-		// §2.4 PreBuildSync: explicit and equal.
+		// docs/compatibility.md#plugin-order PreBuildSync: explicit and equal.
 		if spec.Parallelism == nil || spec.Completions == nil || *spec.Parallelism != *spec.Completions {
 			t.Errorf("replicatedJob %s: parallelism %v, completions %v; want both set and equal", rj.Name, spec.Parallelism, spec.Completions)
 		}
@@ -577,7 +599,8 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 	for _, obj := range out[:len(out)-1] {
 		o := &unstructured.Unstructured{Object: obj}
 		objects = append(objects, o.GetAPIVersion()+" "+o.GetKind()+" "+o.GetName())
-		// §2.7: every object has the TrainJob as its controller.
+		// docs/compatibility.md#objects-per-trainjob: every object has the TrainJob as
+		// its controller.
 		owners := o.GetOwnerReferences()
 		if o.GetNamespace() != tj.Namespace || len(owners) != 1 || owners[0].Kind != "TrainJob" || owners[0].Name != tj.Name ||
 			owners[0].Controller == nil || !*owners[0].Controller {

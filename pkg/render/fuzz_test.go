@@ -20,6 +20,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/render"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
@@ -27,7 +28,7 @@ import (
 
 // Bits of FuzzRender's flags argument.
 const (
-	fuzzProgress   = 1 << iota // build.Options.ProgressURL set
+	fuzzProgress   = 1 << iota // stages.Options.ProgressURL set
 	fuzzNoAPIs                 // no optional API served (gang and DRA APIs absent)
 	fuzzNamespaced             // Load's namespace "team-a" instead of "default"
 )
@@ -61,7 +62,7 @@ func FuzzRender(f *testing.F) {
 		f.Add(seed.Runtime, seed.TrainJob, uint8(0))
 	}
 	url := func(namespace, name string) string {
-		return progress.BaseURL("trainyard-webhook", "trainyard-system", 10443) + progress.Path(namespace, name)
+		return progress.BaseURL("trainyard-webhook", "trainyard-system", 10443) + wire.Path(namespace, name)
 	}
 	f.Fuzz(func(t *testing.T, runtime, trainJob []byte, flags uint8) {
 		namespace := "default"

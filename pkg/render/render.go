@@ -5,13 +5,13 @@
 // build JobSets with.
 //
 // It runs the controller's own code, not a copy: stage 1's resolveruntime.Resolve over
-// listers filled from the inputs, stages 2–5 from build.Steps in pipeline order (the
+// listers filled from the inputs, the plan steps of the stage table (stages.Steps) in pipeline order (the
 // DRA stage reads ResourceClaimTemplates, ResourceClaims and DeviceClasses from the
 // inputs through the same listers the controller's informers feed), and
 // status.DesiredOf for the objects the status stage applies (labels, owner references,
 // the trainyard.dev/jobset-hash annotation). What discovery would tell the controller
 // (which gang-scheduling and DRA APIs the cluster serves) and what its configuration
-// says (build.Options) come from Options.
+// says (stages.Options) come from Options.
 //
 // What it cannot know: the TrainJob's uid (owner references carry the uid of the input,
 // usually empty), and the defaults the API server would apply from the CRD schemas
@@ -33,7 +33,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
@@ -51,10 +51,10 @@ type Options struct {
 	// Build are the plan-building options the controller derives from its
 	// configuration (the progress server's URL, injected into trainer containers while
 	// feature gate TrainJobStatus is on). The zero value turns them off.
-	Build build.Options
+	Build stages.Options
 }
 
-// served is the build.ServedFunc of o: group versions only, as the controller checks.
+// served is the stages.ServedFunc of o: group versions only, as the controller checks.
 func (o Options) served(groupVersion string) bool {
 	return o.APIVersions == nil || slices.Contains(o.APIVersions, groupVersion)
 }
@@ -143,7 +143,7 @@ type renderer struct {
 	in       *Inputs
 	trs      trainerlisters.TrainingRuntimeLister
 	ctrs     trainerlisters.ClusterTrainingRuntimeLister
-	steps    []build.Step
+	steps    []stages.Step
 	recorder *noteRecorder
 }
 
@@ -180,7 +180,7 @@ func newRenderer(in *Inputs, opts Options) (*renderer, error) {
 			DeviceClasses:  resourcelisters.NewDeviceClassLister(classes),
 		})
 	}
-	r.steps = build.Steps(build.GangBackends(opts.served), claims, opts.Build)
+	r.steps = stages.Steps(stages.StepDeps{Options: opts.Build, GangBackends: stages.GangBackends(opts.served), Claims: claims})
 	return r, nil
 }
 
@@ -225,7 +225,8 @@ func (r *renderer) render(ctx context.Context, tj *trainer.TrainJob) (*Result, e
 	}
 
 	r.recorder.notes = nil
-	p := &plan.Plan{Runtime: rt, Stage: 1}
+	// The plan as stage 1 leaves it: the runtime resolved, at the stage before the first step.
+	p := &plan.Plan{Runtime: rt, Stage: r.steps[0].Index - 1}
 	for _, s := range r.steps {
 		if err := s.Func(ctx, tj, p); err != nil {
 			if !plan.IsInputError(err) {

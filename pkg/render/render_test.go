@@ -23,10 +23,11 @@ import (
 
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/render"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -92,16 +93,17 @@ func TestRenderIsWhatTheStatusStageApplies(t *testing.T) {
 				body = p.GetPatch()
 				return true, &jobsetv1alpha2.JobSet{}, nil
 			})
-			plans := &stages.Plans[plan.Plan]{}
+			plans := &engine.Plans[plan.Plan]{}
 			key := cache.MetaObjectToName(tj)
 			plans.Put(key, tj.UID, tj.Generation, r.Plan)
 			applier := &recordingApplier{}
 			stage := &status.Stage{
+				Index:     r.Plan.Stage + 1, // the stage after the last the plan reached
 				TrainJobs: trainerlisters.NewTrainJobLister(utiltesting.Indexer(t, tj)),
 				JobSets:   jobsetlisters.NewJobSetLister(utiltesting.Indexer(t)),
 				JobSetAPI: jobsets,
 				Plans:     plans,
-				Status:    &status.Writer{Client: trainerfake.NewSimpleClientset(tj)},
+				Status:    &statuswriter.Writer{Client: trainerfake.NewSimpleClientset(tj)},
 				Recorder:  events.NewFakeRecorder(10),
 				Objects:   applier,
 			}

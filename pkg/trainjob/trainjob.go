@@ -12,8 +12,13 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
 
-// Condition types Trainyard adds to explain a waiting TrainJob (architecture invariant 3
-// allows more types; Suspended, Complete and Failed keep their upstream meaning).
+// FieldManager is the field manager of every write Trainyard makes: JobSet and side
+// object applies, and TrainJob status patches.
+const FieldManager = "trainyard"
+
+// Condition types Trainyard adds to explain a waiting TrainJob
+// (docs/design/architecture.md#upstream-conditions-keep-their-meaning allows more
+// types; Suspended, Complete and Failed keep their upstream meaning).
 const (
 	// ConditionRuntimeResolved is False (reason ReasonRuntimeNotFound) while the
 	// referenced runtime does not exist, and turns True (reason ReasonRuntimeFound) once
@@ -106,7 +111,7 @@ var WaitingReasons = []string{
 }
 
 // IsFinished reports whether tj reached a terminal condition: Complete or Failed True.
-// Finished TrainJobs are never re-applied (upstream §2.1 step 4).
+// Finished TrainJobs are never re-applied (docs/compatibility.md#one-pass step 4).
 func IsFinished(tj *trainer.TrainJob) bool {
 	return meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
 		meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)

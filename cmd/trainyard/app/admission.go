@@ -27,7 +27,8 @@ import (
 )
 
 // admissionServer is the HTTPS admission server every replica runs, leader or not, so
-// that admission never waits for a leader election (architecture invariant 7). Its rules
+// that admission never waits for a leader election
+// (docs/design/architecture.md#every-replica-serves-admission-and-progress). Its rules
 // read only the informer caches the pipeline already keeps, plus PriorityClasses.
 type admissionServer struct {
 	cfg     configv1alpha1.WebhookConfiguration

@@ -13,7 +13,7 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/certs"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // servingCertificate is the one TLS serving certificate of the controller's HTTPS
@@ -127,5 +127,5 @@ func providedCAError(err error) error {
 		"Fix: add %s to certDir holding the CA that signed %s (with the Helm chart, mode Provided mounts webhook.certificates.caBundle there; "+
 		"a cert-manager Secret has it when its issuer knows its CA), or append the issuing CA certificates to %s after the leaf; "+
 		`or turn the progress server off (statusServer.bindAddress "0", --status-server-bind-address=0)`,
-		err, progress.FeatureGate, progress.CAConfigMapName, certs.CACertKey, certs.TLSCertKey, certs.TLSCertKey)
+		err, wire.FeatureGate, wire.CAConfigMapName, certs.CACertKey, certs.TLSCertKey, certs.TLSCertKey)
 }

@@ -24,6 +24,7 @@ import (
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
 // providedCerts writes files into a new certDir and returns the Provided webhook
@@ -114,13 +115,13 @@ func TestProvidedCertificatesWithoutCACertPublishTheCA(t *testing.T) {
 	go func() { _ = p.Run(ctx) }()
 	var got string
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		cm, err := kube.CoreV1().ConfigMaps("team-a").Get(ctx, progress.CAConfigMapName, metav1.GetOptions{})
+		cm, err := kube.CoreV1().ConfigMaps("team-a").Get(ctx, wire.CAConfigMapName, metav1.GetOptions{})
 		if err == nil {
-			got = cm.Data[progress.CAConfigMapKey]
+			got = cm.Data[wire.CAConfigMapKey]
 		}
 		return err == nil, nil
 	}); err != nil {
-		t.Fatalf("ConfigMap team-a/%s never published: trainer pods would wait for it forever", progress.CAConfigMapName)
+		t.Fatalf("ConfigMap team-a/%s never published: trainer pods would wait for it forever", wire.CAConfigMapName)
 	}
 	if got != string(wantCA) {
 		t.Errorf("published ca.crt:\n%s\nwant tls.crt's CA:\n%s", got, wantCA)
@@ -179,7 +180,7 @@ func TestProvidedCertificatesCABundle(t *testing.T) {
 		for _, want := range []string{
 			"webhook.certificates.certDir (webhook.certificates.mode Provided): no CA certificate to publish in " + cfg.Certificates.CertDir + ": ",
 			`no ca.crt, and tls.crt's leaf "CN=trainyard-webhook.trainyard-system.svc" (its only certificate) was issued by "CN=corporate-ca"`,
-			"ConfigMap " + progress.CAConfigMapName,
+			"ConfigMap " + wire.CAConfigMapName,
 			"Fix: add ca.crt to certDir holding the CA that signed tls.crt",
 			"append the issuing CA certificates to tls.crt after the leaf",
 			`statusServer.bindAddress "0"`,

@@ -39,11 +39,11 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerv1alpha1 "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/typed/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/render"
 	"github.com/trainyard/trainyard/pkg/stages"
-	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -152,11 +152,11 @@ type convergenceEnv struct {
 	trainers *trainerfake.Clientset
 	jobsets  *jobsetfake.Clientset
 	objects  *fakeObjects
-	pipeline *stages.Pipeline
+	pipeline *engine.Pipeline
 	writes   atomic.Int64 // JobSet applies, status patches and side-object writes
 	// build are the controller's plan-building options, which the oracle renders with
 	// too (the default configuration: progress server on).
-	build build.Options
+	build stages.Options
 
 	mu sync.Mutex
 	// runtimes holds every version of every runtime the round wrote, by name.
@@ -178,8 +178,8 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	cfg := &configv1alpha1.Configuration{}
 	configv1alpha1.SetObjectDefaults_Configuration(cfg)
 	// Few workers keep the pipeline busy, so keys meet each other in the queues.
-	for _, name := range stageNames {
-		stageConfig(cfg, name).Workers = ptr.To(int32(1 + rng.IntN(3)))
+	for _, stage := range stages.All() {
+		stage.Config(&cfg.Stages).Workers = ptr.To(int32(1 + rng.IntN(3)))
 	}
 	if env.build, err = buildOptions(cfg, "trainyard-system"); err != nil || env.build.ProgressURL == nil {
 		t.Fatalf("buildOptions of the default configuration = %+v, %v; want the progress server's URL", env.build, err)
@@ -188,7 +188,7 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 	if env.build.SecretNames, err = mlpolicy.NewSecretNames([]byte("convergence-secret-name-key-0032")); err != nil {
 		t.Fatal(err)
 	}
-	p, statusStage, plans, err := newPipeline(cfg, inf, pipelineDeps{
+	p, hooks, err := newPipeline(cfg, inf, pipelineDeps{
 		trainers:     &slowTrainers{Clientset: env.trainers, delay: env.delay(rng.Uint64()), writes: &env.writes},
 		jobsets:      env.jobsets,
 		applyJobSet:  env.applyJobSet(rng.Uint64()),
@@ -196,14 +196,14 @@ func runConvergence(t *testing.T, seed uint64, keys, opsPerKey int) int {
 		metrics:      metrics.New(nil),
 		logger:       klog.FromContext(ctx),
 		objects:      env.objects,
-		gangBackends: build.GangBackends(nil),
+		gangBackends: stages.GangBackends(nil),
 		claims:       &dra.Claims{Recorder: &events.FakeRecorder{}},
 		build:        env.build,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.run(ctx, cancel, inf, p, statusStage, plans)()
+	defer env.run(ctx, cancel, inf, p, hooks)()
 
 	// One actor per TrainJob and one editing runtimes, each with its own generator so
 	// that a seed always fires the same operations.
@@ -473,7 +473,7 @@ func (e *convergenceEnv) applyJobSet(seed uint64) status.JobSetApplyFunc {
 		delay()
 		e.writes.Add(1)
 		_, err := e.jobsets.JobsetV1alpha2().JobSets(namespace).Patch(ctx, name, types.ApplyPatchType, body,
-			metav1.PatchOptions{FieldManager: status.FieldManager, Force: ptr.To(true)})
+			metav1.PatchOptions{FieldManager: trainjob.FieldManager, Force: ptr.To(true)})
 		return err
 	}
 }
@@ -627,14 +627,14 @@ func (f *fakeObjects) collect(keep func(metav1.Object) bool) int {
 // run routes inf's events to the pipeline p as the controller does, starts inf, waits
 // for its caches and runs p until ctx is done. It returns the function that stops both:
 // it calls cancel (ctx's) and waits for p and inf to end.
-func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf *informers.Informers, p *stages.Pipeline, statusStage *status.Stage, plans *stages.Plans[plan.Plan]) func() {
+func (e *convergenceEnv) run(ctx context.Context, cancel context.CancelFunc, inf *informers.Informers, p *engine.Pipeline, hooks informers.Hooks) func() {
 	e.t.Helper()
 	e.pipeline = p
 	e.objects.mu.Lock()
 	e.objects.router = p
 	e.objects.mu.Unlock()
 	if err := inf.Route(klog.FromContext(ctx), p, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-		trainJobHooks(plans, statusStage)); err != nil {
+		hooks); err != nil {
 		e.t.Fatal(err)
 	}
 	inf.Start(ctx)
@@ -922,7 +922,7 @@ func (e *convergenceEnv) quiesce(ctx context.Context) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 		busy := false
-		for _, name := range stageNames {
+		for _, name := range stages.Names() {
 			busy = busy || e.pipeline.Len(name) > 0
 		}
 		if w := e.writes.Load(); busy || w != last {
@@ -970,9 +970,9 @@ func (e *convergenceEnv) checkTrainJob(ctx context.Context, tj *trainer.TrainJob
 		return "its JobSet is controlled by another TrainJob"
 	}
 	// What the controller must have applied: the latest generation whenever the gate
-	// allows writing the JobSet (TrainJob or JobSet suspended). When both run, the JobSet
-	// may stay as it was built from an earlier unsuspended generation (a running JobSet
-	// is never modified, trainer-compat §2.8.1).
+	// allows writing the JobSet (TrainJob or JobSet suspended). When both run, the
+	// JobSet may stay as it was built from an earlier unsuspended generation (a running
+	// JobSet is never modified, docs/compatibility.md#suspend-and-resume).
 	e.mu.Lock()
 	generations := append([]*trainer.TrainJob(nil), e.history[tj.UID]...)
 	e.mu.Unlock()

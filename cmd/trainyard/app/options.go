@@ -20,12 +20,7 @@ import (
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages/dra"
-	"github.com/trainyard/trainyard/pkg/stages/gang"
-	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
-	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
-	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages"
 )
 
 // Options are the command-line flags. Flags that the operator sets override the same
@@ -78,7 +73,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the leader election Lease. Defaults to the pod's namespace.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Sustained queries per second to the Kubernetes API.")
 	fs.Int32Var(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the Kubernetes API.")
-	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: resolve_runtime, merge_patches, ml_policy, gang_scheduling, dra_claims, status).")
+	fs.StringToStringVar(&o.StageWorkers, "stage-workers", o.StageWorkers, "Workers per stage, e.g. resolve_runtime=4,status=8 (stages: "+strings.Join(stages.Names(), ", ")+").")
 	fs.StringVar(&o.WebhookBindAddress, "webhook-bind-address", o.WebhookBindAddress, `Address of the HTTPS admission server (validating and defaulting webhooks), served by every replica; "0" disables it.`)
 	fs.StringVar(&o.StatusServerBindAddress, "status-server-bind-address", o.StatusServerBindAddress, `Address of the HTTPS training-progress server (trainer pods report status.trainerStatus; feature gate TrainJobStatus), served by every replica; its port is the port of the URL injected into trainer containers; "0" disables it.`)
 	fs.StringVar(&o.WebhookRegisterURL, "webhook-register-url", o.WebhookRegisterURL, "For a controller outside the cluster: create the webhook configurations with this base URL (e.g. https://127.0.0.1:9443) and a self-managed CA. Empty leaves them to the Helm chart.")
@@ -163,28 +158,18 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	if set("watch-namespaces") {
 		cfg.WatchNamespaces = o.WatchNamespaces
 	}
-	for stage, value := range o.StageWorkers {
-		target := stageConfig(cfg, stage)
-		if target == nil {
-			return nil, fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", stage, strings.Join(stageNames, ", "))
+	for name, value := range o.StageWorkers {
+		stage, ok := stages.Lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", name, strings.Join(stages.Names(), ", "))
 		}
 		n, err := strconv.ParseInt(value, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("--stage-workers %s=%q: not a number", stage, value)
+			return nil, fmt.Errorf("--stage-workers %s=%q: not a number", name, value)
 		}
-		target.Workers = ptr.To(int32(n))
+		stage.Config(&cfg.Stages).Workers = ptr.To(int32(n))
 	}
 	return cfg, validate(cfg)
-}
-
-// stageFields names each stage's field under stages in the configuration file.
-var stageFields = map[string]string{
-	resolveruntime.Name: "resolveRuntime",
-	mergepatches.Name:   "mergePatches",
-	mlpolicy.Name:       "mlPolicy",
-	gang.Name:           "gang",
-	dra.Name:            "draClaims",
-	status.Name:         "status",
 }
 
 // validateStatusServer checks statusServer (whether or not feature gate TrainJobStatus is
@@ -241,9 +226,9 @@ func validateWatchNamespaces(watched []string) []string {
 // validate rejects settings the controller cannot run with, naming the field.
 func validate(cfg *configv1alpha1.Configuration) error {
 	var problems []string
-	for _, name := range stageNames {
-		if w := stageConfig(cfg, name).Workers; w == nil || *w < 1 {
-			problems = append(problems, fmt.Sprintf("stages.%s.workers (--stage-workers %s=N) must be at least 1", stageFields[name], name))
+	for _, stage := range stages.All() {
+		if w := stage.Config(&cfg.Stages).Workers; w == nil || *w < 1 {
+			problems = append(problems, fmt.Sprintf("stages.%s.workers (--stage-workers %s=N) must be at least 1", stage.ConfigField(), stage.Name))
 		}
 	}
 	if cfg.ClientConnection.QPS < 0 || cfg.ClientConnection.Burst < 0 {

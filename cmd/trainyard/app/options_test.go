@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/stages"
 )
 
 // defaults is the configuration with no file and no flags.
@@ -454,10 +455,10 @@ func TestNewOptionsShowsDefaults(t *testing.T) {
 // reported under the file's own field name (decoded strictly, so a wrong name would be
 // an unknown-field error instead).
 func TestStageWorkersNameTheFileField(t *testing.T) {
-	for _, stage := range stageNames {
+	for _, s := range stages.All() {
+		stage, field := s.Name, s.ConfigField()
 		t.Run(stage, func(t *testing.T) {
-			field, ok := stageFields[stage]
-			if !ok {
+			if field == "" {
 				t.Fatalf("stage %q has no configuration field name", stage)
 			}
 			file := writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstages:\n  "+field+":\n    workers: 0\n")

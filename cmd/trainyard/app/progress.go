@@ -14,10 +14,10 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -36,7 +36,7 @@ const progressWorkers = 4
 type progressServer struct {
 	server    *progress.Server
 	coalescer *progress.Coalescer
-	pipeline  *stages.Pipeline
+	pipeline  *engine.Pipeline
 	publisher *progress.CAPublisher
 	cert      *servingCertificate
 	listening atomic.Bool
@@ -66,9 +66,9 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 	if err != nil {
 		return nil, err
 	}
-	if s.pipeline, err = stages.New([]stages.Stage{stage}, stages.WithMetrics(m), stages.WithLogger(logger),
-		stages.WithRateLimit(retryLimits(cfg)),
-		stages.WithWorkers(map[string]int{progress.Name: progressWorkers})); err != nil {
+	if s.pipeline, err = engine.New([]engine.Stage{stage}, engine.WithMetrics(m), engine.WithLogger(logger),
+		engine.WithRateLimit(retryLimits(cfg)),
+		engine.WithWorkers(map[string]int{progress.Name: progressWorkers})); err != nil {
 		return nil, fmt.Errorf("building the progress pipeline: %w", err)
 	}
 	authorizer, err := progress.NewTokenReviewAuthorizer(progress.AuthorizerConfig{

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trainyard/trainyard/pkg/render"
-	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 )
 
@@ -138,14 +138,14 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 // renderBuildOptions reads the controller's configuration file as the controller does
 // (strictly, defaulted, validated; the defaults when file is empty) and derives the
 // plan-building options from it (buildOptions).
-func renderBuildOptions(file, controllerNamespace string) (build.Options, error) {
+func renderBuildOptions(file, controllerNamespace string) (stages.Options, error) {
 	o := NewOptions()
 	o.ConfigFile = file
 	fs := pflag.NewFlagSet("config", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	cfg, err := o.Config(fs)
 	if err != nil {
-		return build.Options{}, err
+		return stages.Options{}, err
 	}
 	return buildOptions(cfg, controllerNamespace)
 }

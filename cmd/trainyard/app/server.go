@@ -39,47 +39,23 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
-	"github.com/trainyard/trainyard/pkg/stages/build"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang"
-	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
-	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
 	"github.com/trainyard/trainyard/pkg/stages/status"
-	"github.com/trainyard/trainyard/pkg/stages/step"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/version"
 )
 
 // EventReporter is the reporting controller of the events Trainyard records.
 const EventReporter = "trainyard-trainjob-controller"
-
-// stageNames lists the pipeline in order.
-var stageNames = []string{resolveruntime.Name, mergepatches.Name, mlpolicy.Name, gang.Name, dra.Name, status.Name}
-
-// stageConfig returns the configuration of the named stage, or nil for an unknown name.
-func stageConfig(cfg *configv1alpha1.Configuration, name string) *configv1alpha1.StageConfiguration {
-	switch name {
-	case resolveruntime.Name:
-		return &cfg.Stages.ResolveRuntime
-	case mergepatches.Name:
-		return &cfg.Stages.MergePatches
-	case mlpolicy.Name:
-		return &cfg.Stages.MLPolicy
-	case gang.Name:
-		return &cfg.Stages.Gang
-	case dra.Name:
-		return &cfg.Stages.DRAClaims
-	case status.Name:
-		return &cfg.Stages.Status
-	}
-	return nil
-}
 
 // Run runs the controller until ctx is done: it serves metrics and probes at once, syncs
 // the informer caches, and runs the pipeline (after winning the Lease when leader
@@ -180,12 +156,12 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 			Cache:    informers.SideObjectCache{Objects: sideObjects, PodGroups: podGroups}},
 		claims:       claims,
 		build:        buildOpts,
-		gangBackends: build.GangBackends(served.Served),
+		gangBackends: stages.GangBackends(served.Served),
 		gangWaiting: func(tj *trainer.TrainJob) string {
 			return gang.Waiting(podGroups.Controlled(tj.Namespace, tj.Name, tj.UID))
 		},
 	}
-	pipeline, statusStage, plans, err := newPipeline(cfg, inf, deps)
+	pipeline, hooks, err := newPipeline(cfg, inf, deps)
 	if err != nil {
 		return err
 	}
@@ -222,8 +198,7 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	// starts with every TrainJob queued. ctx is the leadership's: what route starts stops
 	// with the pipeline when the Lease is lost.
 	route := func(ctx context.Context) error {
-		if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name},
-			trainJobHooks(plans, statusStage)); err != nil {
+		if err := inf.Route(logger, pipeline, informers.Routes{Build: resolveruntime.Name, Status: status.Name}, hooks); err != nil {
 			return err
 		}
 		if prog != nil {
@@ -412,85 +387,68 @@ type pipelineDeps struct {
 	// served.
 	claims *dra.Claims
 	// build are the plan-building options from the configuration (buildOptions).
-	build build.Options
+	build stages.Options
 }
 
 // buildOptions derives the plan-building options from cfg, for the controller and for
 // `trainyard render` alike: the progress server's URL (progress.URLFunc) while it runs.
 // controllerNamespace is the controller's namespace, part of that URL.
-func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string) (build.Options, error) {
+func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string) (stages.Options, error) {
 	url, err := progress.URLFunc(cfg, controllerNamespace)
 	if err != nil {
-		return build.Options{}, err
+		return stages.Options{}, err
 	}
-	return build.Options{ProgressURL: url}, nil
+	return stages.Options{ProgressURL: url}, nil
 }
 
 // trainJobHooks keeps the pipeline's per-TrainJob memory to the TrainJobs the cache
 // holds: the status Writer drops a record of its write once the cache shows the write,
-// and a deleted TrainJob's plan and status records go.
-func trainJobHooks(plans *stages.Plans[plan.Plan], statusStage *status.Stage) informers.Hooks {
+// and a deleted TrainJob's plan goes, with what any stage remembers of it
+// (stages.Forgetter).
+func trainJobHooks(plans *engine.Plans[plan.Plan], writer *statuswriter.Writer, built []engine.Stage) informers.Hooks {
 	return informers.Hooks{
-		Updated: statusStage.Status.Observed,
+		Updated: writer.Observed,
 		Deleted: func(key cache.ObjectName) {
 			plans.Delete(key)
-			statusStage.Forget(key)
+			for _, s := range built {
+				if f, ok := s.(stages.Forgetter); ok {
+					f.Forget(key)
+				}
+			}
 		},
 	}
 }
 
-// newPipeline wires the six stages in order.
-func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, deps pipelineDeps,
-) (*stages.Pipeline, *status.Stage, *stages.Plans[plan.Plan], error) {
-	trainers, jobsets, recorder, m, logger := deps.trainers, deps.jobsets, deps.recorder, deps.metrics, deps.logger
-	plans := &stages.Plans[plan.Plan]{}
-	writer := &status.Writer{Client: trainers}
-	stepStage := func(name string, index int, fn step.Func) stages.Stage {
-		return &step.Stage{StageName: name, Index: index, Step: fn,
-			TrainJobs: inf.TrainJobLister, Plans: plans, Status: writer, Recorder: recorder}
-	}
-	statusStage := &status.Stage{
-		TrainJobs: inf.TrainJobLister, JobSets: inf.JobSetLister, JobSetAPI: jobsets,
-		ApplyJobSet: deps.applyJobSet,
-		Plans:       plans, Status: writer, Recorder: recorder, Metrics: m, Objects: deps.objects,
-		Gang:             deps.gangWaiting,
-		RefusalThreshold: int(*cfg.RateLimit.RefusalThreshold),
-		RefusalDelay:     cfg.RateLimit.RefusalDelay.Duration,
-		Settle:           informers.StatusBatchPeriod,
-	}
-	all := []stages.Stage{
-		&resolveruntime.Stage{
-			TrainJobs: inf.TrainJobLister, TrainingRuntimes: inf.TrainingRuntimeLister,
-			ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
-			JobSets:                 inf.JobSetLister, JobSetAPI: jobsets,
-			Plans: plans, Status: writer, Recorder: recorder,
-		},
-	}
-	for _, s := range build.Steps(deps.gangBackends, deps.claims, deps.build) {
-		all = append(all, stepStage(s.Name, s.Index, s.Func))
-	}
-	all = append(all, statusStage)
-	workers := map[string]int{}
-	for _, name := range stageNames {
-		workers[name] = int(*stageConfig(cfg, name).Workers)
-	}
-	p, err := stages.New(all,
-		stages.WithWorkers(workers),
-		stages.WithRateLimit(retryLimits(cfg)),
-		stages.WithMetrics(m),
-		stages.WithLogger(logger),
+// newPipeline builds the stage table's stages (package stages) over inf and deps, with
+// cfg's worker counts and retry limits. It returns the pipeline and the informer hooks
+// that keep the stages' per-TrainJob memory to the TrainJobs the cache holds.
+// Errors: a configuration the engine refuses (engine.New).
+func newPipeline(cfg *configv1alpha1.Configuration, inf *informers.Informers, deps pipelineDeps) (*engine.Pipeline, informers.Hooks, error) {
+	plans := &engine.Plans[plan.Plan]{}
+	writer := &statuswriter.Writer{Client: deps.trainers}
+	built := stages.Build(stages.Deps{
+		StepDeps:  stages.StepDeps{Options: deps.build, GangBackends: deps.gangBackends, Claims: deps.claims},
+		Config:    cfg,
+		Informers: inf, JobSetAPI: deps.jobsets, ApplyJobSet: deps.applyJobSet, Objects: deps.objects,
+		Plans: plans, Status: writer, Recorder: deps.recorder, Metrics: deps.metrics, GangWaiting: deps.gangWaiting,
+	})
+	p, err := engine.New(built,
+		engine.WithWorkers(stages.Workers(&cfg.Stages)),
+		engine.WithRateLimit(retryLimits(cfg)),
+		engine.WithMetrics(deps.metrics),
+		engine.WithLogger(deps.logger),
 	)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("building the pipeline: %w", err)
+		return nil, informers.Hooks{}, fmt.Errorf("building the pipeline: %w", err)
 	}
-	return p, statusStage, plans, nil
+	return p, trainJobHooks(plans, writer, built), nil
 }
 
 // retryLimits are the stage queues' retry limits of cfg.rateLimit, for the TrainJob
 // pipeline and the progress pipeline alike.
-func retryLimits(cfg *configv1alpha1.Configuration) stages.RateLimit {
+func retryLimits(cfg *configv1alpha1.Configuration) engine.RateLimit {
 	rl := cfg.RateLimit
-	return stages.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}
+	return engine.RateLimit{BaseDelay: rl.BaseDelay.Duration, MaxDelay: rl.MaxDelay.Duration, QPS: float64(*rl.QPS), Burst: int(*rl.Burst)}
 }
 
 // serverCheck is a readiness check of one of the controller's HTTPS servers (admission,

@@ -22,7 +22,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 )
@@ -67,16 +67,16 @@ func TestWatchNamespaces(t *testing.T) {
 	if env.build.SecretNames, err = mlpolicy.NewSecretNames([]byte("watch-namespaces-secret-name-key")); err != nil {
 		t.Fatal(err)
 	}
-	p, statusStage, plans, err := newPipeline(cfg, inf, pipelineDeps{
+	p, hooks, err := newPipeline(cfg, inf, pipelineDeps{
 		trainers: env.trainers, jobsets: env.jobsets, applyJobSet: env.applyJobSet(1),
 		recorder: &events.FakeRecorder{}, metrics: metrics.New(nil), logger: klog.FromContext(ctx),
-		objects: env.objects, gangBackends: build.GangBackends(nil),
+		objects: env.objects, gangBackends: stages.GangBackends(nil),
 		claims: &dra.Claims{Recorder: &events.FakeRecorder{}}, build: env.build,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.run(ctx, cancel, inf, p, statusStage, plans)()
+	defer env.run(ctx, cancel, inf, p, hooks)()
 
 	if got, err := inf.TrainJobLister.List(labels.Everything()); err != nil || len(got) != 1 || got[0].Namespace != convergenceNamespace {
 		t.Fatalf("TrainJobs cached = %v, %v; want only %s/tj", got, err, convergenceNamespace)

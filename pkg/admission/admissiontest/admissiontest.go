@@ -1,8 +1,8 @@
 // Package admissiontest is the table of admission rules: for every rule of the
 // TrainJob, TrainingRuntime and ClusterTrainingRuntime webhooks (upstream's,
-// trainer-compat §6, and Trainyard's own), an object that breaks it, the objects that
-// must exist first, and what the answer must say; and for every admission warning, an
-// object that earns it.
+// docs/compatibility.md#admission-rules, and Trainyard's own), an object that breaks
+// it, the objects that must exist first, and what the answer must say; and for every
+// admission warning, an object that earns it.
 //
 // The same table is proven twice: package admission's unit tests run each case through
 // the rules with caches holding Existing, and the e2e tests (e2e/trainjob) send each
@@ -80,8 +80,8 @@ func Strings(vs []Violation) []string {
 }
 
 // LabelWebhookValidation = "disabled" on a runtime opts it out of the runtime webhooks
-// (upstream's objectSelector, trainer-compat §6; package admission's constant of the
-// same name).
+// (upstream's objectSelector, docs/compatibility.md#admission-rules; package
+// admission's constant of the same name).
 const LabelWebhookValidation = "trainer.kubeflow.org/webhook-validation"
 
 // VolcanoQueueAnnotation names a Volcano runtime's queue (package volcano's

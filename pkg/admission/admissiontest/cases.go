@@ -336,8 +336,8 @@ func volcanoRuntime(annotations map[string]string, priorityClass string) *traine
 	})
 }
 
-// torchtuneCases are upstream's torchtune rules (trainer-compat §3.1.1): a TrainJob
-// running [tune run] on a runtime named like upstream's torchtune runtimes.
+// torchtuneCases are upstream's torchtune rules (docs/compatibility.md#torchtune): a
+// TrainJob running [tune run] on a runtime named like upstream's torchtune runtimes.
 func torchtuneCases(b builder) []Case {
 	gpus := func(n string) *corev1.ResourceRequirements {
 		return &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}

@@ -33,12 +33,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/step"
 )
 
-const (
-	// Name is the stage name: its queue name and its metrics' stage label.
-	Name = "dra_claims"
-	// Index is the stage's 1-based position in the pipeline.
-	Index = 5
-)
+// Name is the stage name: its queue name and its metrics' stage label; the stage
+// table (package stages) places the stage in the pipeline.
+const Name = "dra_claims"
 
 // Event reasons of the stage.
 const (

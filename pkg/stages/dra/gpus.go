@@ -42,7 +42,7 @@ type claimDevices struct {
 // For mlPolicy.mpi it sets the slots per host the same way (the hostfile and the
 // launcher's slots variable, mlpolicy.SetMPISlots) from the MPI hosts' "node"
 // container claims, when neither spec.trainer.numProcPerNode nor a policy value other
-// than 1 sets them (trainer-compat §3.4: 1 becomes the node's GPU count).
+// than 1 sets them (docs/compatibility.md#mpi: 1 becomes the node's GPU count).
 //
 // The count is the sum, over the container's claims from ResourceClaimTemplates, of
 // exactly.count of each request of a GPU class (only the request the container names,

@@ -16,12 +16,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/step"
 )
 
-const (
-	// Name is the stage name: its queue name and its metrics' stage label.
-	Name = "gang_scheduling"
-	// Index is the stage's 1-based position in the pipeline.
-	Index = 4
-)
+// Name is the stage name: its queue name and its metrics' stage label; the stage
+// table (package stages) places the stage in the pipeline.
+const Name = "gang_scheduling"
 
 // Backend is one gang-scheduling system.
 type Backend interface {

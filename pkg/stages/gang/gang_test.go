@@ -27,8 +27,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
-// built returns the plan of the §10 skeleton runtime (dataset and model initializers,
-// trainer "node") for a TrainJob of numNodes, through the real merge and ML stages.
+// built returns the plan of the skeleton runtime of
+// docs/compatibility.md#upstream-test-cases (dataset and model initializers, trainer
+// "node") for a TrainJob of numNodes, through the real merge and ML stages.
 func built(t *testing.T, policy *trainer.PodGroupPolicy, numNodes int32) (*trainer.TrainJob, *plan.Plan) {
 	t.Helper()
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{NumNodes: ptr.To[int32](1), MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}}})
@@ -160,8 +161,8 @@ func TestWorkloadNotServed(t *testing.T) {
 	}
 }
 
-// TestCoscheduling is trainer-compat §4.1's example: initializers and trainer at 1 CPU
-// each, numNodes 30 → minMember 32 and cpu 32, every pod labelled.
+// TestCoscheduling is docs/compatibility.md#coscheduling's example: initializers and
+// trainer at 1 CPU each, numNodes 30 → minMember 32 and cpu 32, every pod labelled.
 func TestCoscheduling(t *testing.T) {
 	policy := &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](120)}}}
 	tj, p := built(t, policy, 30)

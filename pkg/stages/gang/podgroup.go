@@ -13,7 +13,8 @@ import (
 
 // PodGroup returns an unstructured PodGroup of apiVersion named after the TrainJob, in
 // its namespace and controlled by it, with spec: what the coscheduling and Volcano
-// backends apply (trainer-compat §4: one PodGroup per TrainJob, name <trainjob>).
+// backends apply (docs/compatibility.md#gang-scheduling: one PodGroup per TrainJob,
+// name <trainjob>).
 func PodGroup(tj *trainer.TrainJob, apiVersion string, spec map[string]any) *unstructured.Unstructured {
 	pg := plan.OwnedObject(tj, apiVersion, "PodGroup", tj.Name)
 	pg.Object["spec"] = spec

@@ -7,12 +7,12 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 )
 
-// Size returns what a PodGroup of the whole JobSet must admit at once (trainer-compat
-// §4): minMember, the sum over replicatedJobs of their pod counts (parallelism,
-// initializers included), and minResources, the sum of each pod's effective requests
-// (Kubernetes pod-request semantics: init containers, sidecars, overhead) times its
-// count. Like upstream, replicatedJob replicas are not multiplied in (the trainer and
-// initializers always have one replica).
+// Size returns what a PodGroup of the whole JobSet must admit at once
+// (docs/compatibility.md#gang-scheduling): minMember, the sum over replicatedJobs of
+// their pod counts (parallelism, initializers included), and minResources, the sum of
+// each pod's effective requests (Kubernetes pod-request semantics: init containers,
+// sidecars, overhead) times its count. Like upstream, replicatedJob replicas are not
+// multiplied in (the trainer and initializers always have one replica).
 func Size(js *jobsetv1alpha2.JobSet) (minMember int32, minResources corev1.ResourceList) {
 	minResources = corev1.ResourceList{}
 	for i := range js.Spec.ReplicatedJobs {

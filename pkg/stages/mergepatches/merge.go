@@ -1,8 +1,9 @@
 // Package mergepatches builds a TrainJob's desired JobSet from its runtime before any
 // ML policy is applied: the runtime's JobSet template with the TrainJob's
 // runtimePatches, counts, resourcesPerNode, initializer and trainer overrides
-// (trainer-compat §2.3, §2.4 PreBuildSync and §2.5 steps 2–4, 6, 7). It is pure logic:
-// no API calls, no listers.
+// (docs/compatibility.md#the-build-model, docs/compatibility.md#plugin-order
+// PreBuildSync and docs/compatibility.md#building-the-jobset steps 2–4, 6, 7). It is
+// pure logic: no API calls, no listers.
 package mergepatches
 
 import (
@@ -25,21 +26,28 @@ import (
 //
 //   - TypeMeta jobset.x-k8s.io/v1alpha2 JobSet; name and namespace of tj; a controller
 //     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
-//     each runtimePatch's template metadata, in list order (§2.3 step 1), plus
+//     each runtimePatch's template metadata, in list order
+//     (docs/compatibility.md#the-build-model step 1), plus
 //     plan.AnnotationRuntimeSnapshot = rt.Snapshot and its digest
-//     plan.AnnotationRuntimeSnapshotHash when set (the runtime snapshot, §2.2) and
-//     plan.AnnotationTrainJobGeneration = tj's generation when it has one
-//     (objects from the API always do), neither of which a runtimePatch overrides;
-//   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge patch,
-//     in list order, keeping the runtime's replicatedJobs order (§2.3 step 2);
-//   - spec.trainer.resourcesPerNode merged into the trainer "node" container (§2.3 step 4);
+//     plan.AnnotationRuntimeSnapshotHash when set (the runtime snapshot,
+//     docs/compatibility.md#runtime-snapshots) and plan.AnnotationTrainJobGeneration =
+//     tj's generation when it has one (objects from the API always do), neither of
+//     which a runtimePatch overrides;
+//   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge
+//     patch, in list order, keeping the runtime's replicatedJobs order
+//     (docs/compatibility.md#the-build-model step 2);
+//   - spec.trainer.resourcesPerNode merged into the trainer "node" container
+//     (docs/compatibility.md#the-build-model step 4);
 //   - every replicatedJob with parallelism == completions == its count: the runtime's
 //     mlPolicy.numNodes (default 1) for the trainer, else its template parallelism
-//     (default 1), at least 1 (§2.3 step 4, §2.4 PreBuildSync);
+//     (default 1), at least 1 (docs/compatibility.md#the-build-model step 4,
+//     docs/compatibility.md#plugin-order PreBuildSync);
 //   - replicas 1 on every replicatedJob whose ancestor is dataset-initializer,
 //     model-initializer or trainer, and spec.initializer and spec.trainer's image,
-//     command, args and env applied to their containers (§2.5 steps 3, 4);
-//   - spec.suspend = tj.spec.suspend (false when unset) (§2.5 step 6).
+//     command, args and env applied to their containers
+//     (docs/compatibility.md#building-the-jobset steps 3, 4);
+//   - spec.suspend = tj.spec.suspend (false when unset)
+//     (docs/compatibility.md#building-the-jobset step 6).
 //
 // spec.trainer.numNodes is left to the ML policy, which owns the trainer count.
 //
@@ -103,7 +111,7 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 // overlayMetadata returns base overlaid by each runtimePatch's JobSet-level labels or
 // annotations (as picked by of), later patches winning; nil when all are empty. The
 // runtime object's own metadata and the TrainJob's are deliberately not propagated
-// (trainer-compat §2.3 step 1).
+// (docs/compatibility.md#the-build-model step 1).
 func overlayMetadata(base map[string]string, tj *trainer.TrainJob, of func(*metav1.ObjectMeta) map[string]string) map[string]string {
 	var out map[string]string
 	set := func(m map[string]string) {
@@ -142,9 +150,10 @@ func ownerReference(tj *trainer.TrainJob) metav1.OwnerReference {
 	}
 }
 
-// initialCount is rj's pod count before the ML policy runs (trainer-compat §2.3 step 4):
-// the runtime's mlPolicy.numNodes (default 1) for a trainer replicatedJob when the
-// runtime has an mlPolicy, else the template parallelism (default 1); at least 1.
+// initialCount is rj's pod count before the ML policy runs
+// (docs/compatibility.md#the-build-model step 4): the runtime's mlPolicy.numNodes
+// (default 1) for a trainer replicatedJob when the runtime has an mlPolicy, else the
+// template parallelism (default 1); at least 1.
 func initialCount(policy *trainer.MLPolicy, rj *jobsetv1alpha2.ReplicatedJob) int32 {
 	n := plan.Count(rj)
 	if policy != nil && plan.Ancestor(rj) == trainer.AncestorTrainer {
@@ -155,14 +164,15 @@ func initialCount(policy *trainer.MLPolicy, rj *jobsetv1alpha2.ReplicatedJob) in
 
 // receivesTrainerOverrides reports whether spec.trainer.env and resourcesPerNode apply
 // to rj's "node" container: rj is a trainer replicatedJob, or the runtime runs the MPI
-// launcher as a node and rj is the "node" replicatedJob (trainer-compat §2.3 step 4,
-// §2.5 step 4).
+// launcher as a node and rj is the "node" replicatedJob
+// (docs/compatibility.md#the-build-model step 4,
+// docs/compatibility.md#building-the-jobset step 4).
 //
-// Quirk trainer-compat §11.2: upstream ignores resourcesPerNode on a trainer
-// replicatedJob when the runtime has no mlPolicy. Trainyard applies it: silently
-// dropping resources the user asked for is worse than the one divergence it causes,
-// which is that Kueue (recomputing upstream's model) does not count them for such
-// runtimes. Every shipped runtime has an mlPolicy.
+// Upstream quirk 2 (docs/compatibility.md#upstream-quirks): upstream ignores
+// resourcesPerNode on a trainer replicatedJob when the runtime has no mlPolicy.
+// Trainyard applies it: silently dropping resources the user asked for is worse than
+// the one divergence it causes, which is that Kueue (recomputing upstream's model) does
+// not count them for such runtimes. Every shipped runtime has an mlPolicy.
 func receivesTrainerOverrides(policy *trainer.MLPolicy, rj *jobsetv1alpha2.ReplicatedJob) bool {
 	if plan.Ancestor(rj) == trainer.AncestorTrainer {
 		return true
@@ -172,8 +182,9 @@ func receivesTrainerOverrides(policy *trainer.MLPolicy, rj *jobsetv1alpha2.Repli
 }
 
 // applyAncestorStep applies the TrainJob section matching rj's ancestor label
-// (trainer-compat §2.5 steps 3, 4): every such replicatedJob runs one Job, the
-// initializers get spec.initializer, the trainer spec.trainer's image, command, args.
+// (docs/compatibility.md#building-the-jobset steps 3, 4): every such replicatedJob runs
+// one Job, the initializers get spec.initializer, the trainer spec.trainer's image,
+// command, args.
 func applyAncestorStep(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
 	in := tj.Spec.Initializer
 	switch plan.Ancestor(rj) {
@@ -196,9 +207,11 @@ func applyAncestorStep(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
 }
 
 // applyTrainerOverrides merges spec.trainer.resourcesPerNode and env into rj's first
-// "node" container: resources per resource name and claims per name (§2.3 step 4, §10
-// case 7), env by name (§2.5 step 4), the TrainJob winning; entries only in the runtime
-// are kept.
+// "node" container: resources per resource name and claims per name
+// (docs/compatibility.md#the-build-model step 4, case 7 of
+// docs/compatibility.md#upstream-test-cases), env by name
+// (docs/compatibility.md#building-the-jobset step 4), the TrainJob winning; entries
+// only in the runtime are kept.
 func applyTrainerOverrides(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
 	t := tj.Spec.Trainer
 	if t == nil {
@@ -215,8 +228,9 @@ func applyTrainerOverrides(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJo
 }
 
 // applyInitializer applies one spec.initializer section to the container named name of
-// an initializer replicatedJob (trainer-compat §2.5 step 3): STORAGE_URI when storageUri
-// is set (even empty), then env by name, then the secret as an envFrom source.
+// an initializer replicatedJob (docs/compatibility.md#building-the-jobset step 3):
+// STORAGE_URI when storageUri is set (even empty), then env by name, then the secret as
+// an envFrom source.
 func applyInitializer(rj *jobsetv1alpha2.ReplicatedJob, name string, storageURI *string, env []corev1.EnvVar, secret *corev1.LocalObjectReference) {
 	c := plan.Container(plan.PodSpec(rj).Containers, name)
 	if c == nil {
@@ -234,8 +248,9 @@ func applyInitializer(rj *jobsetv1alpha2.ReplicatedJob, name string, storageURI 
 }
 
 // applyTrainerContainer replaces the trainer "node" container's image, command and args
-// with spec.trainer's when set (trainer-compat §2.5 step 4). A command or args that is
-// set but empty clears the runtime's (the image's entrypoint runs).
+// with spec.trainer's when set (docs/compatibility.md#building-the-jobset step 4). A
+// command or args that is set but empty clears the runtime's (the image's entrypoint
+// runs).
 func applyTrainerContainer(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJob) {
 	t := tj.Spec.Trainer
 	if t == nil {
@@ -256,8 +271,9 @@ func applyTrainerContainer(tj *trainer.TrainJob, rj *jobsetv1alpha2.ReplicatedJo
 	}
 }
 
-// stepContainers maps each trainjob-ancestor-step value to the container a replicatedJob
-// with that label must have (trainer-compat §1.9, §6.4).
+// stepContainers maps each trainjob-ancestor-step value to the container a
+// replicatedJob with that label must have (docs/compatibility.md#well-known-names,
+// docs/compatibility.md#runtime-validation).
 var stepContainers = map[string]string{
 	trainer.AncestorTrainer:            trainer.ContainerNode,
 	trainer.AncestorDatasetInitializer: trainer.ContainerDatasetInitializer,
@@ -273,7 +289,7 @@ var stepContainers = map[string]string{
 // silently apply to nothing. It returns every violation, with paths relative to the
 // runtime object: spec.template.spec.replicatedJobs[name=<rj>].template.spec.template.
 // spec.containers ("must contain the required container for the ancestor: <step>",
-// upstream's runtime admission text, trainer-compat §6.4) and
+// upstream's runtime admission text, docs/compatibility.md#runtime-validation) and
 // spec.template.spec.replicatedJobs (no trainer step).
 //
 // Upstream's runtime admission webhook has the container rule and builds a JobSet
@@ -301,7 +317,8 @@ func ValidateSteps(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
 				"rename the container in the runtime", step, want, plan.ContainerNames(containers))))
 	}
 	// MPI runtimes are the ML policy's to check: their trainer may be the launcher
-	// (runLauncherAsNode, §3.4), and the MPI plugin names a missing launcher or node.
+	// (runLauncherAsNode, docs/compatibility.md#mpi), and the MPI plugin names a
+	// missing launcher or node.
 	if !hasTrainer && (spec.MLPolicy == nil || spec.MLPolicy.MPI == nil) {
 		errs = append(errs, field.Invalid(path, field.OmitValueType{}, fmt.Sprintf(
 			"no replicatedJob is the trainer step (replicatedJobs %v): label the Job template of the one that trains, usually %q, with %s: %s",

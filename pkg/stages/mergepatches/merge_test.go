@@ -90,8 +90,9 @@ func mustMerge(t *testing.T, tj *trainer.TrainJob, rt plan.Runtime) *jobsetv1alp
 	return js
 }
 
-// Case 2 of trainer-compat §10: the TrainJob overrides image, command, args, resources
-// and env of the trainer container; counts come from the runtime's mlPolicy.
+// Case 2 of docs/compatibility.md#upstream-test-cases: the TrainJob overrides image,
+// command, args, resources and env of the trainer container; counts come from the
+// runtime's mlPolicy.
 func TestMergeCase2TrainerOverrides(t *testing.T) {
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{NumNodes: ptr.To[int32](100)})
 	node := &rt.Spec.Template.Spec.ReplicatedJobs[2].Template.Spec.Template.Spec.Containers[0]
@@ -122,8 +123,8 @@ func TestMergeCase2TrainerOverrides(t *testing.T) {
 	}
 }
 
-// Case 7 of trainer-compat §10: resourcesPerNode merges per resource name; keys only in
-// the runtime are kept.
+// Case 7 of docs/compatibility.md#upstream-test-cases: resourcesPerNode merges per
+// resource name; keys only in the runtime are kept.
 func TestMergeCase7Resources(t *testing.T) {
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{NumNodes: ptr.To[int32](1)})
 	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{
@@ -139,8 +140,9 @@ func TestMergeCase7Resources(t *testing.T) {
 	}
 }
 
-// Case 6 of trainer-compat §10: two managers patch two replicatedJobs; every patched
-// field lands on its replicatedJob only, lists merge by their keys.
+// Case 6 of docs/compatibility.md#upstream-test-cases: two managers patch two
+// replicatedJobs; every patched field lands on its replicatedJob only, lists merge by
+// their keys.
 func TestMergeCase6TwoManagers(t *testing.T) {
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{NumNodes: ptr.To[int32](100)})
 	initContainer := func(env ...corev1.EnvVar) corev1.Container {
@@ -260,7 +262,8 @@ func TestMergeCase6TwoManagers(t *testing.T) {
 	}
 }
 
-// Strategic-merge semantics of runtimePatches (trainer-compat §2.3 step 2).
+// Strategic-merge semantics of runtimePatches (docs/compatibility.md#the-build-model
+// step 2).
 func TestMergeRuntimePatchSemantics(t *testing.T) {
 	toleration := func(key string) corev1.Toleration {
 		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists}
@@ -480,8 +483,9 @@ func TestMergeInvalidPatches(t *testing.T) {
 	}
 }
 
-// Counts before the ML policy (trainer-compat §2.3 step 4) and the parallelism sync
-// (§2.4); spec.trainer.numNodes is the ML policy's.
+// Counts before the ML policy (docs/compatibility.md#the-build-model step 4) and the
+// parallelism sync (docs/compatibility.md#plugin-order); spec.trainer.numNodes is the
+// ML policy's.
 func TestMergeCounts(t *testing.T) {
 	cases := map[string]struct {
 		policy      *trainer.MLPolicy
@@ -537,8 +541,8 @@ func TestMergeCounts(t *testing.T) {
 	}
 }
 
-// resourcesPerNode targets (trainer-compat §2.3 step 4, quirk §11.2 decided: applied
-// even without mlPolicy).
+// resourcesPerNode targets (docs/compatibility.md#the-build-model step 4, upstream
+// quirk 2 decided: applied even without mlPolicy).
 func TestMergeResourcesPerNode(t *testing.T) {
 	mpi := &trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}}}
 	cases := map[string]struct {
@@ -556,7 +560,7 @@ func TestMergeResourcesPerNode(t *testing.T) {
 				Claims: []corev1.ResourceClaim{{Name: "runtime"}, {Name: "tj"}},
 			}},
 		},
-		"trainer without mlPolicy (quirk §11.2: applied)": {
+		"trainer without mlPolicy (upstream quirk 2: applied)": {
 			nodeAncestor: trainer.AncestorTrainer,
 			want: map[string]corev1.ResourceRequirements{"node": {
 				Requests: quantities("cpu", "2", "memory", "1Gi"), Limits: quantities("example.com/gpu", "1"),
@@ -620,7 +624,7 @@ func TestMergeResourcesPerNode(t *testing.T) {
 	}
 }
 
-// The initializer step (trainer-compat §2.5 step 3).
+// The initializer step (docs/compatibility.md#building-the-jobset step 3).
 func TestMergeInitializers(t *testing.T) {
 	rt := plantest.SkeletonRuntime(nil)
 	rjs := rt.Spec.Template.Spec.ReplicatedJobs
@@ -827,8 +831,8 @@ func TestMergeInvalidSteps(t *testing.T) {
 
 // The runtime snapshot and its digest (which the JobSet cache keeps, so a rebuild reads
 // the snapshot only when the runtime changed) ride on the JobSet as annotations
-// (trainer-compat §2.2) that no runtimePatch overrides; without a snapshot the JobSet
-// has neither.
+// (docs/compatibility.md#runtime-snapshots) that no runtimePatch overrides; without a
+// snapshot the JobSet has neither.
 func TestMergeRuntimeSnapshot(t *testing.T) {
 	rt := plantest.SkeletonRuntime(nil)
 	tj := plantest.TrainJob(rt.Name, nil)

@@ -31,7 +31,7 @@ func mustPatchMeta(v any) strategicpatch.PatchMetaFromStruct {
 
 // applyRuntimePatches applies the spec part of each of tj's runtimePatches, in list
 // order, to spec (a copy of rt's JobSet spec), so a later manager wins on scalars and
-// map keys (trainer-compat §2.3 step 2). The patches must have passed
+// map keys (docs/compatibility.md#the-build-model step 2). The patches must have passed
 // ValidateRuntimePatches: a replicatedJob they name that spec lacks is skipped.
 //
 // Upstream applies each JobSetSpecPatch to the whole JobSetSpec and then restores the
@@ -73,12 +73,14 @@ func replicatedJobPatchPath(p *trainer.RuntimePatch) *field.Path {
 // runtime's replicatedJobs, a containers[] entry among that replicatedJob's containers
 // and an initContainers[] entry among its init containers (a strategic merge would
 // otherwise add a half-specified one, which the API server then rejects). It returns
-// every violation, at spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.spec.
+// every violation, at
+// spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.spec.
 // replicatedJobs[name=<rj>] (plus .template.spec.template.spec.containers[name=<c>] or
 // .initContainers[name=<c>]), each message starting with upstream's admission text
-// (trainer-compat §6.2: "must not have replicated job that doesn't exist in the runtime
-// job template", "must not have container that doesn't exist in the runtime job <rj>",
-// "must not have initContainer that doesn't exist in the runtime job <rj>").
+// (docs/compatibility.md#trainjob-validation: "must not have replicated job that
+// doesn't exist in the runtime job template", "must not have container that doesn't
+// exist in the runtime job <rj>", "must not have initContainer that doesn't exist in
+// the runtime job <rj>").
 //
 // Upstream checks patches against the runtime template with the patches already
 // applied, and accepts a containers[] patch naming an init container (and the reverse);
@@ -172,7 +174,7 @@ func patchReplicatedJob(rj *jobsetv1alpha2.ReplicatedJob, rjp *trainer.Replicate
 }
 
 // patchObjectMeta applies patch to meta as a strategic merge patch: labels and
-// annotations merge key by key (trainer-compat §1.6 metadata note).
+// annotations merge key by key (docs/compatibility.md#runtime-patches metadata note).
 func patchObjectMeta(meta *metav1.ObjectMeta, patch *metav1.ObjectMeta, path *field.Path) error {
 	var out metav1.ObjectMeta
 	if err := strategicMerge(meta, patch, &out, objectMetaPatchMeta, path); err != nil {

@@ -8,12 +8,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/step"
 )
 
-const (
-	// Name is the stage name: its queue name and its metrics' stage label.
-	Name = "merge_patches"
-	// Index is the stage's 1-based position in the pipeline.
-	Index = 2
-)
+// Name is the stage name: its queue name and its metrics' stage label; the stage
+// table (package stages) places the stage in the pipeline.
+const Name = "merge_patches"
 
 // Step returns the stage's step function: it builds the desired JobSet with Merge.
 func Step() step.Func {

@@ -22,10 +22,11 @@ var rendezvousPort = corev1.ContainerPort{ContainerPort: trainer.ContainerPortRe
 var rendezvousPortString = strconv.Itoa(int(trainer.ContainerPortRendezvous))
 
 // overrideTrainerCount sets the trainer replicatedJob's count to spec.trainer.numNodes
-// when set; every framework does this first (trainer-compat §3.1–3.5).
+// when set; every framework does this first (docs/compatibility.md#torch–3.5).
 //
-// Quirk trainer-compat §11.3, reproduced: numNodes 0 (accepted by the CRD) yields
-// parallelism and completions 0, the count Kueue computes too.
+// Upstream quirk 3 (docs/compatibility.md#upstream-quirks), reproduced: numNodes 0
+// (accepted by the CRD) yields parallelism and completions 0, the count Kueue computes
+// too.
 func overrideTrainerCount(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
 	if tj.Spec.Trainer == nil || tj.Spec.Trainer.NumNodes == nil {
 		return
@@ -56,10 +57,10 @@ func trainerContainer(js *jobsetv1alpha2.JobSet) *corev1.Container {
 // coordinatorHost is the DNS name of the first trainer pod, where rank 0 listens:
 // "<name>-<trainer rJob>-0-0.<subdomain>".
 //
-// Quirk trainer-compat §11.4, not reproduced: upstream always writes
-// "<name>-node-0-0.<name>", which names no pod when the trainer replicatedJob is not
-// called "node" or the runtime sets network.subdomain. Both forms agree for every
-// shipped runtime.
+// Upstream quirk 4 (docs/compatibility.md#upstream-quirks), not reproduced: upstream
+// always writes "<name>-node-0-0.<name>", which names no pod when the trainer
+// replicatedJob is not called "node" or the runtime sets network.subdomain. Both forms
+// agree for every shipped runtime.
 func coordinatorHost(js *jobsetv1alpha2.JobSet) string {
 	name := trainer.ReplicatedJobNode
 	if rj := plan.TrainerJob(js); rj != nil {
@@ -69,10 +70,11 @@ func coordinatorHost(js *jobsetv1alpha2.JobSet) string {
 }
 
 // nodeResources returns the per-node resources the frameworks size themselves from
-// (trainer-compat §2.3 "runtime resources per node"): spec.trainer.resourcesPerNode when
-// set, else the resources of the first "node" container that declares any, in the first
-// replicatedJob named "node" or with the trainer ancestor (after runtime patches). Nil
-// when there are none. The result is shared: read only.
+// (docs/compatibility.md#the-build-model "runtime resources per node"):
+// spec.trainer.resourcesPerNode when set, else the resources of the first "node"
+// container that declares any, in the first replicatedJob named "node" or with the
+// trainer ancestor (after runtime patches). Nil when there are none. The result is
+// shared: read only.
 func nodeResources(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) *corev1.ResourceRequirements {
 	if t := tj.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
 		return t.ResourcesPerNode
@@ -99,7 +101,7 @@ func hasResources(r *corev1.ResourceRequirements) bool {
 
 // gpuCount is the number of GPUs per node in res: the value, rounded up, of the first
 // resource whose name contains "gpu" (case-insensitive) in requests, or in limits when
-// that is 0 (trainer-compat §2.3 "GPU count per node").
+// that is 0 (docs/compatibility.md#the-build-model "GPU count per node").
 //
 // Upstream takes the first match in Go map order; Trainyard takes the first in name
 // order, so a node declaring several GPU resources always gets the same answer.
@@ -128,7 +130,7 @@ func firstGPU(list corev1.ResourceList) int64 {
 }
 
 // cpuCount is the CPUs per node in res, rounded up: requests.cpu when set and non-zero,
-// else limits.cpu, else 0 (trainer-compat §3.1 step 2).
+// else limits.cpu, else 0 (docs/compatibility.md#torch step 2).
 func cpuCount(res *corev1.ResourceRequirements) int64 {
 	if res == nil {
 		return 0
@@ -172,7 +174,8 @@ func onePerNode(tj *trainer.TrainJob, rt plan.Runtime, policy, processes string)
 
 // reservedEnv rejects the entries of spec.trainer.env named in reserved, variables the
 // policy sets itself (owner names it), in one error at spec.trainer.env whose message
-// starts with upstream's admission text (trainer-compat §3.1, §3.4).
+// starts with upstream's admission text (docs/compatibility.md#torch,
+// docs/compatibility.md#mpi).
 func reservedEnv(tj *trainer.TrainJob, reserved []string, owner string) field.ErrorList {
 	t := tj.Spec.Trainer
 	if t == nil {

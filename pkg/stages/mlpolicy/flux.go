@@ -18,7 +18,8 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
-// Names, paths and defaults of Flux (trainer-compat §2.7, §3.6).
+// Names, paths and defaults of Flux (docs/compatibility.md#objects-per-trainjob,
+// docs/compatibility.md#flux).
 const (
 	// fluxEntrypointSuffix names the scripts ConfigMap, and its volume:
 	// "<trainjob>-flux-entrypoint".
@@ -55,7 +56,7 @@ var fluxDefaults = map[string]string{
 
 type flux struct{ names SecretNames }
 
-// Flux returns the mlPolicy.flux plugin (trainer-compat §3.6): every pod of the
+// Flux returns the mlPolicy.flux plugin (docs/compatibility.md#flux): every pod of the
 // replicatedJob "node" runs a Flux broker, and the lead broker (pod 0) runs the
 // trainer's command as one Flux job over all nodes.
 //
@@ -71,9 +72,10 @@ type flux struct{ names SecretNames }
 // is random, generated once when the Secret is created (a plan.CreateOnlyObject, like
 // the MPI SSH key); upstream derives it from the TrainJob's UID, which anyone who can
 // read the TrainJob knows. spec.trainer.numNodes defaults to the "node" replicatedJob's
-// count instead of being required (upstream dereferences it, trainer-compat §11.11).
-// The scripts are Trainyard's own; they expect the flux-view image layout (Flux in
-// /opt/view, its dependencies in /opt/software).
+// count instead of being required (upstream dereferences it,
+// docs/compatibility.md#upstream-quirks (quirk 11)). The scripts are Trainyard's own;
+// they expect the flux-view image layout (Flux in /opt/view, its dependencies in
+// /opt/software).
 func Flux(names SecretNames) Plugin { return flux{names: names} }
 
 func (flux) Name() string { return "Flux" }
@@ -125,7 +127,8 @@ func idRange(n int64) string {
 // replicatedJob must not declare the init container "flux-installer" the plugin adds
 // (Invalid at spec.template.spec.replicatedJobs[name=node].template.spec.template.spec.
 // initContainers[name=flux-installer], upstream's "InitContainer 'flux-installer' is
-// reserved", trainer-compat §3.6, which upstream reports at a TrainJob's admission).
+// reserved", docs/compatibility.md#flux, which upstream reports at a TrainJob's
+// admission).
 func (flux) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
 	rj := plan.ReplicatedJob(runtimeJobSet(spec), trainer.ReplicatedJobNode)
 	if rj == nil || plan.Container(plan.PodSpec(rj).Containers, trainer.ContainerNode) == nil {

@@ -102,8 +102,8 @@ func checkCurveCert(t *testing.T, cert, name string) {
 	}
 }
 
-// The upstream Flux example (trainer-compat §3.6): runtime flux-distributed and the
-// lammps TrainJobs.
+// The upstream Flux example (docs/compatibility.md#flux): runtime flux-distributed and
+// the lammps TrainJobs.
 func TestFluxUpstreamExamples(t *testing.T) {
 	rt := plantest.UpstreamRuntimeFile(t, "examples/flux/flux-runtime.yaml")
 	cases := map[string]struct {

@@ -5,8 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/trainyard/trainyard/pkg/progress"
-	"github.com/trainyard/trainyard/pkg/stages/build"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -16,14 +16,14 @@ import (
 
 // progressURL is a progress server URL as progress.URLFunc builds them.
 func progressURL(namespace, name string) string {
-	return "https://trainyard-status.trainyard-system.svc:10443" + progress.Path(namespace, name)
+	return "https://trainyard-status.trainyard-system.svc:10443" + wire.Path(namespace, name)
 }
 
 // FuzzMLPolicy applies the ML policies to arbitrary runtime + TrainJob pairs (YAML
 // documents decoded into the API types), seeded with plantest.FuzzInputs: the pair is
 // merged (mergepatches.Merge; pairs that do not merge are FuzzMerge's), then
 // mlpolicy.Apply runs over mlpolicy.DefaultPlugins, or, when withProgress is set, over
-// build.Plugins with a progress URL (the TrainerStatus injection of KEP-2779). Apply
+// stages.Plugins with a progress URL (the TrainerStatus injection of KEP-2779). Apply
 // must:
 //
 //   - leave the TrainJob and the runtime spec as they were;
@@ -44,14 +44,14 @@ func FuzzMLPolicy(f *testing.F) {
 		}
 		plugins := mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})
 		if withProgress {
-			plugins = build.Plugins(build.Options{ProgressURL: progressURL})
+			plugins = stages.Plugins(stages.Options{ProgressURL: progressURL})
 		}
 		apply := func() (p *plan.Plan, merged bool, err error) {
 			js, err := mergepatches.Merge(tj, rt)
 			if err != nil {
 				return nil, false, nil
 			}
-			p = &plan.Plan{Runtime: rt, JobSet: js, Stage: mergepatches.Index}
+			p = &plan.Plan{Runtime: rt, JobSet: js, Stage: 2} // as the merge patches stage leaves it
 			return p, true, mlpolicy.Apply(tj, p, plugins)
 		}
 		tjBefore, specBefore := tj.DeepCopy(), rt.Spec.DeepCopy()

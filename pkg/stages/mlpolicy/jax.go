@@ -19,12 +19,12 @@ const (
 
 type jax struct{}
 
-// JAX returns the mlPolicy.jax plugin (trainer-compat §3.3): trainer count from
+// JAX returns the mlPolicy.jax plugin (docs/compatibility.md#jax): trainer count from
 // spec.trainer.numNodes, JAX_* env and port 29500 on the trainer "node" container (one
 // JAX process per pod).
 //
-// Quirk trainer-compat §11.1, not reproduced: the env and port are injected even when
-// the TrainJob has no spec.trainer (see the package doc).
+// Upstream quirk 1 (docs/compatibility.md#upstream-quirks), not reproduced: the env and
+// port are injected even when the TrainJob has no spec.trainer (see the package doc).
 func JAX() Plugin { return jax{} }
 
 func (jax) Name() string { return "JAX" }

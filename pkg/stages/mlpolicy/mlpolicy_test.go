@@ -21,8 +21,8 @@ func TestJAX(t *testing.T) {
 		trainer   *trainer.Trainer
 		wantNodes string
 	}{
-		"numNodes 2":                         {trainer: &trainer.Trainer{NumNodes: ptr.To[int32](2)}, wantNodes: "2"},
-		"no spec.trainer (quirk §11.1: env)": {wantNodes: "1"},
+		"numNodes 2": {trainer: &trainer.Trainer{NumNodes: ptr.To[int32](2)}, wantNodes: "2"},
+		"no spec.trainer (upstream quirk 1: env)": {wantNodes: "1"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -58,7 +58,7 @@ func TestXGBoost(t *testing.T) {
 			wantWorkers: "8",
 			wantCount:   2,
 		},
-		"no spec.trainer (quirk §11.1: env)": {wantWorkers: "1", wantCount: 1},
+		"no spec.trainer (upstream quirk 1: env)": {wantWorkers: "1", wantCount: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -83,9 +83,9 @@ func TestXGBoost(t *testing.T) {
 	}
 }
 
-// XGBoost without a trainer replicatedJob is a no-op (trainer-compat §3.5). Stage 2
-// refuses such runtimes (mergepatches.validateSteps); the plugin must still not fail on
-// a JobSet without a trainer.
+// XGBoost without a trainer replicatedJob is a no-op (docs/compatibility.md#xgboost).
+// Stage 2 refuses such runtimes (mergepatches.validateSteps); the plugin must still not
+// fail on a JobSet without a trainer.
 func TestXGBoostWithoutTrainer(t *testing.T) {
 	rt := plantest.SkeletonRuntime(&trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{XGBoost: &trainer.XGBoostMLPolicySource{}}})
 	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](3)})
@@ -103,7 +103,8 @@ func TestXGBoostWithoutTrainer(t *testing.T) {
 	}
 }
 
-// Case 2 of trainer-compat §10 through both stages: PlainML only sizes the trainer.
+// Case 2 of docs/compatibility.md#upstream-test-cases through both stages: PlainML only
+// sizes the trainer.
 func TestPlainML(t *testing.T) {
 	cases := map[string]struct {
 		policy    *trainer.MLPolicy
@@ -142,16 +143,17 @@ func TestPlainML(t *testing.T) {
 	}
 }
 
-// The decisions on upstream quirks (trainer-compat §11), see the package doc.
+// The decisions on upstream quirks (docs/compatibility.md#upstream-quirks), see the
+// package doc.
 func TestQuirkDecisions(t *testing.T) {
-	t.Run("§11.1 PET_* without spec.trainer", func(t *testing.T) {
+	t.Run("quirk 1: PET_* without spec.trainer", func(t *testing.T) {
 		rt := plantest.SkeletonRuntime(torchPolicy(3))
 		c := nodeContainer(t, mustBuild(t, plantest.TrainJob(rt.Name, nil), rt))
 		if diff := cmp.Diff(petEnv("3", "1"), c.Env); diff != "" {
 			t.Errorf("env (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("§11.3 numNodes 0 gives 0 pods", func(t *testing.T) {
+	t.Run("quirk 3: numNodes 0 gives 0 pods", func(t *testing.T) {
 		rt := plantest.SkeletonRuntime(torchPolicy(3))
 		js := mustBuild(t, plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](0)}), rt)
 		if diff := cmp.Diff(map[string]int32{"dataset-initializer": 1, "model-initializer": 1, "node": 0}, counts(t, js)); diff != "" {
@@ -161,7 +163,7 @@ func TestQuirkDecisions(t *testing.T) {
 			t.Errorf("env[0] = %v, want PET_NNODES=0", got)
 		}
 	})
-	t.Run("§11.4 coordinator is the actual trainer pod 0", func(t *testing.T) {
+	t.Run("quirk 4: coordinator is the actual trainer pod 0", func(t *testing.T) {
 		rt := plantest.SkeletonRuntime(torchPolicy(2))
 		rt.Spec.Template.Spec.ReplicatedJobs[2].Name = "trainer"
 		rt.Spec.Template.Spec.Network = &jobsetv1alpha2.Network{Subdomain: "custom"}
@@ -170,7 +172,7 @@ func TestQuirkDecisions(t *testing.T) {
 			t.Errorf("env[3] = %v, want PET_MASTER_ADDR=test-job-trainer-0-0.custom", got)
 		}
 	})
-	t.Run("§11.16 the rendezvous port does not replace an unnamed port", func(t *testing.T) {
+	t.Run("quirk 16: the rendezvous port does not replace an unnamed port", func(t *testing.T) {
 		rt := plantest.SkeletonRuntime(torchPolicy(1))
 		c := &rt.Spec.Template.Spec.ReplicatedJobs[2].Template.Spec.Template.Spec.Containers[0]
 		c.Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
@@ -296,7 +298,7 @@ func TestAllUpstreamRuntimes(t *testing.T) {
 			}
 			if p := rt.Spec.MLPolicy; p != nil && p.MPI != nil {
 				// The launcher is the trainer; numNodes sizes the "node" workers, one
-				// fewer when the launcher is also a node (trainer-compat §3.4).
+				// fewer when the launcher is also a node (docs/compatibility.md#mpi).
 				if diff := cmp.Diff(map[string]int32{"launcher": 1, "node": 1}, counts(t, js)); diff != "" {
 					t.Errorf("counts (-want +got):\n%s", diff)
 				}
@@ -325,9 +327,10 @@ func containsEnv(list []corev1.EnvVar, want corev1.EnvVar) bool {
 	return false
 }
 
-// BenchmarkMergeAndApply measures the two stages for one TrainJob: the §10 runtime with
-// a Torch policy, a TrainJob overriding image, command, env and resources, with and
-// without a Kueue-style runtime patch.
+// BenchmarkMergeAndApply measures the two stages for one TrainJob: the skeleton runtime
+// (docs/compatibility.md#upstream-test-cases) with a Torch policy, a TrainJob
+// overriding image, command, env and resources, with and without a Kueue-style runtime
+// patch.
 func BenchmarkMergeAndApply(b *testing.B) {
 	rt := plantest.SkeletonRuntime(torchPolicy(1))
 	newTrainJob := func() *trainer.TrainJob {

@@ -24,7 +24,8 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
-// Names and paths of the MPI side objects and their volumes (trainer-compat §2.7, §3.4).
+// Names and paths of the MPI side objects and their volumes
+// (docs/compatibility.md#objects-per-trainjob, docs/compatibility.md#mpi).
 const (
 	// mpiSSHAuthPurpose names the SSH auth Secret: "<trainjob>-mpi-ssh-auth-<suffix>"
 	// (SecretNames).
@@ -48,8 +49,8 @@ const (
 	sshConnectArgs = "-o ConnectionAttempts=10"
 )
 
-// Volume file modes (trainer-compat §3.4): the key readable by its owner and group
-// (fsGroup), the public files by everyone, the hostfile read-only.
+// Volume file modes (docs/compatibility.md#mpi): the key readable by its owner and
+// group (fsGroup), the public files by everyone, the hostfile read-only.
 var (
 	modeSecretDefault = ptr.To[int32](0o400)
 	modePrivateKey    = ptr.To[int32](0o640)
@@ -59,10 +60,11 @@ var (
 
 type mpi struct{ names SecretNames }
 
-// MPI returns the mlPolicy.mpi plugin (trainer-compat §3.4): the "node" replicatedJob
-// sized from spec.trainer.numNodes (one fewer when the launcher is also a node), the
-// SSH auth Secret and the hostfile ConfigMap as side objects, their volumes and mounts
-// on the launcher and node pods, and the MPI implementation's env on the launcher.
+// MPI returns the mlPolicy.mpi plugin (docs/compatibility.md#mpi): the "node"
+// replicatedJob sized from spec.trainer.numNodes (one fewer when the launcher is also a
+// node), the SSH auth Secret and the hostfile ConfigMap as side objects, their volumes
+// and mounts on the launcher and node pods, and the MPI implementation's env on the
+// launcher.
 //
 // The Secret <trainjob>-mpi-ssh-auth-<suffix> (names: SecretNames; type
 // kubernetes.io/ssh-auth, immutable; upstream's is <trainjob>-mpi-ssh-auth) holds an
@@ -82,8 +84,8 @@ func (mpi) Name() string { return "MPI" }
 
 func (mpi) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.MPI != nil }
 
-// mpiConfig is a runtime's mlPolicy.mpi with the CRD defaults applied (trainer-compat
-// §1.10), and the slots per node for this TrainJob.
+// mpiConfig is a runtime's mlPolicy.mpi with the CRD defaults applied
+// (docs/compatibility.md#api-defaults), and the slots per node for this TrainJob.
 type mpiConfig struct {
 	impl              trainer.MPIImplementation
 	sshAuthMountPath  string
@@ -114,13 +116,13 @@ func (mpi) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
 	return errs
 }
 
-// ValidateTrainJob implements Plugin, with upstream's admission rules (trainer-compat
-// §3.4): spec.trainer.numNodes of 2 or more is Invalid when the runtime runs the
-// launcher as its only node (runLauncherAsNode and no "node" replicatedJob to scale),
-// and spec.trainer.env must not set the variables the launcher gets (OpenMPI's
-// OMPI_MCA_*, and likewise Intel MPI's and MPICH's), Invalid at spec.trainer.env. And
-// Trainyard's: the hostfile must fit in its ConfigMap (hostfileFits), Invalid at
-// spec.trainer.numNodes.
+// ValidateTrainJob implements Plugin, with upstream's admission rules
+// (docs/compatibility.md#mpi): spec.trainer.numNodes of 2 or more is Invalid when the
+// runtime runs the launcher as its only node (runLauncherAsNode and no "node"
+// replicatedJob to scale), and spec.trainer.env must not set the variables the launcher
+// gets (OpenMPI's OMPI_MCA_*, and likewise Intel MPI's and MPICH's), Invalid at
+// spec.trainer.env. And Trainyard's: the hostfile must fit in its ConfigMap
+// (hostfileFits), Invalid at spec.trainer.numNodes.
 func (mpi) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
 	var errs field.ErrorList
 	pol := p.Runtime.Spec.MLPolicy.MPI
@@ -260,9 +262,9 @@ const sshPublicKeyKey = "ssh-publickey"
 
 // mpiSettings resolves the runtime's MPI policy for tj.
 //
-// Slots per node (trainer-compat §3.4): spec.trainer.numProcPerNode when set; else the
-// policy's numProcPerNode (default 1), except that a policy value of 1 on nodes with
-// more than one GPU becomes the GPU count.
+// Slots per node (docs/compatibility.md#mpi): spec.trainer.numProcPerNode when set;
+// else the policy's numProcPerNode (default 1), except that a policy value of 1 on
+// nodes with more than one GPU becomes the GPU count.
 func mpiSettings(tj *trainer.TrainJob, p *plan.Plan) (mpiConfig, error) {
 	pol := p.Runtime.Spec.MLPolicy.MPI
 	cfg := mpiConfig{
@@ -286,7 +288,7 @@ func mpiSettings(tj *trainer.TrainJob, p *plan.Plan) (mpiConfig, error) {
 }
 
 // mpiImplementation is pol's mpiImplementation, OpenMPI when unset or empty (the CRD
-// default, trainer-compat §1.10).
+// default, docs/compatibility.md#api-defaults).
 func mpiImplementation(pol *trainer.MPIMLPolicySource) trainer.MPIImplementation {
 	if impl := ptr.Deref(pol.MPIImplementation, ""); impl != "" {
 		return impl
@@ -294,9 +296,9 @@ func mpiImplementation(pol *trainer.MPIMLPolicySource) trainer.MPIImplementation
 	return trainer.MPIImplementationOpenMPI
 }
 
-// launcherEnv is the env of the launcher's "node" container: where the hostfile is,
-// how many slots a host has, and ssh options, in the implementation's variables.
-// OpenMPI's are trainer-compat §3.4's; Intel MPI's and MPICH's are the MPI Operator's.
+// launcherEnv is the env of the launcher's "node" container: where the hostfile is, how
+// many slots a host has, and ssh options, in the implementation's variables. OpenMPI's
+// are docs/compatibility.md#mpi's; Intel MPI's and MPICH's are the MPI Operator's.
 func launcherEnv(cfg mpiConfig) []corev1.EnvVar {
 	slots := strconv.FormatInt(cfg.slots, 10)
 	switch cfg.impl {
@@ -343,7 +345,8 @@ func isHost(rj *jobsetv1alpha2.ReplicatedJob, cfg mpiConfig) bool {
 
 // hostfileContent is the hostfile: a line per pod of the hosts' replicatedJobs ("node",
 // and "launcher" when it is also a node), in template order, each replica's pods in
-// index order (trainer-compat §2.4 endpoints, §3.4).
+// index order (docs/compatibility.md#plugin-order endpoints,
+// docs/compatibility.md#mpi).
 //
 // Errors: *plan.InvalidInputError at spec.trainer.numNodes when the hostfile would not
 // fit in a ConfigMap (maxHostfileBytes, some 20,000 hosts), checked before anything is
@@ -406,8 +409,8 @@ func hostfileSize(js *jobsetv1alpha2.JobSet, cfg mpiConfig) (size, hosts int64) 
 }
 
 // generateSSHAuth fills an ssh-auth Secret with a fresh ECDSA P-521 key pair
-// (trainer-compat §3.4): "ssh-privatekey" a PEM "EC PRIVATE KEY" block (SEC 1, the
-// format OpenSSH reads as id_rsa whatever the algorithm), "ssh-publickey" an
+// (docs/compatibility.md#mpi): "ssh-privatekey" a PEM "EC PRIVATE KEY" block (SEC 1,
+// the format OpenSSH reads as id_rsa whatever the algorithm), "ssh-publickey" an
 // authorized_keys line. Values are base64, as a Secret's data is on the wire.
 func generateSSHAuth(secret *unstructured.Unstructured) error {
 	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)

@@ -52,9 +52,9 @@ func mpiPolicy(impl trainer.MPIImplementation, mountPath string, launcherAsNode 
 	}}}
 }
 
-// case5Runtime is the runtime of trainer-compat §10 Case 5: the skeleton with a
-// "launcher" replicatedJob (no ancestor, container "node" running mpirun) inserted
-// before "node".
+// case5Runtime is the runtime of docs/compatibility.md#upstream-test-cases Case 5: the
+// skeleton with a "launcher" replicatedJob (no ancestor, container "node" running
+// mpirun) inserted before "node".
 func case5Runtime(policy *trainer.MLPolicy) plan.Runtime {
 	rt := plantest.SkeletonRuntime(policy)
 	launcher := rt.Spec.Template.Spec.ReplicatedJobs[2].DeepCopy()
@@ -212,7 +212,8 @@ func checkSSHKeys(t *testing.T, secret *unstructured.Unstructured) (privatePEM s
 	return string(priv)
 }
 
-// Case 5 of trainer-compat §10: OpenMPI, launcher before node, runLauncherAsNode false.
+// Case 5 of docs/compatibility.md#upstream-test-cases: OpenMPI, launcher before node,
+// runLauncherAsNode false.
 func TestMPICase5(t *testing.T) {
 	rt := case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", false))
 	tj := plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](2), NumProcPerNode: ptr.To[int32](8)})
@@ -258,8 +259,9 @@ func TestMPICase5(t *testing.T) {
 	}
 }
 
-// The upstream MPI runtimes (trainer-compat §9): launcher after node, the launcher the
-// trainer, runLauncherAsNode, slots 1, keys under /home/mpiuser/.ssh.
+// The upstream MPI runtimes (docs/compatibility.md#shipped-runtimes): launcher after
+// node, the launcher the trainer, runLauncherAsNode, slots 1, keys under
+// /home/mpiuser/.ssh.
 func TestMPIUpstreamRuntimes(t *testing.T) {
 	for _, file := range []string{"runtimes/deepspeed_distributed.yaml", "runtimes/mlx_distributed.yaml"} {
 		rt := plantest.UpstreamRuntimeFile(t, file)
@@ -345,7 +347,7 @@ func TestMPIUpstreamRuntimes(t *testing.T) {
 }
 
 // The launcher is also a node (runLauncherAsNode) and comes first: the plugin-level
-// variant of trainer-compat §10 Case 5.
+// variant of docs/compatibility.md#upstream-test-cases Case 5.
 func TestMPILauncherAsNodeFirst(t *testing.T) {
 	rt := case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", true))
 	p := mustBuildPlan(t, plantest.TrainJob(rt.Name, &trainer.Trainer{NumNodes: ptr.To[int32](10)}), rt)

@@ -31,8 +31,8 @@ func MPIHosts(tj *trainer.TrainJob, p *plan.Plan) (*jobsetv1alpha2.ReplicatedJob
 }
 
 // MPISlotsFromDevices reports whether tj's MPI slots may come from the GPUs each host
-// pod gets (trainer-compat §3.4: spec.trainer.numProcPerNode unset and the policy's
-// numProcPerNode unset or 1, the value that becomes the node's GPU count).
+// pod gets (docs/compatibility.md#mpi: spec.trainer.numProcPerNode unset and the
+// policy's numProcPerNode unset or 1, the value that becomes the node's GPU count).
 func MPISlotsFromDevices(tj *trainer.TrainJob, p *plan.Plan) bool {
 	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
 		return false

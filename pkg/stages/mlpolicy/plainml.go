@@ -10,10 +10,10 @@ import (
 type plainML struct{}
 
 // PlainML returns the plugin for runtimes without a distributed framework
-// (trainer-compat §3.2): no mlPolicy, or one without torch, mpi and jax (so it also
-// runs beside xgboost and flux). It only sets the trainer count from
+// (docs/compatibility.md#plainml): no mlPolicy, or one without torch, mpi and jax (so
+// it also runs beside xgboost and flux). It only sets the trainer count from
 // spec.trainer.numNodes; spec.trainer.env is already merged by package mergepatches
-// (trainer-compat §2.5 step 4, which upstream's PlainML repeats).
+// (docs/compatibility.md#building-the-jobset step 4, which upstream's PlainML repeats).
 func PlainML() Plugin { return plainML{} }
 
 func (plainML) Name() string { return "PlainML" }

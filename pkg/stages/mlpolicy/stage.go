@@ -8,12 +8,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/step"
 )
 
-const (
-	// Name is the stage name: its queue name and its metrics' stage label.
-	Name = "ml_policy"
-	// Index is the stage's 1-based position in the pipeline.
-	Index = 3
-)
+// Name is the stage name: its queue name and its metrics' stage label; the stage
+// table (package stages) places the stage in the pipeline.
+const Name = "ml_policy"
 
 // Step returns the stage's step function: Apply with plugins.
 func Step(plugins []Plugin) step.Func {

@@ -23,9 +23,10 @@ const (
 
 type torch struct{}
 
-// Torch returns the mlPolicy.torch plugin (trainer-compat §3.1): trainer count from
-// spec.trainer.numNodes, PET_* env and port 29500 on the trainer "node" container,
-// the torchtune command rewrite (§3.1.1), and PET_* env on the envInjection targets.
+// Torch returns the mlPolicy.torch plugin (docs/compatibility.md#torch): trainer count
+// from spec.trainer.numNodes, PET_* env and port 29500 on the trainer "node" container,
+// the torchtune command rewrite (docs/compatibility.md#torchtune), and PET_* env on the
+// envInjection targets.
 func Torch() Plugin { return torch{} }
 
 func (torch) Name() string { return "Torch" }
@@ -35,12 +36,12 @@ func (torch) Enabled(p *trainer.MLPolicy) bool { return p != nil && p.Torch != n
 // torchReservedEnv are the torchrun variables the plugin sets.
 var torchReservedEnv = []string{envPETNNodes, envPETNProcPerNode, envPETNodeRank, envPETMasterAddr, envPETMasterPort}
 
-// ValidateRuntime implements Plugin: every container an envInjection target names is
-// a container or init container of the replicatedJob jobName. A missing one is Invalid
-// at spec.mlPolicy.torch.envInjection.targets[jobName=<job>].containerNames[<i>], the
+// ValidateRuntime implements Plugin: every container an envInjection target names is a
+// container or init container of the replicatedJob jobName. A missing one is Invalid at
+// spec.mlPolicy.torch.envInjection.targets[jobName=<job>].containerNames[<i>], the
 // message starting with upstream's "envInjection target podSet %q container %q not
-// found in runtime template" (trainer-compat §3.1 step 4; upstream reports it at the
-// TrainJob's spec.runtimeRef when a TrainJob is admitted).
+// found in runtime template" (docs/compatibility.md#torch step 4; upstream reports it
+// at the TrainJob's spec.runtimeRef when a TrainJob is admitted).
 func (torch) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
 	inj := spec.MLPolicy.Torch.EnvInjection
 	if inj == nil {
@@ -64,8 +65,9 @@ func (torch) ValidateRuntime(spec *trainer.TrainingRuntimeSpec) field.ErrorList 
 
 // ValidateTrainJob implements Plugin: spec.trainer.env must not set the PET_* variables
 // the plugin injects (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
-// PET_MASTER_PORT; Invalid at spec.trainer.env, upstream's rule and text, trainer-compat
-// §3.1), and a torchtune TrainJob must pass validateTorchtune (§3.1.1).
+// PET_MASTER_PORT; Invalid at spec.trainer.env, upstream's rule and text,
+// docs/compatibility.md#torch), and a torchtune TrainJob must pass validateTorchtune
+// (docs/compatibility.md#torchtune).
 func (torch) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
 	errs := reservedEnv(tj, torchReservedEnv, "mlPolicy.torch (torchrun)")
 	if isTorchtune(tj) {
@@ -76,8 +78,9 @@ func (torch) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorLis
 
 // Apply implements Plugin. It does not fail.
 //
-// Quirk trainer-compat §11.1, not reproduced: the PET_* env and the port are injected
-// even when the TrainJob has no spec.trainer (see the package doc).
+// Upstream quirk 1 (docs/compatibility.md#upstream-quirks), not reproduced: the PET_*
+// env and the port are injected even when the TrainJob has no spec.trainer (see the
+// package doc).
 func (torch) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	js := p.JobSet
 	overrideTrainerCount(tj, js)
@@ -125,7 +128,7 @@ func (p procsPerNode) String() string {
 	return strconv.Itoa(int(p.n))
 }
 
-// torchProcsPerNode is PET_NPROC_PER_NODE (trainer-compat §3.1 step 2):
+// torchProcsPerNode is PET_NPROC_PER_NODE (docs/compatibility.md#torch step 2):
 // spec.trainer.numProcPerNode when set; else "auto" when the node has GPUs; else its
 // CPU count rounded up, at least 1.
 func torchProcsPerNode(tj *trainer.TrainJob, res *corev1.ResourceRequirements, gpus int64) procsPerNode {
@@ -140,8 +143,8 @@ func torchProcsPerNode(tj *trainer.TrainJob, res *corev1.ResourceRequirements, g
 
 // injectEnv upserts env into the containers the runtime's envInjection targets name:
 // for each target, the container or init container of that name in the replicatedJob
-// named jobName (trainer-compat §3.1 step 4; ValidateRuntime checked they exist). It
-// applies whether or not the TrainJob has spec.trainer, and always includes
+// named jobName (docs/compatibility.md#torch step 4; ValidateRuntime checked they
+// exist). It applies whether or not the TrainJob has spec.trainer, and always includes
 // PET_MASTER_*, even for torchtune.
 func injectEnv(rt plan.Runtime, js *jobsetv1alpha2.JobSet, env []corev1.EnvVar) {
 	inj := rt.Spec.MLPolicy.Torch.EnvInjection

@@ -15,7 +15,8 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
 )
 
-// Case 3 of trainer-compat §10: Torch with explicit numNodes and numProcPerNode.
+// Case 3 of docs/compatibility.md#upstream-test-cases: Torch with explicit numNodes and
+// numProcPerNode.
 func TestTorchCase3(t *testing.T) {
 	rt := plantest.SkeletonRuntime(torchPolicy(100))
 	node := &rt.Spec.Template.Spec.ReplicatedJobs[2]
@@ -61,8 +62,8 @@ func TestTorchCase3RuntimeDefaults(t *testing.T) {
 	}
 }
 
-// numProcPerNode "auto" (trainer-compat §3.1 step 2): GPUs give "auto", else CPUs
-// rounded up, at least 1.
+// numProcPerNode "auto" (docs/compatibility.md#torch step 2): GPUs give "auto", else
+// CPUs rounded up, at least 1.
 func TestTorchNumProcPerNode(t *testing.T) {
 	cases := map[string]struct {
 		runtime   *corev1.ResourceRequirements // the runtime node container's resources

@@ -11,9 +11,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
-// torchtune (trainer-compat §3.1.1): a TrainJob whose spec.trainer.command is exactly
-// ["tune", "run"] has its command completed from the runtime: rendezvous endpoint,
-// recipe, config and the runtime-managed paths.
+// torchtune (docs/compatibility.md#torchtune): a TrainJob whose spec.trainer.command is
+// exactly ["tune", "run"] has its command completed from the runtime: rendezvous
+// endpoint, recipe, config and the runtime-managed paths.
 
 // torchtuneModels are the models the shipped torchtune runtimes support, as
 // "<family>/<size>" derived from the runtime name.
@@ -64,7 +64,7 @@ func torchtuneCommand(tj *trainer.TrainJob, rt plan.Runtime, p torchtuneParams) 
 	return cmd
 }
 
-// Torchtune models with rules of their own (trainer-compat §3.1.1).
+// Torchtune models with rules of their own (docs/compatibility.md#torchtune).
 const (
 	torchtuneLlama32_1B  = "llama3_2/1B"
 	torchtuneLlama32_3B  = "llama3_2/3B"
@@ -73,8 +73,8 @@ const (
 )
 
 // validateTorchtune checks a torchtune TrainJob (spec.trainer.command [tune run])
-// against upstream's admission rules (trainer-compat §3.1.1), with p.JobSet the
-// desired JobSet before the ML policy; each message starts with upstream's text:
+// against upstream's admission rules (docs/compatibility.md#torchtune), with p.JobSet
+// the desired JobSet before the ML policy; each message starts with upstream's text:
 //
 //   - the runtime name must give a supported model (spec.runtimeRef.name);
 //   - only llama3_3/70B runs on more than one node (spec.trainer.numNodes);
@@ -149,7 +149,7 @@ func torchtuneModel(runtimeName string) string {
 }
 
 // torchtuneRecipe picks the recipe and config suffix from the topology and the
-// fine-tuning mode the args select (trainer-compat §3.1.1).
+// fine-tuning mode the args select (docs/compatibility.md#torchtune).
 func torchtuneRecipe(nnodes int32, procs procsPerNode, gpus int64, args []string) (recipe, suffix string) {
 	lora, qlora := torchtuneMode(args)
 	singleDevice := nnodes == 1 && ((!procs.auto && procs.n == 1) || gpus == 1)

@@ -13,7 +13,8 @@ import (
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
 )
 
-// Case 4 of trainer-compat §10: the torchtune command rewrite, no PET_MASTER_*.
+// Case 4 of docs/compatibility.md#upstream-test-cases: the torchtune command rewrite,
+// no PET_MASTER_*.
 func TestTorchtuneCase4(t *testing.T) {
 	rt := plantest.SkeletonRuntime(torchPolicy(100))
 	rt.Name = "torchtune-llama3.3-70b"

@@ -6,7 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
@@ -14,11 +14,13 @@ type trainerStatus struct {
 	url func(namespace, name string) string
 }
 
-// TrainerStatus returns the plugin that tells trainer containers where and how to report
-// their progress to the progress server (KEP-2779; upstream v2.3's TrainJobStatus plugin,
-// trainer-compat §5.3). url gives the server's full URL for a TrainJob's namespace and
-// name (progress.URLFunc); the plugin must only be in the list while the server runs
-// (progress.Serving), which build.Plugins ensures.
+// TrainerStatus returns the plugin that tells trainer containers where and how to
+// report their progress to the progress server (KEP-2779; upstream v2.3's
+// TrainJobStatus plugin,
+// docs/compatibility.md#training-progress-kep-2779-trainerstatus). url gives the
+// server's full URL for a TrainJob's namespace and name (progress.URLFunc); the plugin
+// must only be in the list while the server runs (progress.Serving), which
+// stages.Plugins ensures.
 //
 // It acts on every runtime, after the framework plugins (list it last). In the trainer
 // replicatedJob (the first with the trainer ancestor label, upstream's trainer PodSet:
@@ -33,9 +35,9 @@ type trainerStatus struct {
 //     volume kubeflow-trainer-token at /var/run/secrets/kubeflow/trainer (replacing a
 //     mount at that path);
 //   - sets the pod volume kubeflow-trainer-token (replacing one of that name): a
-//     projected service-account token with audience progress.Audience(namespace, name),
+//     projected service-account token with audience wire.Audience(namespace, name),
 //     expiring after 3600 s (the kubelet refreshes it), at "token", and key ca.crt of
-//     ConfigMap progress.CAConfigMapName at "ca.crt".
+//     ConfigMap wire.CAConfigMapName at "ca.crt".
 //
 // Difference from upstream, same files in the pod: the CA comes from one ConfigMap per
 // namespace (trainyard-status-server-ca, kept by progress.CAPublisher) instead of a
@@ -47,7 +49,7 @@ type trainerStatus struct {
 func TrainerStatus(url func(namespace, name string) string) Plugin { return trainerStatus{url: url} }
 
 // Name is upstream's plugin name, which is also the feature gate's.
-func (trainerStatus) Name() string { return progress.FeatureGate }
+func (trainerStatus) Name() string { return wire.FeatureGate }
 
 // Enabled implements Plugin: every runtime, whatever its mlPolicy.
 func (trainerStatus) Enabled(*trainer.MLPolicy) bool { return true }
@@ -66,11 +68,11 @@ func (s trainerStatus) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 		return nil
 	}
 	env := []corev1.EnvVar{
-		{Name: progress.EnvServerURL, Value: s.url(tj.Namespace, tj.Name)},
-		{Name: progress.EnvCACert, Value: progress.MountPath + "/" + progress.CACertFile},
-		{Name: progress.EnvToken, Value: progress.MountPath + "/" + progress.TokenFile},
+		{Name: wire.EnvServerURL, Value: s.url(tj.Namespace, tj.Name)},
+		{Name: wire.EnvCACert, Value: wire.MountPath + "/" + wire.CACertFile},
+		{Name: wire.EnvToken, Value: wire.MountPath + "/" + wire.TokenFile},
 	}
-	mount := corev1.VolumeMount{Name: progress.VolumeName, MountPath: progress.MountPath, ReadOnly: true}
+	mount := corev1.VolumeMount{Name: wire.VolumeName, MountPath: wire.MountPath, ReadOnly: true}
 	pod := plan.PodSpec(rj)
 	for i := range pod.Containers {
 		c := &pod.Containers[i]
@@ -84,17 +86,17 @@ func (s trainerStatus) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 // progressVolume is the projected volume of tj's token and the server's CA.
 func progressVolume(tj *trainer.TrainJob) corev1.Volume {
 	return corev1.Volume{
-		Name: progress.VolumeName,
+		Name: wire.VolumeName,
 		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-					Audience:          progress.Audience(tj.Namespace, tj.Name),
-					ExpirationSeconds: ptr.To[int64](progress.TokenExpirationSeconds),
-					Path:              progress.TokenFile,
+					Audience:          wire.Audience(tj.Namespace, tj.Name),
+					ExpirationSeconds: ptr.To[int64](wire.TokenExpirationSeconds),
+					Path:              wire.TokenFile,
 				}},
 				{ConfigMap: &corev1.ConfigMapProjection{
-					LocalObjectReference: corev1.LocalObjectReference{Name: progress.CAConfigMapName},
-					Items:                []corev1.KeyToPath{{Key: progress.CAConfigMapKey, Path: progress.CACertFile}},
+					LocalObjectReference: corev1.LocalObjectReference{Name: wire.CAConfigMapName},
+					Items:                []corev1.KeyToPath{{Key: wire.CAConfigMapKey, Path: wire.CACertFile}},
 				}},
 			},
 		}},

@@ -18,7 +18,7 @@ func testProgressURL(namespace, name string) string {
 	return "https://trainyard-webhook.trainyard-system.svc:10443/apis/trainer.kubeflow.org/v1alpha1/namespaces/" + namespace + "/trainjobs/" + name + "/status"
 }
 
-// withTrainerStatus is DefaultPlugins followed by TrainerStatus, as build.Plugins lists
+// withTrainerStatus is DefaultPlugins followed by TrainerStatus, as stages.Plugins lists
 // them with the progress server on.
 func withTrainerStatus() []Plugin {
 	return append(DefaultPlugins(SecretNames{}), TrainerStatus(testProgressURL))
@@ -168,7 +168,7 @@ func TestTrainerStatus(t *testing.T) {
 				}
 			},
 		},
-		"MPI runtime whose node replicatedJob has the trainer ancestor (trainer-compat §10 Case 5)": {
+		"MPI runtime whose node replicatedJob has the trainer ancestor (docs/compatibility.md#upstream-test-cases Case 5)": {
 			rt: func(*testing.T) plan.Runtime {
 				return case5Runtime(mpiPolicy(trainer.MPIImplementationOpenMPI, "/root/.ssh", false))
 			},

@@ -22,12 +22,12 @@ const (
 
 type xgboost struct{}
 
-// XGBoost returns the mlPolicy.xgboost plugin (trainer-compat §3.5): trainer count
-// from spec.trainer.numNodes, DMLC_* env and port 29500 on the trainer "node"
+// XGBoost returns the mlPolicy.xgboost plugin (docs/compatibility.md#xgboost): trainer
+// count from spec.trainer.numNodes, DMLC_* env and port 29500 on the trainer "node"
 // container. Each node runs one worker per GPU, or one when it has none.
 //
-// Quirk trainer-compat §11.1, not reproduced: the env and port are injected even when
-// the TrainJob has no spec.trainer (see the package doc).
+// Upstream quirk 1 (docs/compatibility.md#upstream-quirks), not reproduced: the env and
+// port are injected even when the TrainJob has no spec.trainer (see the package doc).
 func XGBoost() Plugin { return xgboost{} }
 
 func (xgboost) Name() string { return "XGBoost" }
@@ -44,7 +44,7 @@ func (xgboost) ValidateRuntime(*trainer.TrainingRuntimeSpec) field.ErrorList { r
 // rejected (onePerNode), and each spec.trainer.env[i] named DMLC_TRACKER_URI,
 // DMLC_TRACKER_PORT, DMLC_TASK_ID or DMLC_NUM_WORKER is Forbidden at
 // spec.trainer.env[i]: "<NAME> is reserved for the XGBoost runtime" (upstream's
-// admission rule and text, trainer-compat §3.5).
+// admission rule and text, docs/compatibility.md#xgboost).
 func (xgboost) ValidateTrainJob(tj *trainer.TrainJob, p *plan.Plan) field.ErrorList {
 	errs := onePerNode(tj, p.Runtime, "xgboost", "one worker per GPU (one on a node without GPUs)")
 	if t := tj.Spec.Trainer; t != nil {

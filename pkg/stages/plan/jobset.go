@@ -20,8 +20,8 @@ func Ancestor(rj *jobsetv1alpha2.ReplicatedJob) string {
 }
 
 // TrainerJob returns the first replicatedJob whose ancestor is "trainer", or nil. This
-// is upstream's "trainer PodSet" (trainer-compat §3): the ML policies size and
-// configure only this one.
+// is upstream's "trainer PodSet" (docs/compatibility.md#ml-policies): the ML policies
+// size and configure only this one.
 func TrainerJob(js *jobsetv1alpha2.JobSet) *jobsetv1alpha2.ReplicatedJob {
 	for i := range js.Spec.ReplicatedJobs {
 		if Ancestor(&js.Spec.ReplicatedJobs[i]) == trainer.AncestorTrainer {
@@ -75,8 +75,9 @@ func Count(rj *jobsetv1alpha2.ReplicatedJob) int32 {
 }
 
 // SetCount sets both parallelism and completions of rj to n. Every replicatedJob of a
-// Trainyard JobSet carries both explicitly and equal (trainer-compat §2.4 PreBuildSync);
-// Kueue derives its pod counts from them.
+// Trainyard JobSet carries both explicitly and equal
+// (docs/compatibility.md#plugin-order PreBuildSync); Kueue derives its pod counts from
+// them.
 func SetCount(rj *jobsetv1alpha2.ReplicatedJob, n int32) {
 	spec := &rj.Template.Spec
 	if spec.Parallelism == nil || *spec.Parallelism != n {
@@ -98,14 +99,15 @@ func Subdomain(js *jobsetv1alpha2.JobSet) string {
 
 // Endpoint returns the stable DNS name JobSet gives pod podIndex of Job jobIndex of the
 // replicatedJob rjName: "<jobset>-<rjName>-<jobIndex>-<podIndex>.<subdomain>"
-// (trainer-compat §2.4 endpoints).
+// (docs/compatibility.md#plugin-order endpoints).
 func Endpoint(js *jobsetv1alpha2.JobSet, rjName string, jobIndex, podIndex int) string {
 	return js.Name + "-" + rjName + "-" + strconv.Itoa(jobIndex) + "-" + strconv.Itoa(podIndex) + "." + Subdomain(js)
 }
 
 // UpsertEnv sets each of vars in env by name: an entry with the same name is replaced
-// in place, otherwise the variable is appended (trainer-compat §2.3 "upsert env"). The
-// stored entries are deep copies, so callers may pass values they do not own.
+// in place, otherwise the variable is appended (docs/compatibility.md#the-build-model
+// "upsert env"). The stored entries are deep copies, so callers may pass values they do
+// not own.
 func UpsertEnv(env []corev1.EnvVar, vars ...corev1.EnvVar) []corev1.EnvVar {
 	for i := range vars {
 		v := *vars[i].DeepCopy()
@@ -132,8 +134,9 @@ func envIndex(env []corev1.EnvVar, name string) int {
 //
 // Upstream also treats two unnamed ports as the same port, so adding the unnamed
 // rendezvous port replaces whatever unnamed port the runtime declared first (quirk
-// trainer-compat §11.16). Trainyard does not: silently dropping a runtime's port (say,
-// a metrics port) is a bug, and ports do not enter Kueue's pod-count model.
+// docs/compatibility.md#upstream-quirks (quirk 16)). Trainyard does not: silently
+// dropping a runtime's port (say, a metrics port) is a bug, and ports do not enter
+// Kueue's pod-count model.
 func UpsertPort(ports []corev1.ContainerPort, port corev1.ContainerPort) []corev1.ContainerPort {
 	for i := range ports {
 		if ports[i].ContainerPort == port.ContainerPort || (port.Name != "" && ports[i].Name == port.Name) {

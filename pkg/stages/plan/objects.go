@@ -9,10 +9,10 @@ import (
 )
 
 // CreateOnlyObject is a side object the status stage creates when it does not exist and
-// never updates: its content is generated once (e.g. the MPI SSH key of trainer-compat
-// §3.4) and must not change under running pods. Unlike Plan.Objects it does not enter
-// the hash of the desired state, so a rebuild, which would generate new content, never
-// counts as a change.
+// never updates: its content is generated once (e.g. the MPI SSH key,
+// docs/compatibility.md#mpi) and must not change under running pods. Unlike
+// Plan.Objects it does not enter the hash of the desired state, so a rebuild, which
+// would generate new content, never counts as a change.
 type CreateOnlyObject struct {
 	// Object is the object without its generated content: apiVersion, kind, name,
 	// namespace, owner and any fixed fields. Deterministic for a TrainJob generation.
@@ -49,8 +49,9 @@ func SideObjectLabels(tj *trainer.TrainJob) map[string]string {
 
 // OwnedObject returns an unstructured object of apiVersion and kind named name in tj's
 // namespace, with tj as its controller (controller and blockOwnerDeletion true), as
-// every object the pipeline creates for a TrainJob (trainer-compat §2.7), and labelled
-// as tj's side object (SideObjectLabels).
+// every object the pipeline creates for a TrainJob
+// (docs/compatibility.md#objects-per-trainjob), and labelled as tj's side object
+// (SideObjectLabels).
 func OwnedObject(tj *trainer.TrainJob, apiVersion, kind, name string) *unstructured.Unstructured {
 	owner := metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
 	metadata := map[string]any{

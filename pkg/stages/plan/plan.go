@@ -1,6 +1,6 @@
 // Package plan is the in-memory model the pipeline stages build for one TrainJob
 // generation: the resolved runtime, the desired JobSet and the side objects to apply
-// with it. A Plan lives only in memory (stages.Plans, keyed by TrainJob UID and
+// with it. A Plan lives only in memory (engine.Plans, keyed by TrainJob UID and
 // generation); nothing in it must survive a restart, everything is rebuilt from the API.
 //
 // Plans are immutable once stored: a stage that changes one makes a copy (DeepCopy),

@@ -13,10 +13,10 @@ import (
 
 // AnnotationRuntimeSnapshot on a JobSet holds the runtime the TrainJob was first built
 // from, as JSON (see EncodeSnapshot). It is Trainyard's form of upstream's
-// "<name>-runtime-snapshot" ConfigMap (trainer-compat §2.2, KEP-2599): every later build
-// of the TrainJob reads the runtime from here, so editing or deleting the runtime never
-// changes a TrainJob that already has a JobSet. The JobSet controller does not copy
-// JobSet annotations to Jobs or Pods.
+// "<name>-runtime-snapshot" ConfigMap (docs/compatibility.md#runtime-snapshots,
+// KEP-2599): every later build of the TrainJob reads the runtime from here, so editing
+// or deleting the runtime never changes a TrainJob that already has a JobSet. The
+// JobSet controller does not copy JobSet annotations to Jobs or Pods.
 const AnnotationRuntimeSnapshot = "trainyard.dev/runtime-snapshot"
 
 // AnnotationRuntimeSnapshotHash on a JobSet is SnapshotHash of its

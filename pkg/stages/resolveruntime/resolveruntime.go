@@ -1,7 +1,7 @@
 // Package resolveruntime is pipeline stage 1: it finds the TrainingRuntime or
 // ClusterTrainingRuntime a TrainJob references and starts the TrainJob's plan.
 //
-// Outcomes (trainer-compat §2.1):
+// Outcomes (docs/compatibility.md#one-pass):
 //   - TrainJob gone, being deleted, finished, or managed by MultiKueue: nothing to do.
 //   - runtimeRef names an unsupported kind or group: condition Failed=True with reason
 //     TrainingRuntimeNotSupported and message "unsupported runtime: <Kind>.<group>";
@@ -11,21 +11,22 @@
 //     (Upstream only retries with backoff and emits events.)
 //   - found: the plan for this TrainJob generation is stored and the key moves on.
 //
-// Runtime snapshots (trainer-compat §2.2, KEP-2599): once a TrainJob has a JobSet, its
-// runtime comes from the JobSet's trainyard.dev/runtime-snapshot annotation
-// (plan.AnnotationRuntimeSnapshot), which records the runtime the first build used, and
-// never from the live runtime again: editing or deleting a runtime changes no TrainJob
-// that has started, not even a suspended one on resume (upstream's behaviour). The
-// JobSet informer's cache drops the annotation (it is as large as the Job templates the
-// cache already drops) but keeps its digest (plan.AnnotationRuntimeSnapshotHash): a
-// rebuild of a TrainJob that has a JobSet uses the live runtime when its encoding has
-// that digest — it is the recorded runtime, byte for byte — and costs one GET of the
-// JobSet only when it has not (the runtime was edited, deleted or re-created since, or
-// the JobSet predates the digest). Through Kueue, whose runtime patch and unsuspend each
-// rebuild a TrainJob, that is two GETs per TrainJob saved. Recording the snapshot costs
-// no write: it rides on the JobSet apply that happens anyway. A JobSet without the
-// annotation (built before snapshots existed) gets the live runtime recorded the next
-// time it may be written (while suspended).
+// Runtime snapshots (docs/compatibility.md#runtime-snapshots, KEP-2599): once a
+// TrainJob has a JobSet, its runtime comes from the JobSet's
+// trainyard.dev/runtime-snapshot annotation (plan.AnnotationRuntimeSnapshot), which
+// records the runtime the first build used, and never from the live runtime again:
+// editing or deleting a runtime changes no TrainJob that has started, not even a
+// suspended one on resume (upstream's behaviour). The JobSet informer's cache drops the
+// annotation (it is as large as the Job templates the cache already drops) but keeps
+// its digest (plan.AnnotationRuntimeSnapshotHash): a rebuild of a TrainJob that has a
+// JobSet uses the live runtime when its encoding has that digest — it is the recorded
+// runtime, byte for byte — and costs one GET of the JobSet only when it has not (the
+// runtime was edited, deleted or re-created since, or the JobSet predates the digest).
+// Through Kueue, whose runtime patch and unsuspend each rebuild a TrainJob, that is two
+// GETs per TrainJob saved. Recording the snapshot costs no write: it rides on the
+// JobSet apply that happens anyway. A JobSet without the annotation (built before
+// snapshots existed) gets the live runtime recorded the next time it may be written
+// (while suspended).
 package resolveruntime
 
 import (
@@ -43,9 +44,9 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/stages/step"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -55,6 +56,10 @@ const Name = "resolve_runtime"
 
 // Stage resolves runtimes. All fields are required.
 type Stage struct {
+	// Index is the stage's 1-based position in the pipeline (the stage table's): the
+	// plan it starts records it as the last stage it reached.
+	Index int
+
 	TrainJobs               trainerlisters.TrainJobLister
 	TrainingRuntimes        trainerlisters.TrainingRuntimeLister
 	ClusterTrainingRuntimes trainerlisters.ClusterTrainingRuntimeLister
@@ -63,12 +68,12 @@ type Stage struct {
 	// digest is not the live runtime's.
 	JobSets   jobsetlisters.JobSetLister
 	JobSetAPI jobsetclient.Interface
-	Plans     *stages.Plans[plan.Plan]
-	Status    *status.Writer
+	Plans     *engine.Plans[plan.Plan]
+	Status    *statuswriter.Writer
 	Recorder  events.EventRecorder
 }
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // Name returns Name.
 func (s *Stage) Name() string { return Name }
@@ -77,7 +82,7 @@ func (s *Stage) Name() string { return Name }
 // stored, WaitForEvent when there is nothing to do or the runtime is missing, Terminal
 // for an unsupported runtime kind, a corrupt snapshot or a runtime too large to record
 // (each with a condition), and an error (retried) when an API call fails.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, res, err := step.Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
 		return res, err
@@ -99,16 +104,16 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	case plan.IsInputError(err):
 		return step.Reject(ctx, s.Status, s.Recorder, tj, err)
 	case err != nil:
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if err := s.markResolved(ctx, tj, kind); err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	s.Plans.Put(key, tj.UID, tj.Generation, &plan.Plan{
 		Runtime: *rt,
-		Stage:   1,
+		Stage:   s.Index,
 	})
-	return stages.Continue(), nil
+	return engine.Continue(), nil
 }
 
 // snapshot returns the runtime recorded on the JobSet of tj, or nil when tj has no
@@ -193,7 +198,7 @@ func Resolve(tj *trainer.TrainJob, trs trainerlisters.TrainingRuntimeLister, ctr
 	return rt, nil
 }
 
-func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, message string) (stages.Result, error) {
+func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, message string) (engine.Result, error) {
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type:    trainer.TrainJobFailed,
@@ -203,15 +208,15 @@ func (s *Stage) failUnsupported(ctx context.Context, tj *trainer.TrainJob, messa
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobRuntimeNotSupportedReason, "Resolving", "%s", message)
 	}
-	return stages.Terminal(), nil
+	return engine.Terminal(), nil
 }
 
-func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind string) (stages.Result, error) {
+func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind string) (engine.Result, error) {
 	message := notFoundMessage(kind, tj.Namespace, tj.Spec.RuntimeRef.Name)
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -222,12 +227,12 @@ func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind s
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonRuntimeNotFound, "Resolving", "%s", message)
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 // markResolved flips a RuntimeResolved=False condition to True once the runtime exists;

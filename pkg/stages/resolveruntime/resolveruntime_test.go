@@ -22,11 +22,11 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -47,7 +47,7 @@ type fixture struct {
 	trainJobs cache.Indexer
 	// trainingRuntimes is the TrainingRuntime cache, for runtimes that appear later.
 	trainingRuntimes cache.Indexer
-	plans            *stages.Plans[plan.Plan]
+	plans            *engine.Plans[plan.Plan]
 	// jobSetAPI holds the JobSets the fixture was given.
 	jobSetAPI *jobsetfake.Clientset
 }
@@ -79,7 +79,7 @@ func newFixtureWithJobSets(t *testing.T, tj *trainer.TrainJob, jobSets []*jobset
 	trainJobs := utiltesting.Indexer(t, tjObjs...)
 	trainingRuntimes := utiltesting.Indexer(t, trObjs...)
 	recorder := events.NewFakeRecorder(10)
-	plans := &stages.Plans[plan.Plan]{}
+	plans := &engine.Plans[plan.Plan]{}
 	var cached, stored []runtime.Object
 	for _, js := range jobSets {
 		stored = append(stored, js.DeepCopy())
@@ -93,13 +93,14 @@ func newFixtureWithJobSets(t *testing.T, tj *trainer.TrainJob, jobSets []*jobset
 	return &fixture{
 		jobSetAPI: jobSetAPI,
 		stage: &resolveruntime.Stage{
+			Index:                   1,
 			TrainJobs:               trainerlisters.NewTrainJobLister(trainJobs),
 			TrainingRuntimes:        trainerlisters.NewTrainingRuntimeLister(trainingRuntimes),
 			ClusterTrainingRuntimes: trainerlisters.NewClusterTrainingRuntimeLister(utiltesting.Indexer(t, ctrObjs...)),
 			JobSets:                 jobsetlisters.NewJobSetLister(utiltesting.Indexer(t, cached...)),
 			JobSetAPI:               jobSetAPI,
 			Plans:                   plans,
-			Status:                  &status.Writer{Client: client},
+			Status:                  &statuswriter.Writer{Client: client},
 			Recorder:                recorder,
 		},
 		client:           client,
@@ -176,7 +177,7 @@ func TestSync(t *testing.T) {
 		jobSets   []*jobsetv1alpha2.JobSet
 		plan      *plan.Plan // stored for key before Sync
 		patchErr  error
-		want      stages.Result
+		want      engine.Result
 		wantErr   bool
 		wantWrite []string
 		// wantConditions is the TrainJob's status.conditions in the API after Sync.
@@ -189,25 +190,25 @@ func TestSync(t *testing.T) {
 	}{
 		"TrainJob not found: plan dropped": {
 			plan: stalePlan,
-			want: stages.WaitForEvent(),
+			want: engine.WaitForEvent(),
 		},
 		"managed by MultiKueue: untouched": {
 			trainJob: base.Clone().ManagedBy(trainer.ManagedByMultiKueue).RuntimeRef("Foo", "torch").Obj(),
-			want:     stages.WaitForEvent(),
+			want:     engine.WaitForEvent(),
 		},
 		"finished: untouched, handed on to the status stage": {
 			trainJob:       base.Clone().Condition(completed).Obj(),
-			want:           stages.Continue(),
+			want:           engine.Continue(),
 			wantConditions: []metav1.Condition{completed},
 		},
 		"being deleted: untouched": {
 			trainJob: base.Clone().Deleting(now).Obj(),
-			want:     stages.WaitForEvent(),
+			want:     engine.WaitForEvent(),
 		},
 		"unsupported kind: Failed, terminal": {
 			trainJob:  base.Clone().RuntimeRef("Foo", "torch").Obj(),
 			runtimes:  []runtime.Object{ctr, tr},
-			want:      stages.Terminal(),
+			want:      engine.Terminal(),
 			wantWrite: []string{"patch trainjobs/status"},
 			wantConditions: []metav1.Condition{utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue,
 				trainer.TrainJobRuntimeNotSupportedReason, "unsupported runtime: Foo.trainer.kubeflow.org"+unsupportedHint)},
@@ -216,7 +217,7 @@ func TestSync(t *testing.T) {
 		"unsupported apiGroup: Failed, terminal": {
 			trainJob:  base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").RuntimeRefGroup("example.com").Obj(),
 			runtimes:  []runtime.Object{ctr, tr},
-			want:      stages.Terminal(),
+			want:      engine.Terminal(),
 			wantWrite: []string{"patch trainjobs/status"},
 			wantConditions: []metav1.Condition{utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue,
 				trainer.TrainJobRuntimeNotSupportedReason, "unsupported runtime: TrainingRuntime.example.com"+unsupportedHint)},
@@ -225,7 +226,7 @@ func TestSync(t *testing.T) {
 		"unsupported status write fails: retried, no event": {
 			trainJob: base.Clone().RuntimeRef("Foo", "torch").Obj(),
 			patchErr: errors.New("etcd on fire"),
-			want:     stages.Retry(),
+			want:     engine.Retry(),
 			wantErr:  true,
 			// The fake records the attempt; the reactor fails it.
 			wantWrite: []string{"patch trainjobs/status"},
@@ -233,7 +234,7 @@ func TestSync(t *testing.T) {
 		"ClusterTrainingRuntime missing: RuntimeResolved=False, waits": {
 			trainJob:       base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
 			runtimes:       []runtime.Object{tr}, // a TrainingRuntime of that name does not count
-			want:           stages.WaitForEvent(),
+			want:           engine.WaitForEvent(),
 			wantWrite:      []string{"patch trainjobs/status"},
 			wantConditions: []metav1.Condition{waiting},
 			wantEvents:     []string{"Warning TrainingRuntimeNotFound " + notFoundCTR},
@@ -241,7 +242,7 @@ func TestSync(t *testing.T) {
 		"TrainingRuntime missing in the TrainJob's namespace: RuntimeResolved=False, waits": {
 			trainJob:  base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
 			runtimes:  []runtime.Object{trElsewhere, ctr},
-			want:      stages.WaitForEvent(),
+			want:      engine.WaitForEvent(),
 			wantWrite: []string{"patch trainjobs/status"},
 			wantConditions: []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionFalse,
 				trainjob.ReasonRuntimeNotFound, notFoundTR)},
@@ -250,14 +251,14 @@ func TestSync(t *testing.T) {
 		"missing runtime, status write fails: retried, no event": {
 			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
 			patchErr:  errors.New("etcd on fire"),
-			want:      stages.Retry(),
+			want:      engine.Retry(),
 			wantErr:   true,
 			wantWrite: []string{"patch trainjobs/status"},
 		},
 		"ClusterTrainingRuntime found (kind and apiGroup defaulted): plan stored, no write": {
 			trainJob: base.Clone().RuntimeRef("", "torch").Obj(),
 			runtimes: []runtime.Object{ctr, tr},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctr.Spec,
 					Snapshot: snapshotOf(t, ctr.Kind, ctr.ObjectMeta, &ctr.Spec)},
@@ -268,7 +269,7 @@ func TestSync(t *testing.T) {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV2},
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSet(snapV1)},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
@@ -278,7 +279,7 @@ func TestSync(t *testing.T) {
 		"JobSet records the runtime, runtime deleted since: built from the snapshot, no waiting": {
 			trainJob: owner,
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSet(snapV1)},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
@@ -289,7 +290,7 @@ func TestSync(t *testing.T) {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV1},
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
@@ -299,7 +300,7 @@ func TestSync(t *testing.T) {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV2},
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
@@ -309,7 +310,7 @@ func TestSync(t *testing.T) {
 		"runtime deleted since the snapshot its digest names: the snapshot, read from the API": {
 			trainJob: owner,
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSetWithDigest(snapV1)},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV1.Spec, Snapshot: snapV1},
 				Stage:   1,
@@ -320,7 +321,7 @@ func TestSync(t *testing.T) {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV2},
 			jobSets:  []*jobsetv1alpha2.JobSet{jobSet("")},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},
 				Stage:   1,
@@ -331,7 +332,7 @@ func TestSync(t *testing.T) {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV2},
 			jobSets:  []*jobsetv1alpha2.JobSet{utiltesting.MakeJobSet(ns, tjName).Annotation(plan.AnnotationRuntimeSnapshot, snapV1).Obj()},
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},
 				Stage:   1,
@@ -341,7 +342,7 @@ func TestSync(t *testing.T) {
 			trainJob:       owner,
 			runtimes:       []runtime.Object{ctrV2},
 			jobSets:        []*jobsetv1alpha2.JobSet{jobSet("{")},
-			want:           stages.Terminal(),
+			want:           engine.Terminal(),
 			wantWrite:      []string{"patch trainjobs/status"},
 			wantConditions: badSnapshot("not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"),
 			wantEvents:     []string{"Warning " + trainjob.ReasonInvalidSpec + " JobSet/llm metadata.annotations[trainyard.dev/runtime-snapshot]: not a runtime snapshot: unexpected end of JSON input; restore the annotation's value"},
@@ -351,7 +352,7 @@ func TestSync(t *testing.T) {
 			trainJob:  owner,
 			runtimes:  []runtime.Object{ctrV2},
 			jobSets:   []*jobsetv1alpha2.JobSet{jobSet(snapshotOf(t, trainer.TrainingRuntimeKind, tr.ObjectMeta, &tr.Spec))},
-			want:      stages.Terminal(),
+			want:      engine.Terminal(),
 			wantWrite: []string{"patch trainjobs/status"},
 			wantConditions: badSnapshot("the snapshot records trainer.kubeflow.org/v1alpha1 TrainingRuntime/torch but spec.runtimeRef names " +
 				"ClusterTrainingRuntime/torch; restore the annotation's value"),
@@ -363,7 +364,7 @@ func TestSync(t *testing.T) {
 			trainJob: base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
 			runtimes: []runtime.Object{ctr, tr},
 			plan:     stalePlan,
-			want:     stages.Continue(),
+			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tr.Spec,
 					Snapshot: snapshotOf(t, tr.Kind, tr.ObjectMeta, &tr.Spec)},
@@ -373,7 +374,7 @@ func TestSync(t *testing.T) {
 		"runtime appeared: RuntimeResolved flipped to True, plan stored": {
 			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Condition(waiting).Obj(),
 			runtimes:  []runtime.Object{ctr},
-			want:      stages.Continue(),
+			want:      engine.Continue(),
 			wantWrite: []string{"patch trainjobs/status"},
 			wantConditions: []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,
 				trainjob.ReasonRuntimeFound, `ClusterTrainingRuntime "torch" found`)},
@@ -387,7 +388,7 @@ func TestSync(t *testing.T) {
 			trainJob:  base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Condition(waiting).Obj(),
 			runtimes:  []runtime.Object{ctr},
 			patchErr:  errors.New("etcd on fire"),
-			want:      stages.Retry(),
+			want:      engine.Retry(),
 			wantErr:   true,
 			wantWrite: []string{"patch trainjobs/status"},
 			// Unchanged in the API.
@@ -465,25 +466,25 @@ func TestSyncWritesConditionOnce(t *testing.T) {
 	base := utiltesting.MakeTrainJob(ns, tjName)
 	cases := map[string]struct {
 		trainJob   *trainer.TrainJob
-		wantFirst  stages.Result
-		wantSecond stages.Result
+		wantFirst  engine.Result
+		wantSecond engine.Result
 	}{
 		"unsupported runtime": {
 			trainJob:  base.Clone().RuntimeRef("Foo", "torch").Obj(),
-			wantFirst: stages.Terminal(),
+			wantFirst: engine.Terminal(),
 			// Failed=True now: finished TrainJobs are left alone, handed on to the
 			// status stage only.
-			wantSecond: stages.Continue(),
+			wantSecond: engine.Continue(),
 		},
 		"missing ClusterTrainingRuntime": {
 			trainJob:   base.Clone().RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
-			wantFirst:  stages.WaitForEvent(),
-			wantSecond: stages.WaitForEvent(),
+			wantFirst:  engine.WaitForEvent(),
+			wantSecond: engine.WaitForEvent(),
 		},
 		"missing TrainingRuntime": {
 			trainJob:   base.Clone().RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj(),
-			wantFirst:  stages.WaitForEvent(),
-			wantSecond: stages.WaitForEvent(),
+			wantFirst:  engine.WaitForEvent(),
+			wantSecond: engine.WaitForEvent(),
 		},
 	}
 	for name, tc := range cases {
@@ -531,7 +532,7 @@ func TestSyncRuntimeAppears(t *testing.T) {
 	tj := utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj()
 	f := newFixture(t, tj)
 
-	if got, err := f.stage.Sync(ctx, key); err != nil || got != stages.WaitForEvent() {
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.WaitForEvent() {
 		t.Fatalf("Sync without runtime = %v, %v; want wait_for_event", got, err)
 	}
 	if c := f.storedTrainJob(t).Status.Conditions; len(c) != 1 || c[0].Status != metav1.ConditionFalse {
@@ -544,7 +545,7 @@ func TestSyncRuntimeAppears(t *testing.T) {
 	}
 
 	got, err := f.stage.Sync(ctx, key)
-	if err != nil || got != stages.Continue() {
+	if err != nil || got != engine.Continue() {
 		t.Fatalf("Sync with runtime = %v, %v; want continue", got, err)
 	}
 	want := []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,

@@ -7,10 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	jobsetscheme "sigs.k8s.io/jobset/client-go/clientset/versioned/scheme"
+
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // JobSetApplyFunc server-side applies body, a JobSet apply request, as the JobSet
-// namespace/name under FieldManager with force. Errors are the API server's.
+// namespace/name under trainjob.FieldManager with force. Errors are the API server's.
 //
 // Every JobSet write is one, the first included: a create costs the API server 10–30%
 // less CPU, but leaves Trainyard's fields under an Update entry that a later apply never
@@ -28,7 +30,7 @@ func RESTJobSetApply(client rest.Interface) JobSetApplyFunc {
 		force := true
 		return client.Patch(types.ApplyPatchType).
 			Namespace(namespace).Resource("jobsets").Name(name).
-			VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: &force}, jobsetscheme.ParameterCodec).
+			VersionedParams(&metav1.PatchOptions{FieldManager: trainjob.FieldManager, Force: &force}, jobsetscheme.ParameterCodec).
 			Body(body).
 			Do(ctx).
 			Error()
@@ -42,6 +44,6 @@ func (s *Stage) applyJobSet(ctx context.Context, namespace, name string, body []
 	}
 	force := true
 	_, err := s.JobSetAPI.JobsetV1alpha2().JobSets(namespace).Patch(ctx, name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+		metav1.PatchOptions{FieldManager: trainjob.FieldManager, Force: &force})
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // RESTJobSetApply sends one server-side apply PATCH to the JobSet's URL with the field
@@ -52,8 +53,8 @@ func TestRESTJobSetApply(t *testing.T) {
 	if got.contentType != string(types.ApplyPatchType) || got.body != body {
 		t.Errorf("content type %q, body %q; want %q and the body as given", got.contentType, got.body, types.ApplyPatchType)
 	}
-	if fm, force := got.query["fieldManager"], got.query["force"]; len(fm) != 1 || fm[0] != status.FieldManager || len(force) != 1 || force[0] != "true" {
-		t.Errorf("query = %v, want fieldManager=%s and force=true", got.query, status.FieldManager)
+	if fm, force := got.query["fieldManager"], got.query["force"]; len(fm) != 1 || fm[0] != trainjob.FieldManager || len(force) != 1 || force[0] != "true" {
+		t.Errorf("query = %v, want fieldManager=%s and force=true", got.query, trainjob.FieldManager)
 	}
 
 	status422 = true

@@ -21,7 +21,7 @@ func upstreamPlan(b *testing.B) (*trainer.TrainJob, *plan.Plan) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &plan.Plan{Runtime: rt, JobSet: js, Stage: status.Index - 1}
+	p := &plan.Plan{Runtime: rt, JobSet: js, Stage: statusIndex - 1}
 	if err := mlpolicy.Apply(tj, p, mlpolicy.DefaultPlugins(mlpolicy.SecretNames{})); err != nil {
 		b.Fatal(err)
 	}

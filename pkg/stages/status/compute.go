@@ -14,9 +14,11 @@ import (
 )
 
 // computeStatus derives st from the TrainJob and its JobSet (nil when absent), in
-// upstream's order: Suspended (§5.1), then the JobSet's terminal conditions and jobs
-// status (§5.2), then the active deadline (§2.8.3). applied says the JobSet was just
-// applied from a plan; expired that the active deadline passed.
+// upstream's order: Suspended (docs/compatibility.md#suspended-condition), then the
+// JobSet's terminal conditions and jobs status
+// (docs/compatibility.md#status-from-the-jobset), then the active deadline
+// (docs/compatibility.md#active-deadline). applied says the JobSet was just applied
+// from a plan; expired that the active deadline passed.
 func computeStatus(st *trainer.TrainJobStatus, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, applied, expired bool, now time.Time) {
 	gen := tj.Generation
 	switch {
@@ -88,12 +90,13 @@ func jobsStatus(js *jobsetv1alpha2.JobSet) []trainer.JobStatus {
 	return out
 }
 
-// activeDeadline returns when tj's active deadline falls (zero when none applies:
-// no activeDeadlineSeconds, finished, or suspended) and whether it has passed. The
-// clock starts at creation and restarts at each resume (§2.8.3): at now for a TrainJob
-// resumed since its status was written. A TrainJob whose JobSet js (nil when absent)
-// completed or failed counts as finished: upstream checks the deadline on the status
-// it just derived from the JobSet.
+// activeDeadline returns when tj's active deadline falls (zero when none applies: no
+// activeDeadlineSeconds, finished, or suspended) and whether it has passed. The clock
+// starts at creation and restarts at each resume
+// (docs/compatibility.md#active-deadline): at now for a TrainJob resumed since its
+// status was written. A TrainJob whose JobSet js (nil when absent) completed or failed
+// counts as finished: upstream checks the deadline on the status it just derived from
+// the JobSet.
 func activeDeadline(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, now time.Time) (time.Time, bool) {
 	if tj.Spec.ActiveDeadlineSeconds == nil || trainjob.IsFinished(tj) || trainjob.IsSuspended(tj) || jobSetFinished(js) {
 		return time.Time{}, false

@@ -30,7 +30,7 @@ type Desired struct {
 }
 
 // DesiredOf returns what the status stage applies for p, whose JobSet must be set
-// (p.Stage == Index-1). It is pure: the controller's status stage and the offline
+// (the plan reached the stage before the status stage). It is pure: the controller's status stage and the offline
 // renderer (package render) both call it, so they produce the same objects. p is not
 // modified. Errors come only from JSON encoding (a bug).
 func DesiredOf(p *plan.Plan) (*Desired, error) {

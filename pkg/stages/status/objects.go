@@ -21,7 +21,7 @@ import (
 // ObjectApplier writes a plan's side objects (PodGroups, Workloads, the MPI hostfile
 // ConfigMap and SSH Secret...) and tells who holds the names of applied ones.
 type ObjectApplier interface {
-	// Apply server-side applies obj under FieldManager, forcing ownership. The status
+	// Apply server-side applies obj under trainjob.FieldManager, forcing ownership. The status
 	// stage calls it only once Lookup showed that no object of obj's name exists or
 	// that the TrainJob controls the one that does.
 	Apply(ctx context.Context, obj *unstructured.Unstructured) error
@@ -69,7 +69,7 @@ func (a *DynamicApplier) Apply(ctx context.Context, obj *unstructured.Unstructur
 	if err != nil {
 		return err
 	}
-	_, err = resource.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	_, err = resource.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: trainjob.FieldManager, Force: true})
 	if err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
@@ -84,7 +84,7 @@ func (a *DynamicApplier) Create(ctx context.Context, obj *unstructured.Unstructu
 	if err != nil {
 		return err
 	}
-	if _, err = resource.Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+	if _, err = resource.Create(ctx, obj, metav1.CreateOptions{FieldManager: trainjob.FieldManager}); err != nil {
 		return fmt.Errorf("creating %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
@@ -46,7 +46,7 @@ func (f *fixture) denyJobSetApplies(err error) (allow func()) {
 
 // syncDrained syncs and drops the events the sync recorded (the fake recorder's channel
 // is bounded, and blocks when full).
-func (f *fixture) syncDrained(t *testing.T) (stages.Result, error) {
+func (f *fixture) syncDrained(t *testing.T) (engine.Result, error) {
 	t.Helper()
 	res, err := f.sync(t)
 	utiltesting.Events(f.recorder)
@@ -123,7 +123,7 @@ func TestRefusedJobSetApply(t *testing.T) {
 
 			for i := 1; i < threshold; i++ {
 				got, err := f.syncDrained(t)
-				if err != nil || got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+				if err != nil || got != engine.RequeueAfter(status.RefusalBackoff(i)) {
 					t.Fatalf("refusal %d: Sync = %v, %v; want requeue after %v, past the queue's token bucket", i, got, err, status.RefusalBackoff(i))
 				}
 			}
@@ -135,7 +135,7 @@ func TestRefusedJobSetApply(t *testing.T) {
 			if err != nil {
 				t.Fatalf("refusal %d: Sync: %v", threshold, err)
 			}
-			if diff := cmp.Diff(stages.RequeueAfter(delay), got); diff != "" {
+			if diff := cmp.Diff(engine.RequeueAfter(delay), got); diff != "" {
 				t.Errorf("refusal %d: Sync result (-want +got):\n%s", threshold, diff)
 			}
 			cond := f.jobSetReady(t)
@@ -160,7 +160,7 @@ func TestRefusedJobSetApply(t *testing.T) {
 			// Refused again: the same wait, and no status write.
 			f.refreshCache(t)
 			writes := len(utiltesting.Writes(f.trainer.Actions()))
-			if got, err := f.syncDrained(t); err != nil || got != stages.RequeueAfter(delay) {
+			if got, err := f.syncDrained(t); err != nil || got != engine.RequeueAfter(delay) {
 				t.Errorf("refusal %d: Sync = %v, %v; want requeue after %v", threshold+1, got, err, delay)
 			}
 			if n := len(utiltesting.Writes(f.trainer.Actions())) - writes; n != 0 {
@@ -174,7 +174,7 @@ func TestRefusedJobSetApply(t *testing.T) {
 
 			// The policy is lifted: the apply goes through and JobSetReady turns True.
 			allow()
-			if got, err := f.syncDrained(t); err != nil || got != stages.WaitForEvent() {
+			if got, err := f.syncDrained(t); err != nil || got != engine.WaitForEvent() {
 				t.Fatalf("Sync after the refusal ended = %v, %v; want wait_for_event", got, err)
 			}
 			if cond := f.jobSetReady(t); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != trainjob.ReasonJobSetBuilt {
@@ -227,7 +227,7 @@ func TestRetryableWriteErrorsAreNotRefusals(t *testing.T) {
 			f.denyJobSetApplies(err)
 			for i := range 5 {
 				got, gotErr := f.syncDrained(t)
-				if !errors.Is(gotErr, err) || got != stages.Retry() {
+				if !errors.Is(gotErr, err) || got != engine.Retry() {
 					t.Fatalf("attempt %d: Sync = %v, %v; want retry, the API error", i+1, got, gotErr)
 				}
 			}
@@ -254,7 +254,7 @@ func TestRefusedSideObject(t *testing.T) {
 		errors.New("unable to create new content in namespace team-a because it is being terminated"))
 	applier := &recordingApplier{log: &log, applyErr: terminating}
 	f.stage.Objects = applier
-	sync := func(t *testing.T) stages.Result {
+	sync := func(t *testing.T) engine.Result {
 		t.Helper()
 		f.plans.Put(key, tj.UID, tj.Generation, planWithSideObjects(t, "x"))
 		got, err := f.syncDrained(t)
@@ -265,12 +265,12 @@ func TestRefusedSideObject(t *testing.T) {
 	}
 
 	for i := 1; i <= 2; i++ {
-		if got := sync(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+		if got := sync(t); got != engine.RequeueAfter(status.RefusalBackoff(i)) {
 			t.Fatalf("refusal %d: Sync = %v, want requeue after %v", i, got, status.RefusalBackoff(i))
 		}
 	}
 	applier.applyErr = nil
-	if got := sync(t); got != stages.WaitForEvent() {
+	if got := sync(t); got != engine.WaitForEvent() {
 		t.Fatalf("Sync with the ConfigMap written = %v, want wait_for_event", got)
 	}
 
@@ -278,11 +278,11 @@ func TestRefusedSideObject(t *testing.T) {
 	delete(applier.objects, "ConfigMap llm-config")
 	applier.applyErr = terminating
 	for i := 1; i <= 2; i++ {
-		if got := sync(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+		if got := sync(t); got != engine.RequeueAfter(status.RefusalBackoff(i)) {
 			t.Fatalf("refusal %d after a success: Sync = %v, want requeue after %v (the count starts over)", i, got, status.RefusalBackoff(i))
 		}
 	}
-	if got := sync(t); got != stages.RequeueAfter(status.DefaultRefusalDelay) {
+	if got := sync(t); got != engine.RequeueAfter(status.DefaultRefusalDelay) {
 		t.Fatalf("refusal 3 after a success: Sync = %v, want requeue after %v", got, status.DefaultRefusalDelay)
 	}
 	cond := f.jobSetReady(t)
@@ -297,7 +297,7 @@ func TestRefusedSideObject(t *testing.T) {
 
 	f.refreshCache(t)
 	applier.applyErr = nil
-	if got := sync(t); got != stages.WaitForEvent() {
+	if got := sync(t); got != engine.WaitForEvent() {
 		t.Fatalf("Sync with the ConfigMap written = %v, want wait_for_event", got)
 	}
 	if n := len(f.jobSetApplies()); n != 0 {
@@ -317,7 +317,7 @@ func TestRefusalCountIsPerGeneration(t *testing.T) {
 	f.denyJobSetApplies(apierrors.NewForbidden(jobSets, tjName, errors.New(policyDenial)))
 	f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
 	for i := 1; i <= 2; i++ {
-		if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+		if got, _ := f.syncDrained(t); got != engine.RequeueAfter(status.RefusalBackoff(i)) {
 			t.Fatalf("refusal %d: Sync = %v, want requeue after %v", i, got, status.RefusalBackoff(i))
 		}
 	}
@@ -328,11 +328,11 @@ func TestRefusalCountIsPerGeneration(t *testing.T) {
 	}
 	f.plans.Put(key, next.UID, next.Generation, desiredPlan(t, next))
 	for i := 1; i <= 2; i++ {
-		if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.RefusalBackoff(i)) {
+		if got, _ := f.syncDrained(t); got != engine.RequeueAfter(status.RefusalBackoff(i)) {
 			t.Fatalf("refusal %d of generation 2: Sync = %v, want requeue after %v (the count starts over)", i, got, status.RefusalBackoff(i))
 		}
 	}
-	if got, _ := f.syncDrained(t); got != stages.RequeueAfter(status.DefaultRefusalDelay) {
+	if got, _ := f.syncDrained(t); got != engine.RequeueAfter(status.DefaultRefusalDelay) {
 		t.Fatalf("refusal 3 of generation 2: Sync = %v, want requeue after %v", got, status.DefaultRefusalDelay)
 	}
 	if cond := f.jobSetReady(t); cond == nil || cond.Reason != "WriteForbidden" || cond.ObservedGeneration != 2 {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 	"github.com/trainyard/trainyard/pkg/trainjob"
@@ -55,17 +55,17 @@ func TestSideObjectConflict(t *testing.T) {
 		key      string // "Kind name" of the holder
 		holder   metav1.Object
 		uncached bool
-		result   stages.Result
+		result   engine.Result
 		message  []string
 	}{
 		"a ConfigMap controlled by a Deployment": {
 			key: "ConfigMap llm-config", holder: existing("llm-config", "", deployment), uncached: true,
-			result:  stages.RequeueAfter(status.DefaultConflictRecheck),
+			result:  engine.RequeueAfter(status.DefaultConflictRecheck),
 			message: []string{`ConfigMap "llm-config" already exists and is controlled by Deployment "web", not this TrainJob`},
 		},
 		"a ConfigMap with the TrainJob's label and no controller": {
 			key: "ConfigMap llm-config", holder: existing("llm-config", tjName, nil),
-			result:  stages.WaitForEvent(),
+			result:  engine.WaitForEvent(),
 			message: []string{`ConfigMap "llm-config" already exists and has no controller`},
 		},
 	} {
@@ -161,7 +161,7 @@ func TestSideObjectsRepaired(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != stages.WaitForEvent() {
+		if got != engine.WaitForEvent() {
 			t.Errorf("Sync = %v, want wait_for_event", got)
 		}
 		if n := len(f.jobSetApplies()); n != 0 {
@@ -218,7 +218,7 @@ func TestCreateOnlyAlreadyExists(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
-			if got != stages.WaitForEvent() {
+			if got != engine.WaitForEvent() {
 				t.Errorf("Sync = %v, want wait_for_event", got)
 			}
 			if diff := cmp.Diff([]string{"create Secret llm-secret", "apply ConfigMap llm-config"}, log); diff != "" {
@@ -259,7 +259,7 @@ func TestSideObjectConflictOfARunningTrainJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(stages.RequeueAfter(10*time.Second), got); diff != "" {
+	if diff := cmp.Diff(engine.RequeueAfter(10*time.Second), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	if len(log) != 0 || len(f.jobSetApplies()) != 0 {

@@ -1,6 +1,8 @@
 // Package status is pipeline stage 6: it applies the desired JobSet (server-side apply,
 // only when it changed and only while the JobSet may change) and writes the TrainJob's
-// status from the JobSet (trainer-compat §2.5 gate, §2.8, §5).
+// status from the JobSet (docs/compatibility.md#building-the-jobset gate,
+// docs/compatibility.md#suspend-and-resume,
+// docs/compatibility.md#status-from-the-jobset).
 //
 // JobSet status changes are routed straight here by the informers, so status-only
 // traffic never rebuilds a JobSet. Writes: one apply per desired-JobSet change (compared
@@ -31,18 +33,16 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 const (
 	// Name is the stage name: its queue name and its metrics' stage label.
 	Name = "status"
-	// Index is the stage's 1-based position: the last of six.
-	Index = 6
-
 	// AnnotationJobSetHash on a JobSet is the hash of the desired JobSet last applied.
 	AnnotationJobSetHash = "trainyard.dev/jobset-hash"
 
@@ -56,14 +56,18 @@ const (
 
 // Stage applies JobSets and writes status. Fields are required unless noted.
 type Stage struct {
+	// Index is the stage's 1-based position in the pipeline (the stage table's): it
+	// applies a plan that reached the stage before it.
+	Index int
+
 	TrainJobs trainerlisters.TrainJobLister
 	JobSets   jobsetlisters.JobSetLister
 	JobSetAPI jobsetclient.Interface
 	// ApplyJobSet applies the JobSet (RESTJobSetApply in production); nil applies with
 	// JobSetAPI's typed client.
 	ApplyJobSet JobSetApplyFunc
-	Plans       *stages.Plans[plan.Plan]
-	Status      *Writer
+	Plans       *engine.Plans[plan.Plan]
+	Status      *statuswriter.Writer
 	Recorder    events.EventRecorder
 	// Objects writes the plan's side objects before the JobSet; required when a gang
 	// backend or an ML policy (MPI) produces any.
@@ -129,7 +133,7 @@ type appliedJobSet struct {
 // the cache: far beyond a watch's delivery lag (milliseconds; seconds in a burst).
 const appliedRecordTTL = 2 * time.Minute
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // Name returns Name.
 func (s *Stage) Name() string { return Name }
@@ -160,7 +164,8 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 // JobSetReady=False, reason Write<StatusReason> (e.g. WriteForbidden), its message
 // naming the object and quoting the server, and the stage returns RequeueAfter
 // RefusalDelay: the key leaves the pipeline, and its in-flight slot, until then or
-// until the TrainJob's spec changes (architecture invariant 8). The count is per
+// until the TrainJob's spec changes
+// (docs/design/architecture.md#a-refused-write-holds-no-capacity). The count is per
 // TrainJob generation; a pass whose writes go through ends it and turns the condition
 // True.
 //
@@ -170,29 +175,29 @@ func (s *Stage) forgetApplied(key cache.ObjectName) {
 // the object, its controller and the fix, no JobSet is applied, and the plan is kept
 // until the object is gone: its deletion routes the TrainJob back (informers), or,
 // for an object no informer routes, the stage looks again after ConflictRecheck.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, err := s.TrainJobs.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		s.Plans.Delete(key)
 		s.Forget(key)
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if !trainjob.IsManaged(tj) || tj.DeletionTimestamp != nil {
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	if s.Status.WroteFinished(tj) {
 		// This process made it Complete or Failed and the cache lags: the TrainJob's
 		// update event brings the key back, finished.
-		return stages.WaitForEvent(), nil
+		return engine.WaitForEvent(), nil
 	}
 	js, err := s.JobSets.JobSets(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		js = nil
 	} else if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	} else if !metav1.IsControlledBy(js, tj) {
 		return s.rejectForeignJobSet(ctx, tj)
 	} else if js.Annotations[AnnotationJobSetHash] == s.lastApplied(key, tj.UID).hash {
@@ -213,17 +218,17 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if !finished && !pastDeadline {
 		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
 		switch {
-		case havePlan && p.Stage == Index-1:
+		case havePlan && p.Stage == s.Index-1:
 			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
 				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
 				var refusals int
 				switch refusals, refused = s.countRefusal(key, tj, err); {
 				case refusals == 0:
-					return stages.Retry(), err
+					return engine.Retry(), err
 				case refused == nil:
 					after := RefusalBackoff(refusals)
 					klog.FromContext(ctx).V(2).Info("The API server refused a write; trying again", "err", err, "refusals", refusals, "after", after)
-					return stages.RequeueAfter(after), nil
+					return engine.RequeueAfter(after), nil
 				}
 				klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
 					"refusals", refused.times, "after", refused.delay)
@@ -239,7 +244,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 				s.Plans.DeleteIf(key, p)
 			}
 		case js == nil && !havePlan:
-			return stages.Restart(), nil
+			return engine.Restart(), nil
 		}
 	}
 
@@ -249,7 +254,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	deadline, expired := activeDeadline(tj, js, now)
 	if expired {
 		if err := s.deleteJobSet(ctx, tj); err != nil {
-			return stages.Retry(), err
+			return engine.Retry(), err
 		}
 	}
 	mutate := func(applied bool, planned []metav1.Condition, healed bool) func(*trainer.TrainJobStatus) {
@@ -264,11 +269,11 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	}
 	write := mutate(applied, planned, objectsOurs && js != nil)
 	if applied && s.Settle > 0 && !expired && refused == nil && conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
-		return stages.RequeueAfter(s.Settle), nil
+		return engine.RequeueAfter(s.Settle), nil
 	}
 	wrote, err := s.Status.Update(ctx, tj, write)
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if conflict != nil && wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", conflict.message())
@@ -291,9 +296,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 		after = recheck
 	}
 	if after > 0 {
-		return stages.RequeueAfter(after), nil
+		return engine.RequeueAfter(after), nil
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 // settles reports whether the status write of a pass that applied the JobSet may wait
@@ -317,8 +322,9 @@ func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJo
 // followed by generation 3's Resumed; from the newest TrainJob the pass that applied
 // generation 2 writes Resumed at once, and generation 3's pass, which resumes the
 // JobSet, finds nothing left to write (docs/design/status-writes.md). The status
-// follows spec.suspend as upstream's does (trainer-compat §5.1); the newer generation
-// is queued for its own build (the informers route it), which resumes the JobSet.
+// follows spec.suspend as upstream's does (docs/compatibility.md#suspended-condition);
+// the newer generation is queued for its own build (the informers route it), which
+// resumes the JobSet.
 func (s *Stage) newest(tj *trainer.TrainJob) *trainer.TrainJob {
 	cached, err := s.TrainJobs.TrainJobs(tj.Namespace).Get(tj.Name)
 	if err != nil || cached.UID != tj.UID || cached.DeletionTimestamp != nil {
@@ -380,9 +386,10 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	return true, nil, nil
 }
 
-// mayApply is the upstream gate (§2.5, §2.8.1): a JobSet is written when absent, while
-// the TrainJob is suspended (runtimePatches may change then), and once more on resume
-// (the JobSet is still suspended). A running JobSet is never modified.
+// mayApply is the upstream gate (docs/compatibility.md#building-the-jobset,
+// docs/compatibility.md#suspend-and-resume): a JobSet is written when absent, while the
+// TrainJob is suspended (runtimePatches may change then), and once more on resume (the
+// JobSet is still suspended). A running JobSet is never modified.
 //
 // js is the cache's JobSet and last what this process last applied (zero if nothing).
 // When the cache does not show that apply yet, the JobSet is as applied: judging by the
@@ -421,7 +428,7 @@ func (s *Stage) remember(key cache.ObjectName, a appliedJobSet) {
 
 // rejectForeignJobSet refuses to touch a JobSet of the TrainJob's name that the
 // TrainJob does not control: adopting or overwriting it could destroy someone's work.
-func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (stages.Result, error) {
+func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (engine.Result, error) {
 	message := fmt.Sprintf("a JobSet named %q already exists in namespace %q and is not controlled by this TrainJob: delete or rename that JobSet, or recreate the TrainJob under another name", tj.Name, tj.Namespace)
 	wrote, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -430,12 +437,12 @@ func (s *Stage) rejectForeignJobSet(ctx context.Context, tj *trainer.TrainJob) (
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonJobSetConflict, "Applying", "%s", message)
 	}
-	return stages.WaitForEvent(), nil
+	return engine.WaitForEvent(), nil
 }
 
 func (s *Stage) deleteJobSet(ctx context.Context, tj *trainer.TrainJob) error {

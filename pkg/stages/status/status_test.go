@@ -24,11 +24,12 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
 	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -37,6 +38,10 @@ const (
 	ns     = "team-a"
 	tjName = "llm"
 )
+
+// statusIndex is the status stage's 1-based place in the pipeline, as the stage table
+// sets it: the stage applies plans that reached statusIndex-1.
+const statusIndex = 6
 
 var (
 	key = cache.ObjectName{Namespace: ns, Name: tjName}
@@ -63,7 +68,7 @@ func desiredPlan(t *testing.T, tj *trainer.TrainJob) *plan.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &plan.Plan{Runtime: rt, JobSet: js, Stage: status.Index - 1}
+	return &plan.Plan{Runtime: rt, JobSet: js, Stage: statusIndex - 1}
 }
 
 type fixture struct {
@@ -71,7 +76,7 @@ type fixture struct {
 	trainer  *trainerfake.Clientset
 	jobsets  *jobsetfake.Clientset
 	recorder *events.FakeRecorder
-	plans    *stages.Plans[plan.Plan]
+	plans    *engine.Plans[plan.Plan]
 	clock    *testingclock.FakePassiveClock
 	tjCache  cache.Indexer
 	jsCache  cache.Indexer
@@ -92,7 +97,7 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) *
 		trainer:  trainerfake.NewSimpleClientset(tjs...),
 		jobsets:  jobsetfake.NewSimpleClientset(jss...),
 		recorder: events.NewFakeRecorder(10),
-		plans:    &stages.Plans[plan.Plan]{},
+		plans:    &engine.Plans[plan.Plan]{},
 		clock:    testingclock.NewFakePassiveClock(t0.Add(time.Second)),
 		tjCache:  utiltesting.Indexer(t, tjs...),
 		jsCache:  utiltesting.Indexer(t, jss...),
@@ -108,11 +113,12 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) *
 		return true, js, json.Unmarshal(p.GetPatch(), js)
 	})
 	f.stage = &status.Stage{
+		Index:     statusIndex,
 		TrainJobs: trainerlisters.NewTrainJobLister(f.tjCache),
 		JobSets:   jobsetlisters.NewJobSetLister(f.jsCache),
 		JobSetAPI: f.jobsets,
 		Plans:     f.plans,
-		Status:    &status.Writer{Client: f.trainer},
+		Status:    &statuswriter.Writer{Client: f.trainer},
 		Recorder:  f.recorder,
 		Clock:     f.clock,
 	}
@@ -139,7 +145,7 @@ func (f *fixture) jobSetApplies() []clienttesting.PatchActionImpl {
 	return out
 }
 
-func (f *fixture) sync(t *testing.T) (stages.Result, error) {
+func (f *fixture) sync(t *testing.T) (engine.Result, error) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	return f.stage.Sync(ctx, key)
@@ -190,7 +196,7 @@ func TestSyncCreatesJobSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
-	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+	if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"patch jobsets"}, utiltesting.Writes(f.jobsets.Actions())); diff != "" {
@@ -270,7 +276,7 @@ func TestSyncAppliesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 			t.Errorf("second Sync (-want +got):\n%s", diff)
 		}
 		if n := len(f.jobSetApplies()); n != 1 {
@@ -497,7 +503,7 @@ func TestSyncSettlesAfterAnApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(stages.RequeueAfter(time.Second), got); diff != "" {
+	if diff := cmp.Diff(engine.RequeueAfter(time.Second), got); diff != "" {
 		t.Errorf("the resuming pass (-want +got):\n%s", diff)
 	}
 	if n := len(f.jobSetApplies()); n != 1 {
@@ -516,7 +522,7 @@ func TestSyncSettlesAfterAnApply(t *testing.T) {
 	if got, err = f.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+	if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 		t.Errorf("the settled sync (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
@@ -536,7 +542,7 @@ func TestSyncSettlesAfterAnApply(t *testing.T) {
 		p := desiredPlan(t, queued)
 		p.Conditions = []metav1.Condition{utiltesting.Condition("ProcsPerNodeDerived", metav1.ConditionTrue, "Derived", "from the GPU count")}
 		f.plans.Put(key, queued.UID, queued.Generation, p)
-		if got, err := f.sync(t); err != nil || got != stages.WaitForEvent() {
+		if got, err := f.sync(t); err != nil || got != engine.WaitForEvent() {
 			t.Fatalf("Sync = %v, %v; want WaitForEvent", got, err)
 		}
 		if diff := cmp.Diff([]string{"patch trainjobs/status"}, utiltesting.Writes(f.trainer.Actions())); diff != "" {
@@ -568,7 +574,7 @@ func TestSyncForeignJobSet(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
-			if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+			if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
 			if w := utiltesting.Writes(f.jobsets.Actions()); len(w) != 0 {
@@ -601,7 +607,7 @@ func TestSyncApplyError(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("Sync error = %v, want %v", err, boom)
 	}
-	if diff := cmp.Diff(stages.Retry(), got); diff != "" {
+	if diff := cmp.Diff(engine.Retry(), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	want := []string{"Warning TrainJobResourcesCreationFailed TrainJob resources reconciliation failed: applying JobSet team-a/llm: admission webhook denied"}
@@ -638,8 +644,9 @@ func TestSyncHealsRejection(t *testing.T) {
 	}
 }
 
-// TestSyncStatus maps the cached JobSet onto TrainJob status (trainer-compat §5) with one
-// status patch when something changed and none otherwise.
+// TestSyncStatus maps the cached JobSet onto TrainJob status
+// (docs/compatibility.md#status-from-the-jobset) with one status patch when something
+// changed and none otherwise.
 func TestSyncStatus(t *testing.T) {
 	base := makeTrainJob()
 	tj := base.Obj()
@@ -739,7 +746,7 @@ func TestSyncStatus(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
-			if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+			if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
 			var wantWrites []string
@@ -780,8 +787,8 @@ func TestSyncMirrorsTransitionTime(t *testing.T) {
 	}
 }
 
-// TestSyncDeadline covers activeDeadlineSeconds (trainer-compat §2.8.3) on the stage's
-// clock.
+// TestSyncDeadline covers activeDeadlineSeconds (docs/compatibility.md#active-deadline)
+// on the stage's clock.
 func TestSyncDeadline(t *testing.T) {
 	base := makeTrainJob().ActiveDeadlineSeconds(60)
 	resumedAt := t0.Add(100 * time.Second)
@@ -794,53 +801,53 @@ func TestSyncDeadline(t *testing.T) {
 	cases := map[string]struct {
 		trainJob      *trainer.TrainJob
 		now           time.Time
-		want          stages.Result
+		want          engine.Result
 		wantExceeded  bool
 		wantJobSetDel bool
 	}{
 		"elapsed: Failed=DeadlineExceeded and the JobSet deleted": {
 			trainJob:      base.Clone().Obj(),
 			now:           t0.Add(61 * time.Second),
-			want:          stages.WaitForEvent(),
+			want:          engine.WaitForEvent(),
 			wantExceeded:  true,
 			wantJobSetDel: true,
 		},
 		"not yet: requeued at the deadline": {
 			trainJob: base.Clone().Obj(),
 			now:      t0.Add(20 * time.Second),
-			want:     stages.RequeueAfter(40 * time.Second),
+			want:     engine.RequeueAfter(40 * time.Second),
 		},
 		"almost: requeued after at least a second": {
 			trainJob: base.Clone().Obj(),
 			now:      t0.Add(59*time.Second + 500*time.Millisecond),
-			want:     stages.RequeueAfter(time.Second),
+			want:     engine.RequeueAfter(time.Second),
 		},
 		"suspended: no deadline": {
 			trainJob: base.Clone().Suspend(true).Obj(),
 			now:      t0.Add(time.Hour),
-			want:     stages.WaitForEvent(),
+			want:     engine.WaitForEvent(),
 		},
 		"resumed: the clock restarts at the resume": {
 			trainJob: base.Clone().Suspend(false).Condition(resumed).Obj(),
 			now:      resumedAt.Add(30 * time.Second),
-			want:     stages.RequeueAfter(30 * time.Second),
+			want:     engine.RequeueAfter(30 * time.Second),
 		},
 		"resumed by this pass after a queue longer than the deadline: the clock starts now": {
 			trainJob: base.Clone().Suspend(false).Condition(queued).Obj(),
 			now:      t0.Add(time.Hour),
-			want:     stages.RequeueAfter(60 * time.Second),
+			want:     engine.RequeueAfter(60 * time.Second),
 		},
 		"resumed long ago: elapsed": {
 			trainJob:      base.Clone().Suspend(false).Condition(resumed).Obj(),
 			now:           resumedAt.Add(61 * time.Second),
-			want:          stages.WaitForEvent(),
+			want:          engine.WaitForEvent(),
 			wantExceeded:  true,
 			wantJobSetDel: true,
 		},
 		"no activeDeadlineSeconds": {
 			trainJob: makeTrainJob().Obj(),
 			now:      t0.Add(24 * time.Hour),
-			want:     stages.WaitForEvent(),
+			want:     engine.WaitForEvent(),
 		},
 	}
 	for name, tc := range cases {
@@ -898,7 +905,7 @@ func TestSyncWithoutJobSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(stages.Restart(), got); diff != "" {
+		if diff := cmp.Diff(engine.Restart(), got); diff != "" {
 			t.Errorf("Sync result (-want +got):\n%s", diff)
 		}
 		if w := append(utiltesting.Writes(f.trainer.Actions()), utiltesting.Writes(f.jobsets.Actions())...); len(w) != 0 {
@@ -913,7 +920,7 @@ func TestSyncWithoutJobSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(stages.Restart(), got); diff != "" {
+		if diff := cmp.Diff(engine.Restart(), got); diff != "" {
 			t.Errorf("Sync result (-want +got):\n%s", diff)
 		}
 		if n := len(f.jobSetApplies()); n != 0 {
@@ -954,7 +961,7 @@ func TestSyncWithoutJobSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 			t.Errorf("Sync result (-want +got):\n%s", diff)
 		}
 		if f.plans.Len() != 0 {
@@ -969,7 +976,7 @@ func TestSyncWithoutJobSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+		if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 			t.Errorf("Sync result (-want +got):\n%s", diff)
 		}
 		if w := append(utiltesting.Writes(f.trainer.Actions()), utiltesting.Writes(f.jobsets.Actions())...); len(w) != 0 {
@@ -1009,7 +1016,7 @@ func TestSyncRecreatesDeletedJobSet(t *testing.T) {
 	if err := f.jsCache.Add(js); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := f.sync(t); err != nil || got != stages.WaitForEvent() {
+	if got, err := f.sync(t); err != nil || got != engine.WaitForEvent() {
 		t.Fatalf("Sync with the JobSet cached = %v, %v; want wait_for_event", got, err)
 	}
 
@@ -1021,7 +1028,7 @@ func TestSyncRecreatesDeletedJobSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(stages.Restart(), got); diff != "" {
+	if diff := cmp.Diff(engine.Restart(), got); diff != "" {
 		t.Fatalf("Sync after the deletion (-want +got):\n%s", diff)
 	}
 	// Stages 1-5 rebuild the same plan.
@@ -1047,7 +1054,7 @@ func TestSyncGivesNoJobSetPastTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
-	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+	if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"delete jobsets"}, utiltesting.Writes(f.jobsets.Actions())); diff != "" {
@@ -1089,7 +1096,7 @@ func TestSyncTakesItsOwnFinishedWriteOverALaggingCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second Sync: %v", err)
 	}
-	if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+	if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	if writes := append(utiltesting.Writes(f.jobsets.Actions()), utiltesting.Writes(f.trainer.Actions())...); len(writes) != 0 {
@@ -1123,7 +1130,7 @@ func TestSyncJobSetFinishedBeforeDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(stages.WaitForEvent(), got); diff != "" {
+			if diff := cmp.Diff(engine.WaitForEvent(), got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
 			want := tc.want

@@ -3,7 +3,7 @@
 // scheduling, DRA claims) are steps; this package holds what they share: loading the
 // TrainJob and its plan, copy-on-write of the plan, and turning bad input
 // (plan.IsInputError) into a condition instead of a retry loop (architecture
-// invariant 5).
+// docs/design/architecture.md#bad-input-becomes-a-condition).
 package step
 
 import (
@@ -19,9 +19,9 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -38,12 +38,12 @@ type Stage struct {
 	Step      Func
 
 	TrainJobs trainerlisters.TrainJobLister
-	Plans     *stages.Plans[plan.Plan]
-	Status    *status.Writer
+	Plans     *engine.Plans[plan.Plan]
+	Status    *statuswriter.Writer
 	Recorder  events.EventRecorder
 }
 
-var _ stages.Stage = (*Stage)(nil)
+var _ engine.Stage = (*Stage)(nil)
 
 // Name returns the stage's name.
 func (s *Stage) Name() string { return s.StageName }
@@ -53,7 +53,7 @@ func (s *Stage) Name() string { return s.StageName }
 // stage, Continue with the refined plan stored (or, for a finished TrainJob, without
 // one), Terminal on bad input (condition written), WaitForEvent when the TrainJob is
 // gone or needs nothing, and Retry with the error otherwise.
-func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, error) {
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, res, err := Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
 		return res, err
@@ -62,24 +62,24 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (stages.Result, 
 	if !ok || current.Stage != s.Index-1 {
 		// Stale or partial plan: a newer generation or a concurrent rebuild is in
 		// flight. Stage 1 rebuilds it; the workqueue coalesces duplicate restarts.
-		return stages.Restart(), nil
+		return engine.Restart(), nil
 	}
 	next := current.DeepCopy()
 	if err := s.Step(ctx, tj, next); err != nil {
 		if plan.IsInputError(err) {
 			return s.reject(ctx, tj, err)
 		}
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	next.Stage = s.Index
 	s.Plans.Put(key, tj.UID, tj.Generation, next)
-	return stages.Continue(), nil
+	return engine.Continue(), nil
 }
 
 // reject records bad input as JobSetReady=False and a Warning event (the event only
 // when the condition changed, so a resync does not repeat it). The TrainJob waits for
 // a change to itself or its runtime: both route it back to stage 1.
-func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (stages.Result, error) {
+func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (engine.Result, error) {
 	return Reject(ctx, s.Status, s.Recorder, tj, input)
 }
 
@@ -87,7 +87,7 @@ func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (
 // reason InvalidSpec or NotSupported, with the error as message, and a Warning event
 // when the condition changed. It returns Terminal, or Retry with the status write's
 // error.
-func Reject(ctx context.Context, w *status.Writer, recorder events.EventRecorder, tj *trainer.TrainJob, input error) (stages.Result, error) {
+func Reject(ctx context.Context, w *statuswriter.Writer, recorder events.EventRecorder, tj *trainer.TrainJob, input error) (engine.Result, error) {
 	reason := trainjob.ReasonInvalidSpec
 	var unsupported *plan.UnsupportedError
 	var waiting *plan.WaitingError
@@ -108,12 +108,12 @@ func Reject(ctx context.Context, w *status.Writer, recorder events.EventRecorder
 		})
 	})
 	if err != nil {
-		return stages.Retry(), err
+		return engine.Retry(), err
 	}
 	if wrote {
 		recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, "Building", "%s", message)
 	}
-	return stages.Terminal(), nil
+	return engine.Terminal(), nil
 }
 
 // truncate keeps a message within what conditions (32 KiB) and events (1 KiB notes)
@@ -131,23 +131,24 @@ func truncate(s string) string {
 // plan is dropped), being deleted or managed by another controller; Continue when it
 // has finished, so that the key reaches the status stage without a build: a finished
 // TrainJob is never rebuilt, but its Suspended condition still follows spec.suspend
-// (trainer-compat §4 step 5 and §5.1), and a spec change routed here before the
+// (docs/compatibility.md#one-pass step 5 and
+// docs/compatibility.md#suspended-condition), and a spec change routed here before the
 // TrainJob's terminal condition reached the cache would otherwise be lost; Retry with
 // the error when the lister fails.
-func Buildable(lister trainerlisters.TrainJobLister, plans *stages.Plans[plan.Plan], key cache.ObjectName) (*trainer.TrainJob, stages.Result, error) {
+func Buildable(lister trainerlisters.TrainJobLister, plans *engine.Plans[plan.Plan], key cache.ObjectName) (*trainer.TrainJob, engine.Result, error) {
 	tj, err := lister.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		plans.Delete(key)
-		return nil, stages.WaitForEvent(), nil
+		return nil, engine.WaitForEvent(), nil
 	}
 	if err != nil {
-		return nil, stages.Retry(), err
+		return nil, engine.Retry(), err
 	}
 	if tj.DeletionTimestamp != nil || !trainjob.IsManaged(tj) {
-		return nil, stages.WaitForEvent(), nil
+		return nil, engine.WaitForEvent(), nil
 	}
 	if trainjob.IsFinished(tj) {
-		return nil, stages.Continue(), nil
+		return nil, engine.Continue(), nil
 	}
-	return tj, stages.Result{}, nil
+	return tj, engine.Result{}, nil
 }

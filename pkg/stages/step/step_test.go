@@ -19,11 +19,11 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/stages/step"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
@@ -60,7 +60,7 @@ type fixture struct {
 	stage    *step.Stage
 	client   *trainerfake.Clientset
 	recorder *events.FakeRecorder
-	plans    *stages.Plans[plan.Plan]
+	plans    *engine.Plans[plan.Plan]
 	cache    cache.Indexer
 	calls    int
 }
@@ -76,7 +76,7 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, fn step.Func) *fixture {
 	f := &fixture{
 		client:   trainerfake.NewSimpleClientset(objs...),
 		recorder: events.NewFakeRecorder(10),
-		plans:    &stages.Plans[plan.Plan]{},
+		plans:    &engine.Plans[plan.Plan]{},
 		cache:    utiltesting.Indexer(t, objs...),
 	}
 	f.stage = &step.Stage{
@@ -88,7 +88,7 @@ func newFixture(t *testing.T, tj *trainer.TrainJob, fn step.Func) *fixture {
 		},
 		TrainJobs: trainerlisters.NewTrainJobLister(f.cache),
 		Plans:     f.plans,
-		Status:    &status.Writer{Client: f.client},
+		Status:    &statuswriter.Writer{Client: f.client},
 		Recorder:  f.recorder,
 	}
 	return f
@@ -157,7 +157,7 @@ func TestSyncStalePlan(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
-			if diff := cmp.Diff(stages.Restart(), got); diff != "" {
+			if diff := cmp.Diff(engine.Restart(), got); diff != "" {
 				t.Errorf("Sync result (-want +got):\n%s", diff)
 			}
 			if f.calls != 0 {
@@ -184,13 +184,13 @@ func TestSyncSkips(t *testing.T) {
 
 	cases := map[string]struct {
 		trainJob     *trainer.TrainJob
-		want         stages.Result
+		want         engine.Result
 		wantPlanKept bool
 	}{
-		"not found":        {want: stages.WaitForEvent()},
-		"finished":         {trainJob: finished, want: stages.Continue(), wantPlanKept: true},
-		"being deleted":    {trainJob: deleting, want: stages.WaitForEvent(), wantPlanKept: true},
-		"MultiKueue-owned": {trainJob: multiKueue, want: stages.WaitForEvent(), wantPlanKept: true},
+		"not found":        {want: engine.WaitForEvent()},
+		"finished":         {trainJob: finished, want: engine.Continue(), wantPlanKept: true},
+		"being deleted":    {trainJob: deleting, want: engine.WaitForEvent(), wantPlanKept: true},
+		"MultiKueue-owned": {trainJob: multiKueue, want: engine.WaitForEvent(), wantPlanKept: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -233,7 +233,7 @@ func TestSyncSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
-	if diff := cmp.Diff(stages.Continue(), got); diff != "" {
+	if diff := cmp.Diff(engine.Continue(), got); diff != "" {
 		t.Errorf("Sync result (-want +got):\n%s", diff)
 	}
 	stored, ok := f.plans.Get(key, tj.UID, tj.Generation)
@@ -276,42 +276,42 @@ func TestSyncStepError(t *testing.T) {
 
 	cases := map[string]struct {
 		err            error
-		want           stages.Result
+		want           engine.Result
 		wantErr        error
 		wantConditions []metav1.Condition
 		wantEvents     []string
 	}{
 		"invalid input": {
 			err:  invalid,
-			want: stages.Terminal(),
+			want: engine.Terminal(),
 			wantConditions: []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
 				Reason: trainjob.ReasonInvalidSpec, Message: invalid.Error(), ObservedGeneration: 2}},
 			wantEvents: []string{"Warning InvalidTrainJobSpec " + invalid.Error()},
 		},
 		"wrapped invalid input": {
 			err:  fmt.Errorf("building: %w", invalid),
-			want: stages.Terminal(),
+			want: engine.Terminal(),
 			wantConditions: []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
 				Reason: trainjob.ReasonInvalidSpec, Message: "building: " + invalid.Error(), ObservedGeneration: 2}},
 			wantEvents: []string{"Warning InvalidTrainJobSpec building: " + invalid.Error()},
 		},
 		"unsupported": {
 			err:  unsupported,
-			want: stages.Terminal(),
+			want: engine.Terminal(),
 			wantConditions: []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
 				Reason: trainjob.ReasonUnsupported, Message: "not yet supported by Trainyard: mlPolicy.mpi (runtime TrainingRuntime/test-runtime)", ObservedGeneration: 2}},
 			wantEvents: []string{"Warning NotSupported not yet supported by Trainyard: mlPolicy.mpi (runtime TrainingRuntime/test-runtime)"},
 		},
 		"long message truncated": {
 			err:  long,
-			want: stages.Terminal(),
+			want: engine.Terminal(),
 			wantConditions: []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse,
 				Reason: trainjob.ReasonInvalidSpec, Message: longTruncated, ObservedGeneration: 2}},
 			wantEvents: []string{"Warning InvalidTrainJobSpec " + longTruncated},
 		},
 		"other error": {
 			err:     transient,
-			want:    stages.Retry(),
+			want:    engine.Retry(),
 			wantErr: transient,
 		},
 	}
@@ -376,7 +376,7 @@ func TestSyncRejectOnce(t *testing.T) {
 	f.client.ClearActions()
 
 	got, err := f.stage.Sync(ctx, key)
-	if err != nil || got != stages.Terminal() {
+	if err != nil || got != engine.Terminal() {
 		t.Errorf("second Sync = %v, %v; want terminal", got, err)
 	}
 	if w := utiltesting.Writes(f.client.Actions()); len(w) != 0 {

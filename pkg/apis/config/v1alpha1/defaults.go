@@ -17,6 +17,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"reflect"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,16 +107,15 @@ func SetDefaults_Configuration(c *Configuration) {
 		c.Health.HealthProbeBindAddress = DefaultHealthProbeBindAddress
 	}
 
-	for _, s := range []*StageConfiguration{
-		&c.Stages.ResolveRuntime, &c.Stages.MergePatches, &c.Stages.MLPolicy,
-		&c.Stages.Gang, &c.Stages.DRAClaims,
-	} {
-		if s.Workers == nil {
-			s.Workers = ptr.To[int32](DefaultStageWorkers)
-		}
-	}
 	if c.Stages.Status.Workers == nil {
 		c.Stages.Status.Workers = ptr.To[int32](DefaultStatusWorkers)
+	}
+	// Every other stage, whichever the stage table holds: a new field needs no line here.
+	stages := reflect.ValueOf(&c.Stages).Elem()
+	for i := range stages.NumField() {
+		if s := stages.Field(i).Addr().Interface().(*StageConfiguration); s.Workers == nil {
+			s.Workers = ptr.To[int32](DefaultStageWorkers)
+		}
 	}
 
 	rl := &c.RateLimit

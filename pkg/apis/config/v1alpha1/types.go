@@ -201,7 +201,9 @@ type HealthConfiguration struct {
 	HealthProbeBindAddress string `json:"healthProbeBindAddress,omitempty"`
 }
 
-// StagesConfiguration configures each of the six pipeline stages.
+// StagesConfiguration configures each pipeline stage: one StageConfiguration field per
+// row of the stage table (package stages), in pipeline order, which the table's test
+// checks. Fields default to DefaultStageWorkers workers, status to DefaultStatusWorkers.
 type StagesConfiguration struct {
 	// resolveRuntime finds the TrainJob's runtime. Defaults to 4 workers.
 	// +optional

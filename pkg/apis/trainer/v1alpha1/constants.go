@@ -16,8 +16,9 @@ limitations under the License.
 
 package v1alpha1
 
-// Well-known names of the Kubeflow Trainer v2.3 contract (trainer-compat §1.7, §1.9).
-// They are part of the observable API: Kueue, the Python SDK and runtimes key on them.
+// Well-known names of the Kubeflow Trainer v2.3 contract
+// (docs/compatibility.md#trainjob-status, docs/compatibility.md#well-known-names). They
+// are part of the observable API: Kueue, the Python SDK and runtimes key on them.
 const (
 	// TrainJobKind, TrainingRuntimeKind and ClusterTrainingRuntimeKind are the kinds of
 	// this group; runtimeRef.kind must be one of the two runtime kinds.
@@ -65,7 +66,9 @@ const (
 	JobCompletionIndexFieldPath = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 )
 
-// Condition types and reasons of TrainJob status (trainer-compat §1.7, §5).
+// Condition types and reasons of TrainJob status
+// (docs/compatibility.md#trainjob-status,
+// docs/compatibility.md#status-from-the-jobset).
 const (
 	// TrainJobSuspended is True while spec.suspend is true (reason
 	// TrainJobSuspendedReason) and False after a resume (reason TrainJobResumedReason).

@@ -169,7 +169,8 @@ func TestUpstreamDocumentsAreAccepted(t *testing.T) {
 	}
 }
 
-// TestCRDDefaults checks the OpenAPI defaults of trainer-compat §1.10 on upstream input.
+// TestCRDDefaults checks the OpenAPI defaults of docs/compatibility.md#api-defaults on
+// upstream input.
 func TestCRDDefaults(t *testing.T) {
 	crds := loadCRDs(t)
 	tj := decodeMap(t, []byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"a"},"spec":{"runtimeRef":{"name":"torch-distributed"}}}`))

@@ -17,7 +17,8 @@ var trainerKinds = []string{trainer.TrainJobKind, trainer.TrainingRuntimeKind, t
 
 // TestUpstreamDocumentsRoundTrip decodes every upstream TrainJob and runtime strictly
 // (unknown or duplicate fields are errors) and re-encodes it: no field may be lost or
-// changed. This is the wire-compatibility contract (architecture invariant 2).
+// changed. This is the wire-compatibility contract
+// (docs/design/architecture.md#upstream-objects-decode-unchanged).
 func TestUpstreamDocumentsRoundTrip(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := trainer.AddToScheme(scheme); err != nil {

@@ -1,9 +1,9 @@
 // Package coscheduling is the scheduler-plugins coscheduling gang backend
-// (podGroupPolicy.coscheduling; trainer-compat §4.1): a scheduling.x-k8s.io/v1alpha1
-// PodGroup named after the TrainJob with minMember, minResources and
-// scheduleTimeoutSeconds, and the label scheduling.x-k8s.io/pod-group on every pod.
-// Like upstream, Trainyard does not set schedulerName: the runtime names the
-// scheduler-plugins scheduler in its pod templates.
+// (podGroupPolicy.coscheduling; docs/compatibility.md#coscheduling): a
+// scheduling.x-k8s.io/v1alpha1 PodGroup named after the TrainJob with minMember,
+// minResources and scheduleTimeoutSeconds, and the label scheduling.x-k8s.io/pod-group
+// on every pod. Like upstream, Trainyard does not set schedulerName: the runtime names
+// the scheduler-plugins scheduler in its pod templates.
 package coscheduling
 
 import (

@@ -1,6 +1,6 @@
-// Package volcano is the Volcano gang backend (podGroupPolicy.volcano; trainer-compat
-// §4.2): a scheduling.volcano.sh/v1beta1 PodGroup named after the TrainJob with
-// minMember, minResources, the queue from the JobSet annotation
+// Package volcano is the Volcano gang backend (podGroupPolicy.volcano;
+// docs/compatibility.md#volcano): a scheduling.volcano.sh/v1beta1 PodGroup named after
+// the TrainJob with minMember, minResources, the queue from the JobSet annotation
 // scheduling.volcano.sh/queue-name, the priorityClassName of the last pod template that
 // sets one, and the network topology; and the annotation scheduling.k8s.io/group-name
 // on every pod. The runtime names the volcano scheduler in its pod templates.
@@ -73,10 +73,11 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 }
 
 // ValidateQueue rejects an empty AnnotationQueueName among annotations, the desired
-// JobSet's (the runtime's template metadata overlaid by tj's runtimePatches): upstream's
-// admission rule and text, "Volcano queue name must not be empty" (trainer-compat §4.2).
-// The error names where the value comes from: the last runtimePatch that sets it (object
-// "", at spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.metadata.
+// JobSet's (the runtime's template metadata overlaid by tj's runtimePatches):
+// upstream's admission rule and text, "Volcano queue name must not be empty"
+// (docs/compatibility.md#volcano). The error names where the value comes from: the last
+// runtimePatch that sets it (object "", at
+// spec.runtimePatches[manager=<m>].trainingRuntimeSpec.template.metadata.
 // annotations[...]), else the runtime (object rt.Ref(), at spec.template.metadata.
 // annotations[...]). Upstream names spec.annotations[...], a field no kind has. The
 // Volcano backend and the TrainJob admission webhook both call it.

@@ -19,7 +19,8 @@ import (
 //   - the JobSet is named and namespaced as tj, with exactly one controller owner
 //     reference, to tj (kind, name and uid);
 //   - replicatedJob names are unique, and each has parallelism and completions set,
-//     equal and not negative, and replicas not negative (trainer-compat §2.4);
+//     equal and not negative, and replicas not negative
+//     (docs/compatibility.md#plugin-order);
 //   - status.DesiredOf hashes the plan and Desired.JobSetApplyBody encodes the apply
 //     request, which decodes back to the same spec;
 //   - every side object (Objects and CreateOnly) has apiVersion, kind and name, lives in

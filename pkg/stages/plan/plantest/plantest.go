@@ -1,6 +1,6 @@
 // Package plantest holds test fixtures for the stages that build a plan: the runtime
-// skeleton of trainer-compat §10, a TrainJob builder, and the upstream runtimes decoded
-// into plan.Runtimes.
+// skeleton of docs/compatibility.md#upstream-test-cases, a TrainJob builder, and the
+// upstream runtimes decoded into plan.Runtimes.
 package plantest
 
 import (
@@ -20,7 +20,7 @@ import (
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
-// The TrainJob of the trainer-compat §10 cases.
+// The TrainJob of the docs/compatibility.md#upstream-test-cases cases.
 const (
 	TrainJobName      = "test-job"
 	TrainJobNamespace = "default"
@@ -41,8 +41,8 @@ func TrainJob(runtimeName string, t *trainer.Trainer) *trainer.TrainJob {
 	}
 }
 
-// Container returns "Container(X)" of trainer-compat §10: image test:runtime, command
-// and args [runtime], requests cpu 1, with env.
+// Container returns "Container(X)" of docs/compatibility.md#upstream-test-cases: image
+// test:runtime, command and args [runtime], requests cpu 1, with env.
 func Container(name string, env ...corev1.EnvVar) corev1.Container {
 	return corev1.Container{
 		Name:    name,
@@ -59,11 +59,11 @@ func Container(name string, env ...corev1.EnvVar) corev1.Container {
 // Env returns a literal env var.
 func Env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
 
-// SkeletonRuntime returns the TrainingRuntime test-runtime of trainer-compat §10:
-// replicatedJobs dataset-initializer, model-initializer and node (ancestors
-// dataset-initializer, model-initializer, trainer), each with replicas 1, groupName
-// default, the PVC volume "initializer" and one Container(X) named after its step
-// ("node" for the trainer) mounting it.
+// SkeletonRuntime returns the TrainingRuntime test-runtime of
+// docs/compatibility.md#upstream-test-cases: replicatedJobs dataset-initializer,
+// model-initializer and node (ancestors dataset-initializer, model-initializer,
+// trainer), each with replicas 1, groupName default, the PVC volume "initializer" and
+// one Container(X) named after its step ("node" for the trainer) mounting it.
 func SkeletonRuntime(policy *trainer.MLPolicy) plan.Runtime {
 	volume := corev1.Volume{
 		Name: "initializer",

@@ -1,10 +1,14 @@
-// This file holds the wire contract shared with the pods, which must stay exactly
-// upstream's so the same training images and SDK helpers work unchanged (trainer-compat
-// §5.3, docs/compatibility.md): the endpoint path, the token audience, the environment
-// variables and the projected volume layout injected into trainer containers. The
-// package doc is in doc.go.
-
-package progress
+// Package wire is the progress endpoint's contract with trainer pods: the endpoint
+// path, the token audience, the request body, the environment variables and the
+// projected volume layout injected into trainer containers. It must stay exactly
+// upstream's, so the same training images and SDK helpers work unchanged
+// (docs/compatibility.md#training-progress-kep-2779-trainerstatus,
+// docs/compatibility.md).
+//
+// It is a leaf: the ML policy stage, which injects the variables and volume, and the
+// progress server, which serves the endpoint, both import it, and neither imports the
+// other.
+package wire
 
 import (
 	"fmt"

@@ -1,4 +1,7 @@
-package status
+// Package statuswriter writes TrainJob status for every stage: one patch per change, none
+// when nothing changed, and never onto a TrainJob re-created under the same name. It sits
+// below the stages so that stages 1–5 write conditions without importing the status stage.
+package statuswriter
 
 import (
 	"context"
@@ -16,10 +19,8 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
-
-// FieldManager is the field manager of every write Trainyard makes.
-const FieldManager = "trainyard"
 
 // Writer writes TrainJob status. Every stage that changes status goes through it, so a
 // TrainJob gets at most one status write per sync and none when nothing changed.
@@ -78,7 +79,7 @@ func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*
 		return false, fmt.Errorf("encoding status patch: %w", err)
 	}
 	updated, err := w.Client.TrainerV1alpha1().TrainJobs(tj.Namespace).Patch(ctx, tj.Name, pt, patch,
-		metav1.PatchOptions{FieldManager: FieldManager}, "status")
+		metav1.PatchOptions{FieldManager: trainjob.FieldManager}, "status")
 	if err != nil {
 		return false, fmt.Errorf("patching status of TrainJob %s/%s: %w", tj.Namespace, tj.Name, err)
 	}

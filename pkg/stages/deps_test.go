@@ -1,9 +1,9 @@
-package build
+package stages
 
 import (
 	"testing"
 
-	"github.com/trainyard/trainyard/pkg/progress"
+	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 )
 
@@ -22,8 +22,8 @@ func TestPlugins(t *testing.T) {
 		t.Fatalf("Plugins without ProgressURL = %v, want the defaults %v", off, defaults)
 	}
 	on := names(Plugins(Options{ProgressURL: func(_, _ string) string { return "https://x" }}))
-	if len(on) != len(defaults)+1 || on[len(on)-1] != progress.FeatureGate {
-		t.Errorf("Plugins with ProgressURL = %v, want the defaults %v then %s", on, defaults, progress.FeatureGate)
+	if len(on) != len(defaults)+1 || on[len(on)-1] != wire.FeatureGate {
+		t.Errorf("Plugins with ProgressURL = %v, want the defaults %v then %s", on, defaults, wire.FeatureGate)
 	}
 	for i := range defaults {
 		if on[i] != defaults[i] {

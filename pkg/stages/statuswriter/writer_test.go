@@ -1,4 +1,4 @@
-package status_test
+package statuswriter_test
 
 import (
 	"context"
@@ -20,9 +20,22 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
-	"github.com/trainyard/trainyard/pkg/stages/status"
+	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
+
+const (
+	ns     = "team-a"
+	tjName = "llm"
+)
+
+// t0 is every TrainJob's creation time.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// makeTrainJob returns the TrainJob the cases write: created at t0, generation 1.
+func makeTrainJob() *utiltesting.TrainJobWrapper {
+	return utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.TrainingRuntimeKind, "test-runtime").Created(t0)
+}
 
 func TestWriterUpdate(t *testing.T) {
 	suspended := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, "Suspended", "TrainJob is suspended")
@@ -94,7 +107,7 @@ func TestWriterUpdate(t *testing.T) {
 			}
 			initial := tj.DeepCopy()
 			client := trainerfake.NewSimpleClientset(tj.DeepCopy())
-			w := &status.Writer{Client: client}
+			w := &statuswriter.Writer{Client: client}
 
 			wrote, err := w.Update(ctx, tj, tc.mutate)
 			if err != nil {
@@ -154,7 +167,7 @@ func TestWriterUpdateError(t *testing.T) {
 	client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, boom
 	})
-	wrote, err := (&status.Writer{Client: client}).Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+	wrote, err := (&statuswriter.Writer{Client: client}).Update(ctx, tj, func(st *trainer.TrainJobStatus) {
 		st.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 0, 0, 0, 0, 0)}
 	})
 	if wrote || !errors.Is(err, boom) {
@@ -183,7 +196,7 @@ func TestWriterNeverWritesAReCreatedTrainJob(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			wrote, err := (&status.Writer{Client: client}).Update(ctx, old, func(st *trainer.TrainJobStatus) {
+			wrote, err := (&statuswriter.Writer{Client: client}).Update(ctx, old, func(st *trainer.TrainJobStatus) {
 				st.Conditions = []metav1.Condition{utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "JobSetCompleted", "done")}
 			})
 			if wrote || err == nil {
@@ -241,7 +254,7 @@ func TestWriterSkipsAWriteTheCacheHasNotShownYet(t *testing.T) {
 				tj := cached("uid-1", "12")
 				return true, tj, nil
 			})
-			w := &status.Writer{Client: client}
+			w := &statuswriter.Writer{Client: client}
 			if wrote, err := w.Update(ctx, cached("uid-1", "10"), suspended(t0)); !wrote || err != nil {
 				t.Fatalf("first Update = %v, %v; want a write", wrote, err)
 			}
@@ -270,7 +283,7 @@ func TestWriterForget(t *testing.T) {
 	mutate := func(st *trainer.TrainJobStatus) {
 		st.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 0, 0, 0, 0, 1)}
 	}
-	w := &status.Writer{Client: client}
+	w := &statuswriter.Writer{Client: client}
 	for range 2 {
 		if _, err := w.Update(ctx, tj, mutate); err != nil {
 			t.Fatal(err)
@@ -310,7 +323,7 @@ func TestWriterObserved(t *testing.T) {
 			client.PrependReactor("patch", "trainjobs", func(clienttesting.Action) (bool, runtime.Object, error) {
 				return true, cached("uid-1", "12"), nil
 			})
-			w := &status.Writer{Client: client}
+			w := &statuswriter.Writer{Client: client}
 			wrote, err := w.Update(ctx, cached("uid-1", "10"), func(st *trainer.TrainJobStatus) {
 				st.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 0, 0, 0, 0, 1)}
 			})

@@ -1,4 +1,4 @@
-// Package stages is Trainyard's pipeline engine. It knows nothing about
+// Package engine runs Trainyard's pipeline. It knows nothing about
 // TrainJobs: it moves keys (cache.ObjectName, namespace/name) through an
 // ordered list of Stages. Queues carry keys, never objects: a stage reads
 // current state from listers and the previous stage's plan (see Plans).
@@ -55,4 +55,4 @@
 // Pipeline.Run; the engine does not. Run blocks until its context is
 // cancelled, then stops the queues in stage order, lets in-flight syncs
 // finish, and returns when every worker has stopped.
-package stages
+package engine

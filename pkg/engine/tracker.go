@@ -1,4 +1,4 @@
-package stages
+package engine
 
 import (
 	"math/bits"
@@ -190,8 +190,8 @@ func (t *tracker) finish(s int, key cache.ObjectName, res Result) {
 	st.stage = next
 	if retry {
 		// A key waiting out a backoff is not making progress: its slot goes to a key
-		// that is (architecture invariant 8: failing keys hold no capacity that healthy
-		// TrainJobs need).
+		// that is (docs/design/architecture.md#a-refused-write-holds-no-capacity:
+		// failing keys hold no capacity that healthy TrainJobs need).
 		t.release(st)
 		t.queues[s].AddRateLimited(key)
 		st.backoff |= 1 << s

@@ -1,4 +1,4 @@
-package stages
+package engine
 
 import "github.com/go-logr/logr"
 
