@@ -147,7 +147,7 @@ leaderElection:
 // first.
 //
 // Leader election alone cannot stop a process that was not running: before the write
-// fence (cmd/trainyard/app/fence.go), the old leader's pipeline wrote what it had
+// fence (pkg/lease/fence.go), the old leader's pipeline wrote what it had
 // queued at once on resuming and kept running until its renewal round gave up,
 // renewDeadline later (one run: 308 JobSet applies accepted after the new leader's
 // first write, the first 41 ms after resuming). The fence refuses every leader-only

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
 )
@@ -253,7 +254,7 @@ func validate(cfg *configv1alpha1.Configuration) error {
 			problems = append(problems, fmt.Sprintf("webhook.registerURL %q (--webhook-register-url) must be https://host:port, with no path", wh.RegisterURL))
 		}
 	}
-	problems = append(problems, validateLeaderElection(cfg.LeaderElection)...)
+	problems = append(problems, lease.Validate(cfg.LeaderElection)...)
 	if c := cfg.Consistency; c.SweepPeriod.Duration < 0 || c.LagThreshold.Duration <= 0 {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}

@@ -1,4 +1,4 @@
-package app
+package lease
 
 import (
 	"context"
@@ -15,17 +15,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// runWithLeaderElection runs fn while this process holds the Lease le names (in
-// le.ResourceNamespace, else the pod's namespace), as elector.run describes; losing the
-// Lease exits the process. fn must return once its context is cancelled, after its
-// in-flight work has finished (the pipeline drains). fence (newLeaseFence with le's
-// renewDeadline) is the one the leader-only clients are built with (fencedConfig).
-func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, kube kubernetes.Interface,
-	fence *leaseFence, logger klog.Logger, fn func(context.Context),
+// Run runs fn while this process holds the Lease le names (in le.ResourceNamespace, else
+// in namespace), as elector.run describes; losing the Lease exits the process. fn must
+// return once its context is cancelled, after its in-flight work has finished (the
+// pipeline drains). fence (NewFence with le's renewDeadline) is the one the leader-only
+// clients are built with (FencedConfig).
+func Run(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, namespace string, kube kubernetes.Interface,
+	fence *Fence, logger klog.Logger, fn func(context.Context),
 ) {
-	namespace := le.ResourceNamespace
-	if namespace == "" {
-		namespace = podNamespace()
+	if le.ResourceNamespace != "" {
+		namespace = le.ResourceNamespace
 	}
 	host, _ := os.Hostname()
 	identity := host + "_" + uuid.NewString()
@@ -44,7 +43,7 @@ func runWithLeaderElection(ctx context.Context, le componentbaseconfigv1alpha1.L
 // elector runs a function while this process holds a Lease, and stops it before
 // another process may take the Lease over.
 type elector struct {
-	// config gives the Lease's name and timings (validateLeaderElection holds).
+	// config gives the Lease's name and timings (Validate holds).
 	config componentbaseconfigv1alpha1.LeaderElectionConfiguration
 	// lock reads and writes the Lease under this process's identity.
 	lock resourcelock.Interface
@@ -52,10 +51,10 @@ type elector struct {
 	// renewDeadline (config's); its clock times the renewal deadline (client-go's
 	// elector keeps its own real clock). The leader-only clients check it before each
 	// write (fenceTransport).
-	fence  *leaseFence
+	fence  *Fence
 	logger klog.Logger
 	// lost is called when the Lease is lost while ctx is live, after fn's context was
-	// cancelled; runWithLeaderElection's exits the process.
+	// cancelled; Run's exits the process.
 	lost func()
 }
 
@@ -78,7 +77,7 @@ type elector struct {
 //     Lease (SIGSTOP, a paused VM) whose workers resume before anything else has run
 //     sends nothing. At the same instant it cancels fn's context (renewalLock.expire), so
 //     the pipeline stops, whatever client-go is doing; calls in flight are abandoned.
-//     validateLeaderElection keeps leaseDuration − renewDeadline above retryPeriod: the
+//     Validate keeps leaseDuration − renewDeadline above retryPeriod: the
 //     margin for requests already past the fence, on the wire, and for the two clocks'
 //     rates. (A process frozen between the fence's check and the request reaching the
 //     API server is beyond any local check.)
@@ -169,7 +168,7 @@ func (e elector) run(ctx context.Context, fn func(context.Context)) {
 // leaseDuration from no earlier.
 type renewalLock struct {
 	resourcelock.Interface
-	fence *leaseFence
+	fence *Fence
 }
 
 // Create creates the Lease through the wrapped lock and notes the write (see renewalLock).
@@ -242,13 +241,13 @@ func releaseLease(ctx context.Context, lock resourcelock.Interface, now time.Tim
 	return true, nil
 }
 
-// validateLeaderElection returns what is wrong with le's timings, nil when le is off or
+// Validate returns what is wrong with le's timings, nil when le is off or
 // sound. Beyond client-go's own checks (which panic after the caches synced), it keeps
 // what elector.run's argument needs: the leader stops writing renewDeadline after the
 // start of its last renewal, followers take over leaseDuration (in whole seconds, as the
 // Lease records it) after it, and leaseDuration − renewDeadline must exceed retryPeriod.
-func validateLeaderElection(le componentbaseconfigv1alpha1.LeaderElectionConfiguration) []string {
-	if !ptrBool(le.LeaderElect) {
+func Validate(le componentbaseconfigv1alpha1.LeaderElectionConfiguration) []string {
+	if le.LeaderElect == nil || !*le.LeaderElect {
 		return nil
 	}
 	lease, renew, retry := le.LeaseDuration.Duration, le.RenewDeadline.Duration, le.RetryPeriod.Duration

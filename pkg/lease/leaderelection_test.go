@@ -1,4 +1,4 @@
-package app
+package lease
 
 import (
 	"context"
@@ -133,14 +133,14 @@ var leaderElectionTimings = componentbaseconfigv1alpha1.LeaderElectionConfigurat
 type leaderRun struct {
 	pipelineCtx chan context.Context // receives the pipeline's context once leading
 	drained     chan struct{}        // closed once the pipeline returned
-	fence       *leaseFence          // the elector's
+	fence       *Fence               // the elector's
 	lost        chan struct{}        // closed when the elector reports the Lease lost
 	done        chan struct{}        // closed when the elector returned
 }
 
 func startLeader(t *testing.T, ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, lock *fakeLock, clk *testingclock.FakeClock) *leaderRun {
 	r := &leaderRun{pipelineCtx: make(chan context.Context, 1), drained: make(chan struct{}),
-		lost: make(chan struct{}), done: make(chan struct{}), fence: newLeaseFence(clk, le.RenewDeadline.Duration)}
+		lost: make(chan struct{}), done: make(chan struct{}), fence: NewFence(clk, le.RenewDeadline.Duration)}
 	e := elector{config: le, lock: lock, fence: r.fence,
 		logger: ktesting.NewLogger(t, ktesting.DefaultConfig), lost: func() { close(r.lost) }}
 	go func() {
@@ -255,7 +255,7 @@ func TestRenewalLockNotesWhenTheLastRenewalStarted(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := testingclock.NewFakeClock(t0)
 	inner := &fakeLock{identity: "leader"}
-	lock := &renewalLock{Interface: inner, fence: newLeaseFence(clk, 10*time.Second)}
+	lock := &renewalLock{Interface: inner, fence: NewFence(clk, 10*time.Second)}
 	ctx := context.Background()
 	if lock.acquired() {
 		t.Fatal("acquired() before any write")
@@ -291,7 +291,7 @@ func TestRenewalLockExpiresRenewDeadlineAfterTheLastRenewal(t *testing.T) {
 	const renewDeadline = 10 * time.Second
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := testingclock.NewFakeClock(t0)
-	lock := &renewalLock{Interface: &fakeLock{identity: "leader"}, fence: newLeaseFence(clk, renewDeadline)}
+	lock := &renewalLock{Interface: &fakeLock{identity: "leader"}, fence: NewFence(clk, renewDeadline)}
 	ctx := context.Background()
 	if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "leader"}); err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestLeaderReleasesTheLeaseOnlyAfterDraining(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runWithLeaderElection(ctx, leaderElectionTimings, kube, newLeaseFence(clock.RealClock{}, leaderElectionTimings.RenewDeadline.Duration), ktesting.NewLogger(t, ktesting.DefaultConfig), func(ctx context.Context) {
+		Run(ctx, leaderElectionTimings, "default", kube, NewFence(clock.RealClock{}, leaderElectionTimings.RenewDeadline.Duration), ktesting.NewLogger(t, ktesting.DefaultConfig), func(ctx context.Context) {
 			close(leading)
 			<-ctx.Done()
 			record("stopping")
@@ -412,7 +412,7 @@ func TestLeaderReleasesTheLeaseOnlyAfterDraining(t *testing.T) {
 	}()
 	awaitClosed(t, leading, "leadership")
 	stop()
-	awaitClosed(t, done, "runWithLeaderElection to return")
+	awaitClosed(t, done, "Run to return")
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"stopping", "drained", "released"}; !slices.Equal(events, want) {

@@ -1,4 +1,4 @@
-package app
+package lease
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// leaseFence says whether this process may send the leader-only writes (elector.run): it
+// Fence says whether this process may send the leader-only writes (elector.run): it
 // is valid while this process holds the Lease and renewDeadline has not passed since the
 // start of its last successful write of the Lease as its holder, the instant at which
 // renewalLock.expire stops the pipeline. It is that instant's one source of truth: the
@@ -25,7 +25,7 @@ import (
 // advance while the machine is suspended, so a process on a suspended and resumed node
 // is not fenced by it, as client-go's own elector does not notice either.) All methods
 // are safe for concurrent use.
-type leaseFence struct {
+type Fence struct {
 	clock         clock.Clock
 	renewDeadline time.Duration
 
@@ -34,15 +34,15 @@ type leaseFence struct {
 	stopped bool      // this process stopped leading; for good (it exits or stops after)
 }
 
-// newLeaseFence returns a fence, closed until renewed, that closes renewDeadline (the
+// NewFence returns a fence, closed until renewed, that closes renewDeadline (the
 // Lease configuration's) after each renewal, read on clk.
-func newLeaseFence(clk clock.Clock, renewDeadline time.Duration) *leaseFence {
-	return &leaseFence{clock: clk, renewDeadline: renewDeadline}
+func NewFence(clk clock.Clock, renewDeadline time.Duration) *Fence {
+	return &Fence{clock: clk, renewDeadline: renewDeadline}
 }
 
 // renewed notes a successful write of the Lease naming this process that started at
 // start; an older start than one already noted is ignored.
-func (f *leaseFence) renewed(start time.Time) {
+func (f *Fence) renewed(start time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if start.After(f.last) {
@@ -52,21 +52,21 @@ func (f *leaseFence) renewed(start time.Time) {
 
 // lastRenewal is the start of the last successful write of the Lease naming this
 // process; zero before any.
-func (f *leaseFence) lastRenewal() time.Time {
+func (f *Fence) lastRenewal() time.Time {
 	last, _ := f.expiry()
 	return last
 }
 
 // expiry returns lastRenewal and lastRenewal + renewDeadline, the instant the fence closes
 // (and renewalLock.expire stops the pipeline) unless a renewal pushes it back.
-func (f *leaseFence) expiry() (last, expiry time.Time) {
+func (f *Fence) expiry() (last, expiry time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.last, f.last.Add(f.renewDeadline)
 }
 
 // stop closes the fence for good: this process no longer leads, whatever the Lease says.
-func (f *leaseFence) stop() {
+func (f *Fence) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
@@ -75,10 +75,10 @@ func (f *leaseFence) stop() {
 // Valid reports whether a leader-only write may be sent at now: this process wrote the
 // Lease as its holder, has not stopped leading, and now is before lastRenewal +
 // renewDeadline.
-func (f *leaseFence) Valid(now time.Time) bool { return f.check(now) == nil }
+func (f *Fence) Valid(now time.Time) bool { return f.check(now) == nil }
 
 // check returns nil when the fence is valid at now (Valid), and otherwise why not.
-func (f *leaseFence) check(now time.Time) error {
+func (f *Fence) check(now time.Time) error {
 	f.mu.Lock()
 	last, stopped := f.last, f.stopped
 	f.mu.Unlock()
@@ -95,10 +95,10 @@ func (f *leaseFence) check(now time.Time) error {
 	return nil
 }
 
-// fencedConfig returns a copy of c whose requests go through fenceTransport with f: the
+// FencedConfig returns a copy of c whose requests go through fenceTransport with f: the
 // configuration of the leader-only clients. With a nil f (no leader election: the only
 // replica always leads) it is a plain copy.
-func fencedConfig(c *rest.Config, f *leaseFence) *rest.Config {
+func FencedConfig(c *rest.Config, f *Fence) *rest.Config {
 	c = rest.CopyConfig(c)
 	if f != nil {
 		c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &fenceTransport{fence: f, next: rt} })
@@ -113,7 +113,7 @@ type fenceError struct {
 	// Method and Path are the refused request's (e.g. "PATCH",
 	// "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/x").
 	Method, Path string
-	// Reason is why the fence was closed (leaseFence.check).
+	// Reason is why the fence was closed (Fence.check).
 	Reason error
 }
 
@@ -129,7 +129,7 @@ func (e *fenceError) Unwrap() error { return e.Reason }
 // (rest.Config.Wrap), and client-go's rate limiter waits before any transport is called,
 // so the check runs after every wait of client-go's, just before the HTTP transport.
 type fenceTransport struct {
-	fence *leaseFence
+	fence *Fence
 	next  http.RoundTripper
 }
 

@@ -1,4 +1,4 @@
-package app
+package lease
 
 import (
 	"context"
@@ -55,18 +55,18 @@ func TestFenceTransport(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	writes := []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	for name, tc := range map[string]struct {
-		fence     func(clk *testingclock.FakeClock) *leaseFence // nil: no leader election
-		wantSent  bool                                          // the writes reach the server
-		wantError string                                        // in a refused write's error
+		fence     func(clk *testingclock.FakeClock) *Fence // nil: no leader election
+		wantSent  bool                                     // the writes reach the server
+		wantError string                                   // in a refused write's error
 	}{
 		"no leader election: open": {wantSent: true},
 		"never renewed: closed": {
-			fence:     func(clk *testingclock.FakeClock) *leaseFence { return newLeaseFence(clk, renewDeadline) },
+			fence:     func(clk *testingclock.FakeClock) *Fence { return NewFence(clk, renewDeadline) },
 			wantError: "this replica does not lead",
 		},
 		"renewed 1ns less than renewDeadline ago: open": {
-			fence: func(clk *testingclock.FakeClock) *leaseFence {
-				f := newLeaseFence(clk, renewDeadline)
+			fence: func(clk *testingclock.FakeClock) *Fence {
+				f := NewFence(clk, renewDeadline)
 				f.renewed(clk.Now())
 				clk.Step(renewDeadline - time.Nanosecond)
 				return f
@@ -74,8 +74,8 @@ func TestFenceTransport(t *testing.T) {
 			wantSent: true,
 		},
 		"renewed renewDeadline ago: closed": {
-			fence: func(clk *testingclock.FakeClock) *leaseFence {
-				f := newLeaseFence(clk, renewDeadline)
+			fence: func(clk *testingclock.FakeClock) *Fence {
+				f := NewFence(clk, renewDeadline)
 				f.renewed(clk.Now())
 				clk.Step(renewDeadline)
 				return f
@@ -83,8 +83,8 @@ func TestFenceTransport(t *testing.T) {
 			wantError: "this replica's Lease expired at 2026-01-01T00:00:10Z (its last renewal started at 2026-01-01T00:00:00Z, renewDeadline 10s); a follower may lead",
 		},
 		"renewed just now but stopped leading: closed": {
-			fence: func(clk *testingclock.FakeClock) *leaseFence {
-				f := newLeaseFence(clk, renewDeadline)
+			fence: func(clk *testingclock.FakeClock) *Fence {
+				f := NewFence(clk, renewDeadline)
 				f.renewed(clk.Now())
 				f.stop()
 				f.renewed(clk.Now().Add(time.Second)) // a late renewal does not reopen it
@@ -95,12 +95,12 @@ func TestFenceTransport(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := testingclock.NewFakeClock(t0)
-			var fence *leaseFence
+			var fence *Fence
 			if tc.fence != nil {
 				fence = tc.fence(clk)
 			}
 			srv := newAPIServer(t)
-			client, err := rest.HTTPClientFor(fencedConfig(&rest.Config{Host: srv.URL}, fence))
+			client, err := rest.HTTPClientFor(FencedConfig(&rest.Config{Host: srv.URL}, fence))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +148,7 @@ func TestFencedLeaderSendsNoWriteAfterRenewDeadline(t *testing.T) {
 	r := startLeader(t, context.Background(), leaderElectionTimings, lock, clk)
 	pipelineCtx := r.leading(t)
 	srv := newAPIServer(t)
-	jobsets, err := jobsetclient.NewForConfig(fencedConfig(&rest.Config{Host: srv.URL}, r.fence))
+	jobsets, err := jobsetclient.NewForConfig(FencedConfig(&rest.Config{Host: srv.URL}, r.fence))
 	if err != nil {
 		t.Fatal(err)
 	}

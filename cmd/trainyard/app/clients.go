@@ -1,0 +1,68 @@
+package app
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
+
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/version"
+)
+
+// clients are the API clients built from one rest.Config.
+type clients struct {
+	kube     kubernetes.Interface
+	trainers trainerclient.Interface // JSON only, as custom resources
+	jobsets  jobsetclient.Interface  // JSON only
+	dynamic  dynamic.Interface       // JSON only
+	metadata metadata.Interface
+}
+
+// newClients builds the clients of c, each with its own client-side rate limiter.
+// Errors: an invalid configuration.
+func newClients(c *rest.Config) (*clients, error) {
+	var (
+		cs  clients
+		err error
+	)
+	if cs.kube, err = kubernetes.NewForConfig(c); err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	if cs.metadata, err = metadata.NewForConfig(c); err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
+	// Custom resources speak JSON only.
+	crdConfig := rest.CopyConfig(c)
+	crdConfig.ContentType, crdConfig.AcceptContentTypes = "application/json", "application/json"
+	if cs.trainers, err = trainerclient.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating trainer.kubeflow.org client: %w", err)
+	}
+	if cs.jobsets, err = jobsetclient.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
+	}
+	if cs.dynamic, err = dynamic.NewForConfig(crdConfig); err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	return &cs, nil
+}
+
+// restConfig builds the client configuration: --kubeconfig (or $KUBECONFIG, or
+// in-cluster) with the configured QPS, burst and content types.
+func restConfig(cc componentbaseconfigv1alpha1.ClientConnectionConfiguration) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cc.Kubeconfig
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	c.QPS, c.Burst = cc.QPS, int(cc.Burst)
+	c.ContentType, c.AcceptContentTypes = cc.ContentType, cc.AcceptContentTypes
+	c.UserAgent = "trainyard/" + version.Version
+	return c, nil
+}
