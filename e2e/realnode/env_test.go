@@ -74,14 +74,7 @@ func newEnvWith(t *testing.T, cfg ctrlproc.Config) *env {
 // cluster-scoped and shared by the package's tests). It returns the runtime's name.
 func (e *env) installRuntime(t *testing.T, file string, edit func(*trainer.ClusterTrainingRuntime)) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(utiltesting.UpstreamDir(t), "runtimes", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &trainer.ClusterTrainingRuntime{}
-	if err := yaml.UnmarshalStrict(data, rt); err != nil {
-		t.Fatal(err)
-	}
+	rt := upstreamRuntime(t, file)
 	if edit != nil {
 		upstream := rt.Name
 		edit(rt)
@@ -253,6 +246,20 @@ func (e *env) pullImage(t *testing.T, image string) {
 // replicatedJob of the upstream runtime in file.
 func runtimeImage(t *testing.T, file string) string {
 	t.Helper()
+	rt := upstreamRuntime(t, file)
+	for _, c := range rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers {
+		if c.Name == "node" {
+			return c.Image
+		}
+	}
+	t.Fatalf("%s: no container named node", file)
+	return ""
+}
+
+// upstreamRuntime decodes, strictly, the upstream ClusterTrainingRuntime in file of
+// the upstream folder's runtimes/.
+func upstreamRuntime(t *testing.T, file string) *trainer.ClusterTrainingRuntime {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(utiltesting.UpstreamDir(t), "runtimes", file))
 	if err != nil {
 		t.Fatal(err)
@@ -261,11 +268,5 @@ func runtimeImage(t *testing.T, file string) string {
 	if err := yaml.UnmarshalStrict(data, rt); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers {
-		if c.Name == "node" {
-			return c.Image
-		}
-	}
-	t.Fatalf("%s: no container named node", file)
-	return ""
+	return rt
 }

@@ -14,10 +14,12 @@ var (
 	repoDoc = regexp.MustCompile(`(?:^|[^\w./-])(docs/[\w./-]+\.md)(#[\w-]+)?`)
 	// mdLink is the target of a Markdown link, e.g. ](../compatibility.md#mpi).
 	mdLink = regexp.MustCompile(`\]\(([^)\s]*)\)`)
-	// outside are citations of rule documents that are not in this repository.
+	// outside are citations of rule documents that are not in this repository: the
+	// design sketch's compatibility contract and docs folder beside the repository.
+	// The bracketed characters keep this file from matching its own patterns.
 	outside = []*regexp.Regexp{
-		regexp.MustCompile(`trainer-compat`),
-		regexp.MustCompile(`shared/docs`),
+		regexp.MustCompile(`trainer[-]compat`),
+		regexp.MustCompile(`shared[/]docs`),
 		regexp.MustCompile(`(?i)\binvariants? +\d`),
 		regexp.MustCompile(`§ ?\d`), // a section number: this repository's documents have none
 	}

@@ -1,7 +1,8 @@
 // Command citations fails when a file of the repository cites a document that does not
 // resolve: a docs/….md path (from the repository root) or a Markdown link (from the
 // linking file) naming a missing file or heading, or a rule document outside the
-// repository ("trainer-compat", "invariant N" without docs/design/architecture.md).
+// repository (the upstream compatibility contract by its outside name, "invariant N"
+// without docs/design/architecture.md).
 // `make verify` runs it from the repository root.
 package main
 
