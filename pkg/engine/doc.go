@@ -47,9 +47,11 @@
 // The first stage admits a key past it only while fewer than WithMaxInFlight
 // keys are past it. A key without room is parked, not waited for, so a worker
 // never blocks and keys already in flight that return to the first stage always
-// find a worker; a parked key is queued again when a slot frees. A key waiting
-// out a retry backoff gives its slot up: failing keys hold no capacity healthy
-// TrainJobs need.
+// find a worker; a parked key is queued again when a slot frees, the slots going
+// round-robin to the namespaces with keys parked, so one namespace's burst does not
+// hold another's keys (docs/design/architecture.md#one-namespaces-burst-does-not-hold-another).
+// A key waiting out a retry backoff gives its slot up: failing keys hold no
+// capacity healthy TrainJobs need.
 //
 // The caller starts the informers and waits for their caches to sync before
 // Pipeline.Run; the engine does not. Run blocks until its context is

@@ -34,10 +34,10 @@ type tracker struct {
 	// the burst, not with the cluster (issue 9 measured 10 MB of waiting plans, 20% of
 	// the live heap, at 10,000 TrainJobs). With the bound, the excess waits in the first
 	// stage's queue as a key.
-	max      int                // 0: unbounded
-	admitted int                // keys holding a slot
-	parked   []cache.ObjectName // keys waiting for a slot, oldest first
-	report   func(n, max int)   // records admitted; called with mu held
+	max      int              // 0: unbounded
+	admitted int              // keys holding a slot
+	parked   parkedKeys       // keys waiting for a slot, round-robin over namespaces
+	report   func(n, max int) // records admitted; called with mu held
 }
 
 // queue is what the tracker needs of a stage queue.
@@ -133,7 +133,7 @@ func (t *tracker) begin(s int, key cache.ObjectName) bool {
 		}
 		if t.admitted >= t.max {
 			st.parked = true
-			t.parked = append(t.parked, key)
+			t.parked.push(key)
 			return false
 		}
 		st.admitted = true
@@ -200,22 +200,19 @@ func (t *tracker) finish(s int, key cache.ObjectName, res Result) {
 	t.queues[next].Add(key)
 }
 
-// release frees st's in-flight slot, if it holds one, and hands it to the oldest parked
-// key, which it queues in the first stage. Called with mu held.
+// release frees st's in-flight slot, if it holds one, and hands it to the next parked
+// key (the oldest of the namespace whose turn it is: parkedKeys), which it queues in the
+// first stage. Called with mu held.
 func (t *tracker) release(st *keyState) {
 	if !st.admitted {
 		return
 	}
 	st.admitted = false
 	t.admitted--
-	for len(t.parked) > 0 {
-		key := t.parked[0]
-		t.parked[0] = cache.ObjectName{}
-		t.parked = t.parked[1:]
-		if len(t.parked) == 0 {
-			// The emptied slice would still hold the array a burst grew, and append
-			// would keep filling it: let it go.
-			t.parked = nil
+	for {
+		key, ok := t.parked.pop()
+		if !ok {
+			break
 		}
 		if next, ok := t.keys[key]; ok && next.parked {
 			next.parked, next.admitted = false, true

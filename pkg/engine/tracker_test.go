@@ -333,7 +333,91 @@ func TestParkedKeysAreLetGo(t *testing.T) {
 			}
 		}
 	}
-	if tr.parked != nil {
-		t.Errorf("parked = %v (cap %d) after every parked key got a slot, want nil", tr.parked, cap(tr.parked))
+	if tr.parked.turns != nil || len(tr.parked.byNamespace) != 0 || tr.parked.len() != 0 {
+		t.Errorf("parked = %+v after every parked key got a slot, want nothing kept", tr.parked)
+	}
+}
+
+// One namespace's burst does not hold another's keys: with 1,000 keys of team-a waiting
+// for a slot, a key of team-b that arrives after them gets the second slot that frees
+// (team-a's oldest key had its turn first), not the 1,001st.
+func TestParkedKeysAreAdmittedRoundRobinOverNamespaces(t *testing.T) {
+	qs, _ := countingQueues(1)
+	tr := newTracker(qs, 1, nil)
+	inflight := cache.NewObjectName("team-a", "running")
+	tr.enqueue(0, inflight)
+	if !tr.begin(0, inflight) {
+		t.Fatal("the first key did not get the only slot")
+	}
+	burst := make([]cache.ObjectName, 1000)
+	for i := range burst {
+		burst[i] = cache.NewObjectName("team-a", fmt.Sprint("burst-", i))
+		tr.enqueue(0, burst[i])
+		if tr.begin(0, burst[i]) {
+			t.Fatalf("%v got a slot while %v holds the only one", burst[i], inflight)
+		}
+	}
+	quiet := cache.NewObjectName("team-b", "first")
+	tr.enqueue(0, quiet)
+	if tr.begin(0, quiet) {
+		t.Fatalf("%v got a slot while %v holds the only one", quiet, inflight)
+	}
+
+	// Free slots one at a time and record who gets each.
+	var admitted []cache.ObjectName
+	holder := inflight
+	for len(admitted) < 4 {
+		tr.finish(0, holder, WaitForEvent())
+		next := slices.IndexFunc(append(burst, quiet), func(k cache.ObjectName) bool {
+			st, ok := tr.keys[k]
+			return ok && st.admitted && !st.syncing
+		})
+		if next < 0 {
+			t.Fatalf("no parked key got the slot %v released", holder)
+		}
+		holder = append(burst, quiet)[next]
+		if !tr.begin(0, holder) {
+			t.Fatalf("%v was handed the slot but may not sync", holder)
+		}
+		admitted = append(admitted, holder)
+	}
+	want := []cache.ObjectName{burst[0], quiet, burst[1], burst[2]}
+	if !slices.Equal(admitted, want) {
+		t.Errorf("slots went to %v, want %v (team-b's key on the second slot, team-a's in order)", admitted, want)
+	}
+}
+
+// parkedKeys keeps each namespace's keys in order and gives every namespace with keys
+// waiting one turn per round, a namespace that starts waiting joining the end of the round.
+func TestParkedKeysRoundRobin(t *testing.T) {
+	var p parkedKeys
+	for _, k := range []cache.ObjectName{
+		cache.NewObjectName("a", "1"), cache.NewObjectName("a", "2"), cache.NewObjectName("a", "3"),
+		cache.NewObjectName("b", "1"), cache.NewObjectName("c", "1"), cache.NewObjectName("c", "2"),
+	} {
+		p.push(k)
+	}
+	var got []string
+	pop := func() {
+		k, ok := p.pop()
+		if !ok {
+			t.Fatalf("pop found nothing after %v, with %d keys said to wait", got, p.len())
+		}
+		got = append(got, k.String())
+	}
+	pop()                                // a/1; a goes to the end: b, c, a
+	p.push(cache.NewObjectName("d", "1")) // d joins after a
+	for p.len() > 0 {
+		pop()
+	}
+	want := []string{"a/1", "b/1", "c/1", "a/2", "d/1", "c/2", "a/3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("unparked %v, want %v", got, want)
+	}
+	if _, ok := p.pop(); ok {
+		t.Error("pop of an empty parkedKeys returned a key")
+	}
+	if p.turns != nil || len(p.byNamespace) != 0 {
+		t.Errorf("an emptied parkedKeys keeps %+v", p)
 	}
 }
