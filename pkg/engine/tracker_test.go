@@ -405,7 +405,7 @@ func TestParkedKeysRoundRobin(t *testing.T) {
 		}
 		got = append(got, k.String())
 	}
-	pop()                                // a/1; a goes to the end: b, c, a
+	pop()                                 // a/1; a goes to the end: b, c, a
 	p.push(cache.NewObjectName("d", "1")) // d joins after a
 	for p.len() > 0 {
 		pop()
