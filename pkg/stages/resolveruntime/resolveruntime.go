@@ -102,7 +102,11 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	case apierrors.IsNotFound(err):
 		return s.waitForRuntime(ctx, tj, kind)
 	case plan.IsInputError(err):
-		return step.Reject(ctx, s.Status, s.Recorder, tj, err)
+		res, err := step.Reject(ctx, s.Status, s.Recorder, tj, err)
+		if err == nil {
+			step.DropBuild(s.Plans, key, tj)
+		}
+		return res, err
 	case err != nil:
 		return engine.Retry(), err
 	}

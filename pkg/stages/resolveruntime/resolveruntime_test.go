@@ -339,6 +339,8 @@ func TestSync(t *testing.T) {
 			},
 		},
 		"corrupt snapshot: JobSetReady=False naming the annotation, terminal": {
+			plan:           stalePlan,
+			wantPlan:       &plan.Plan{}, // the build of the rejected generation is dropped
 			trainJob:       owner,
 			runtimes:       []runtime.Object{ctrV2},
 			jobSets:        []*jobsetv1alpha2.JobSet{jobSet("{")},
@@ -349,6 +351,7 @@ func TestSync(t *testing.T) {
 			wantJobSetGets: 1,
 		},
 		"snapshot of another runtime: JobSetReady=False, terminal": {
+			wantPlan:  &plan.Plan{}, // the rejected generation keeps no build
 			trainJob:  owner,
 			runtimes:  []runtime.Object{ctrV2},
 			jobSets:   []*jobsetv1alpha2.JobSet{jobSet(snapshotOf(t, trainer.TrainingRuntimeKind, tr.ObjectMeta, &tr.Spec))},

@@ -67,7 +67,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	next := current.DeepCopy()
 	if err := s.Step(ctx, tj, next); err != nil {
 		if plan.IsInputError(err) {
-			return s.reject(ctx, tj, err)
+			return s.reject(ctx, key, tj, err)
 		}
 		return engine.Retry(), err
 	}
@@ -77,10 +77,27 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 }
 
 // reject records bad input as JobSetReady=False and a Warning event (the event only
-// when the condition changed, so a resync does not repeat it). The TrainJob waits for
-// a change to itself or its runtime: both route it back to stage 1.
-func (s *Stage) reject(ctx context.Context, tj *trainer.TrainJob, input error) (engine.Result, error) {
-	return Reject(ctx, s.Status, s.Recorder, tj, input)
+// when the condition changed, so a resync does not repeat it), and drops the partial
+// build (DropBuild). The TrainJob waits for a change to itself or its runtime: both
+// route it back to stage 1.
+func (s *Stage) reject(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, input error) (engine.Result, error) {
+	res, err := Reject(ctx, s.Status, s.Recorder, tj, input)
+	if err == nil {
+		DropBuild(s.Plans, key, tj)
+	}
+	return res, err
+}
+
+// DropBuild replaces the plan of tj's generation with an empty one (Stage 0) once a
+// stage has rejected that generation. Why: the partial build (the runtime, the JobSet
+// being built, side objects; tens of KiB) would otherwise stay in memory until the
+// TrainJob changed, which for a bad TrainJob nobody fixes is until it is deleted. The
+// empty plan still says the generation was built and refused: the status stage, given
+// a plan that has not reached it, writes status without sending the TrainJob back to
+// stage 1 for another build that would be refused again, and a build stage given it
+// restarts the TrainJob from stage 1.
+func DropBuild(plans *engine.Plans[plan.Plan], key cache.ObjectName, tj *trainer.TrainJob) {
+	plans.Put(key, tj.UID, tj.Generation, &plan.Plan{})
 }
 
 // Reject is what a stage does with bad input (plan.IsInputError): JobSetReady=False,

@@ -345,8 +345,12 @@ func TestSyncStepError(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 			stored, _ := f.plans.Get(key, tj.UID, tj.Generation)
-			if stored != previous {
-				t.Error("a failed step replaced the stored plan")
+			switch {
+			case tc.wantConditions == nil && stored != previous:
+				t.Error("a step that will be retried replaced the stored plan")
+			case tc.wantConditions != nil && (stored == nil || stored.JobSet != nil || stored.Stage != 0):
+				// A rejected generation keeps no partial build in memory, only an empty plan.
+				t.Errorf("after a rejection the stored plan is %+v, want an empty plan (stage 0)", stored)
 			}
 			if diff := cmp.Diff(pristine, previous); diff != "" {
 				t.Errorf("a failed step mutated the previous plan (-want +got):\n%s", diff)
@@ -375,6 +379,12 @@ func TestSyncRejectOnce(t *testing.T) {
 	utiltesting.Events(f.recorder)
 	f.client.ClearActions()
 
+	// The rejection left an empty plan, from which this stage restarts the TrainJob;
+	// stage 1 then builds the plan again.
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.Restart() {
+		t.Errorf("Sync of the plan a rejection left = %v, %v; want restart", got, err)
+	}
+	f.plans.Put(key, tj.UID, tj.Generation, previousPlan(t))
 	got, err := f.stage.Sync(ctx, key)
 	if err != nil || got != engine.Terminal() {
 		t.Errorf("second Sync = %v, %v; want terminal", got, err)
