@@ -154,3 +154,48 @@ func CompareThroughput(r, baseline *Result, tolerance float64) {
 		Met:      ratio >= 1-tolerance,
 	})
 }
+
+// admissionTargets states issue 9's admission targets: throughput against the
+// physical limit, latency p99, writes and controller CPU per TrainJob.
+func admissionTargets(ts *targetList, r *Result) {
+	c := r.Controller
+	ratio := r.Admission.TrainJobsPerSecond / r.Limit.TrainJobsPerSecond
+	tjRatio := r.Admission.TrainJobsPerSecond / r.Limit.TrainJobCreatesPerSecond
+	ts.add("admission throughput", fmt.Sprintf("≥ %.1f × limit", targetThroughputRatio),
+		fmt.Sprintf("%.0f/s = %.2f × %.0f/s", r.Admission.TrainJobsPerSecond, ratio, r.Limit.TrainJobsPerSecond),
+		ratio >= targetThroughputRatio,
+		joinNotes(apiServerBound(r), fmt.Sprintf("limit = N / (raw TrainJob creates + raw JobSet creates); against the limit with the JobSets server-side applied, as the controller must (%.0f/s), the ratio is %.2f; against TrainJob creates alone (%.0f/s) %.2f",
+			r.Limit.TrainJobsPerSecondWithApply, r.Admission.TrainJobsPerSecond/r.Limit.TrainJobsPerSecondWithApply, r.Limit.TrainJobCreatesPerSecond, tjRatio)))
+	ts.add("admission latency p99", fmt.Sprintf("≤ %.0f s", targetP99Seconds), fmt.Sprintf("%.2f s", r.Admission.LatencyP99),
+		r.Admission.LatencyP99 <= targetP99Seconds, apiServerBound(r))
+	ts.add("API writes per TrainJob at admission", fmt.Sprintf("%.1f", targetAdmissionWrites), fmt.Sprintf("%.3f (%s)", c.WritesPerTrainJob, methods(c.Requests, true)),
+		c.WritesPerTrainJob <= targetAdmissionWrites, "")
+	ts.add("controller CPU per 1,000 TrainJobs", fmt.Sprintf("≤ %.1f s", targetCPUPer1000), fmt.Sprintf("%.2f s", c.CPUSecondsPer1000),
+		c.CPUSecondsPer1000 <= targetCPUPer1000, "")
+}
+
+// admissionReport renders the admission section: creates, admissions, latency, and
+// with webhooks on the admission reviews.
+func admissionReport(w func(string, ...any), r *Result, a *Admission) {
+	if r.Kueue != nil {
+		w("\n## Admission (TrainJob created → JobSet exists, suspended while Kueue queues the TrainJob)\n\n")
+	} else {
+		w("\n## Admission (TrainJob created → JobSet exists)\n\n")
+	}
+	w("- %d TrainJobs created in %.2f s (%.0f/s, %d errors)\n", r.N, a.CreateSeconds, a.TrainJobCreatesPerSecond, a.CreateErrors)
+	w("- %d admitted in %.2f s: **%.0f TrainJobs/s**\n", a.Admitted, a.Seconds, a.TrainJobsPerSecond)
+	w("- latency p50 %.3f s, p99 %.3f s, max %.3f s\n", a.LatencyP50, a.LatencyP99, a.LatencyMax)
+	if rv := a.Reviews; rv != nil {
+		w("- webhooks on: %d TrainJob admission reviews (validate + mutate), p50 %.4f s, p99 %.4f s in the webhook\n", rv.Count, rv.P50Seconds, rv.P99Seconds)
+	}
+}
+
+// limitReport renders the physical limit's section: the API server alone taking the
+// run's TrainJob creates and the JobSets created and applied.
+func limitReport(w func(string, ...any), r *Result, l *Limit) {
+	w("\n## Physical limit (API server alone, no controller, same parallelism)\n\n")
+	w("- %d TrainJob creates: %.2f s (%.0f/s)\n", r.N, l.TrainJobCreateSeconds, l.TrainJobCreatesPerSecond)
+	w("- the produced JobSets created raw: %.2f s (%.0f/s)\n", l.JobSetCreateSeconds, l.JobSetCreatesPerSecond)
+	w("- the same JobSets server-side applied (what the controller sends): %.2f s (%.0f/s)\n", l.JobSetApplySeconds, l.JobSetAppliesPerSecond)
+	w("- both: **%.0f TrainJobs/s** (%.0f/s with the applies)\n", l.TrainJobsPerSecond, l.TrainJobsPerSecondWithApply)
+}

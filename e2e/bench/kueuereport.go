@@ -377,3 +377,26 @@ func writeKueuePlot(path string, r *Result, tl *timeline) error {
 
 	return drawTiles(path, 36*vg.Centimeter, 10*vg.Centimeter, over, running, lat)
 }
+
+// kueueErrorsTarget states Kueue mode's errors target: errs failed creates, failed
+// syncs, Failed TrainJobs and TrainJobs Kueue's webhook did not suspend at creation.
+func kueueErrorsTarget(ts *targetList, r *Result, k *Kueue, errs int) {
+	c := r.Controller
+	failed := 0
+	if r.Lifecycle != nil {
+		failed = r.Lifecycle.Failed
+	}
+	ts.add("errors", "0", fmt.Sprintf("%d create errors, %.0f failed syncs, %d Failed TrainJobs, %d not suspended by Kueue at creation", errs, sum(c.Errors), failed, k.NotSuspendedAtCreate),
+		errs == 0 && sum(c.Errors) == 0 && failed == 0 && k.NotSuspendedAtCreate == 0, "")
+}
+
+// kueueHeader renders what Kueue mode set up (Kueue, its queues and quota, the audit
+// log) and its plot.
+func kueueHeader(w func(string, ...any), r *Result, k *Kueue) {
+	w("Kueue %s with its TrainJob integration and webhooks; one ResourceFlavor, a ClusterQueue with a nominal quota of %d pods "+
+		"(%d TrainJobs of numNodes %d at a time), a LocalQueue every TrainJob names (label %s); "+
+		"each pod succeeds %s after it runs (kwok); one burst of creates, then every TrainJob run to Complete; "+
+		"the API server keeps an audit log (level Metadata) of the writes to TrainJobs and JobSets, for who writes what\n\n",
+		k.Version, k.QuotaPods, k.Quota, r.NumNodes, cluster.KueueQueueNameLabel, cluster.DefaultPodCompleteDelay)
+	w("![TrainJobs through Kueue over time, running at once, latency](plot.svg)\n\n")
+}

@@ -270,3 +270,75 @@ func maxY(xys plotter.XYs) float64 {
 	}
 	return m
 }
+
+// Issue 14's target: admission throughput drops by less than this while pods report.
+const targetProgressAdmissionDrop = 0.1
+
+// progressTargets states issue 14's targets: at most one trainerStatus write per
+// TrainJob per period, and admission throughput with reports within
+// targetProgressAdmissionDrop of the bursts without.
+func progressTargets(ts *targetList, r *Result, p *Progress) {
+	w := p.Writes
+	ts.add("trainerStatus writes per TrainJob per period", fmt.Sprintf("≤ 1 per %.0f s (≤ %.1f writes/s)", p.WritePeriodSeconds, float64(w.TrainJobs)/p.WritePeriodSeconds),
+		fmt.Sprintf("%.2f beyond each TrainJob's first write (%.1f writes/s); %.2f with it (%.1f/s); shortest gap between two writes of one TrainJob %.1f s",
+			w.LaterPerTrainJobPerPeriod, w.LaterPerSecond, w.PerTrainJobPerPeriod, w.PerSecond, w.MinGapSeconds),
+		w.LaterPerTrainJobPerPeriod <= 1 && w.ShortGaps == 0, writeBound(r))
+	if base := p.baseline(); base != nil && p.WithReports != nil {
+		measured := fmt.Sprintf("%.0f/s vs %.0f/s (%s)", p.WithReports.Admission.TrainJobsPerSecond, base.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
+		if p.WithoutReportsAfter != nil {
+			measured = fmt.Sprintf("%.0f/s vs %.0f/s without: %.0f/s before, %.0f/s after (%s)", p.WithReports.Admission.TrainJobsPerSecond,
+				base.Admission.TrainJobsPerSecond, p.WithoutReports.Admission.TrainJobsPerSecond, p.WithoutReportsAfter.Admission.TrainJobsPerSecond, change(p.AdmissionRatio))
+		}
+		ts.add("admission throughput with reports vs without", fmt.Sprintf("drop < %.0f%%", targetProgressAdmissionDrop*100), measured,
+			p.AdmissionRatio > 1-targetProgressAdmissionDrop,
+			joinNotes(fmt.Sprintf("%d suspended TrainJobs each; %.0f reports/s accepted during the window", r.Progress.WithReports.Admission.Admitted, p.Client.AcceptedPerSecond),
+				machineBound(p)))
+	}
+}
+
+// progressErrorsTarget states progress mode's errors target: errs failed creates of
+// the run's burst, those of the reporting TrainJobs and of the admission bursts, failed
+// syncs, reports not accepted and failed trainerStatus writes.
+func progressErrorsTarget(ts *targetList, r *Result, p *Progress, errs int) {
+	c := r.Controller
+	errs += p.CreateErrors
+	for _, b := range []*Burst{p.WithoutReports, p.WithReports, p.WithoutReportsAfter} {
+		if b != nil {
+			errs += b.Admission.CreateErrors
+		}
+	}
+	failed := p.Client.Sent - p.Client.Accepted
+	ts.add("errors", "0", fmt.Sprintf("%d create errors, %.0f failed syncs, %d reports not accepted, %.0f failed trainerStatus writes", errs, sum(c.Errors), failed, p.Writes.Failed),
+		errs == 0 && sum(c.Errors) == 0 && failed == 0 && p.Writes.Failed == 0, p.Client.FirstError)
+}
+
+// progressHeader renders what progress mode set up (pods, reports, namespaces) and
+// its plot.
+func progressHeader(w func(string, ...any), r *Result, p *Progress) {
+	w("%d pods (%d TrainJobs × numNodes %d, in %d namespaces, kept Running) report every %g s for %.1f s; the controller's progress server on 127.0.0.1 with its default write limits\n\n",
+		p.Pods, p.Writes.TrainJobs, r.NumNodes, p.Namespaces, p.ReportIntervalSeconds, p.WindowSeconds)
+	w("![reports and writes over time, latency](plot.svg)\n\n")
+}
+
+// progressControllerReport renders the controller's figures during the reporting
+// window: CPU as cores, memory, and its requests, TokenReviews included.
+func progressControllerReport(w func(string, ...any), r *Result, p *Progress) {
+	c := r.Controller
+	w("\n## Controller (during the reporting window)\n\n")
+	w("- CPU %.2f s over %.1f s: **%.2f cores**; peak RSS %.1f MiB (%.1f MiB when the window started); Go heap in use: peak %.1f MiB (the whole run), at the end %.1f MiB\n",
+		c.CPUSeconds, p.WindowSeconds, p.Cores["trainyard"], float64(c.PeakRSSBytes)/(1<<20), float64(p.PeakRSSBeforeBytes)/(1<<20),
+		float64(c.PeakHeapBytes)/(1<<20), float64(c.HeapBytes)/(1<<20))
+	w("- API requests: %s (TokenReviews are POSTs; the burst's JobSet applies and status patches are in too)\n", methods(c.Requests, false))
+}
+
+// progressCPUTable renders each process's CPU during the window, names in order, as
+// seconds and cores, and the machine's other processes.
+func progressCPUTable(w func(string, ...any), r *Result, p *Progress, names []string) {
+	w("| process | CPU s | cores |\n|---|---|---|\n")
+	for _, n := range names {
+		w("| %s | %.2f | %.2f |\n", n, r.Components[n], p.Cores[n])
+	}
+	if other := otherCPU(r); other > 0 {
+		w("| other processes on the machine | %.2f | %.2f |\n", other, other/r.Machine.WallSeconds)
+	}
+}
