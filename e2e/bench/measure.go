@@ -63,12 +63,7 @@ func (r *runner) measure(ctx context.Context, ctrl *controllerProcess, ns string
 		return nil, err
 	}
 	peakHeap := sampler.watchHeap(watchCtx)
-	profiled := make(chan error, 1)
-	if r.cfg.CPUProfile > 0 {
-		go func() { profiled <- ctrl.CPUProfile(ctx, r.cfg.CPUProfile, filepath.Join(r.cfg.OutDir, "cpu.pprof")) }()
-	} else {
-		profiled <- nil
-	}
+	profiled := r.startProfile(ctx, ctrl)
 	mode := ModeAdmission
 	if lifecycle {
 		mode = ModeLifecycle
@@ -97,13 +92,8 @@ func (r *runner) measure(ctx context.Context, ctrl *controllerProcess, ns string
 	} else {
 		r.say("%s not idle after %s; %s", ctrl.Name, idleLimit, m.after.describe())
 	}
-	if err := <-profiled; err != nil {
-		return nil, fmt.Errorf("CPU profile: %w", err)
-	}
-	if r.cfg.CPUProfile > 0 {
-		if err := ctrl.HeapProfile(ctx, filepath.Join(r.cfg.OutDir, "heap.pprof")); err != nil {
-			return nil, fmt.Errorf("heap profile: %w", err)
-		}
+	if err := r.finishProfile(ctx, ctrl, profiled); err != nil {
+		return nil, err
 	}
 	m.peakHeap = peakHeap()
 	if lifecycle {
@@ -113,6 +103,33 @@ func (r *runner) measure(ctx context.Context, ctrl *controllerProcess, ns string
 	}
 	m.timeline = newTimeline(created, jobSetsSeen, finished, mode)
 	return m, nil
+}
+
+// startProfile starts, with Config.CPUProfile, the controller's CPU profile of that
+// long into <OutDir>/cpu.pprof; the channel receives its outcome (at once nil without).
+func (r *runner) startProfile(ctx context.Context, ctrl *controllerProcess) <-chan error {
+	profiled := make(chan error, 1)
+	if r.cfg.CPUProfile > 0 {
+		go func() { profiled <- ctrl.CPUProfile(ctx, r.cfg.CPUProfile, filepath.Join(r.cfg.OutDir, "cpu.pprof")) }()
+	} else {
+		profiled <- nil
+	}
+	return profiled
+}
+
+// finishProfile waits for the CPU profile of startProfile and, with
+// Config.CPUProfile, writes the controller's heap profile into <OutDir>/heap.pprof.
+// Errors: either profile failed.
+func (r *runner) finishProfile(ctx context.Context, ctrl *controllerProcess, profiled <-chan error) error {
+	if err := <-profiled; err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	if r.cfg.CPUProfile > 0 {
+		if err := ctrl.HeapProfile(ctx, filepath.Join(r.cfg.OutDir, "heap.pprof")); err != nil {
+			return fmt.Errorf("heap profile: %w", err)
+		}
+	}
+	return nil
 }
 
 // fill sets res's Admission, Lifecycle, Controller, Stages, Components and

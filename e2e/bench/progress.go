@@ -9,25 +9,20 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
-	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
@@ -70,24 +65,15 @@ func progressNamespaces(n int) []string {
 // namespaces and wait for every pod Running and every namespace's CA ConfigMap; mint
 // a token per pod; time a burst of AdmissionN suspended TrainJobs with no reports;
 // then run the reports for ReportDuration, with the same burst into another
-// namespace a quarter of the way in, and measure the window.
+// namespace a quarter of the way in, and measure the window; then the burst with no
+// reports again.
 func (r *runner) runProgress(ctx context.Context) (*Result, error) {
-	cfg := r.cfg
-	res := newResult(cfg)
-	if err := r.installRuntime(ctx); err != nil {
-		return nil, err
-	}
-	namespaces := progressNamespaces(cfg.Namespaces)
-	for _, ns := range append(slices.Clone(namespaces), quietNamespace, loadedNamespace, quietAfterNamespace) {
-		if err := r.createNamespace(ctx, ns); err != nil {
-			return nil, err
-		}
-	}
-	addrs, err := cluster.FreeAddrs(1)
+	res := newResult(r.cfg)
+	namespaces := progressNamespaces(r.cfg.Namespaces)
+	progressAddr, err := r.progressSetup(ctx, namespaces)
 	if err != nil {
 		return nil, err
 	}
-	progressAddr := addrs[0]
 	ctrl, _, err := r.startController(ctx, "--status-server-bind-address="+progressAddr)
 	if err != nil {
 		return nil, err
@@ -98,46 +84,10 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	sampler := newSampler(ctrl, r.cluster.ComponentPids())
 	peakHeap := sampler.watchHeap(watchCtx)
 
-	// The reporting TrainJobs, their pods Running, the CA each namespace's pods mount.
-	podsCtx, stopPods := context.WithCancel(ctx)
-	defer stopPods()
-	running, err := watchArrivals(podsCtx, r.kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, &corev1.Pod{},
-		func(obj any) (string, bool) {
-			p := obj.(*corev1.Pod)
-			return p.Namespace + "/" + p.Name, p.Status.Phase == corev1.PodRunning && slices.Contains(namespaces, p.Namespace)
-		})
+	pods, err := r.reportingPods(ctx, namespaces)
 	if err != nil {
 		return nil, err
 	}
-	r.say("creating %d TrainJobs (numNodes %d) over %d namespaces", cfg.N, cfg.NumNodes, len(namespaces))
-	created := burst(ctx, cfg.N, cfg.Parallelism, r.createTrainJobIn(func(i int) string { return namespaces[i%len(namespaces)] }, false))
-	if created.Errors == cfg.N {
-		return nil, fmt.Errorf("every TrainJob create failed: %w", created.FirstError)
-	}
-	wantPods := (cfg.N - created.Errors) * int(cfg.NumNodes)
-	if err := waitCount(ctx, cfg.Timeout, running, wantPods, func(n int) { r.say("%d/%d pods Running", n, wantPods) }); err != nil {
-		return nil, err
-	}
-	stopPods()
-	r.say("%d pods Running", wantPods)
-	caPEM, err := r.waitCAConfigMaps(ctx, namespaces)
-	if err != nil {
-		return nil, err
-	}
-	reporters, err := r.listReporters(ctx, namespaces)
-	if err != nil {
-		return nil, err
-	}
-	r.say("minting %d pod-bound tokens", len(reporters))
-	minted := burst(ctx, len(reporters), cfg.Parallelism, func(ctx context.Context, i int) error {
-		var err error
-		reporters[i].token, err = mintPodToken(ctx, r.kube.CoreV1().ServiceAccounts(reporters[i].namespace), reporters[i])
-		return err
-	})
-	if minted.Errors > 0 {
-		return nil, fmt.Errorf("%d of %d TokenRequests failed: %w", minted.Errors, len(reporters), minted.FirstError)
-	}
-
 	// Admission with no reports, the controller idle before and after.
 	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
@@ -149,9 +99,136 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
 	}
+	win, err := r.reportingWindow(ctx, watchCtx, ctrl, sampler, pods, progressAddr, namespaces)
+	if err != nil {
+		return nil, err
+	}
+	after, err := r.burstAfterWindow(ctx, watchCtx, sampler)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.finishProfile(ctx, ctrl, win.profiled); err != nil {
+		return nil, err
+	}
+	p := progressFigures(r.cfg, pods, win, without, after)
+	res.Progress = p
+	res.Controller = controllerFigures(win.start, win.end, r.cfg.N)
+	res.Controller.PeakHeapBytes = max(peakHeap(), res.Controller.HeapBytes)
+	res.Stages = stageFigures(win.start.metrics, win.end.metrics)
+	res.Components = win.end.componentCPU(win.start)
+	res.Machine = machineFigures(win.start, win.end, res.CPUs)
+	p.Cores = cores(res.Components, win.length())
+	r.timeline = &timeline{progress: newProgressTimeline(win.gen.start, win.logs, win.points, p)}
+	res.Targets = evaluateTargets(res)
+	return res, nil
+}
 
-	// The reporting window.
-	client, dials, err := newReportClient(caPEM, progressAddr, len(reporters))
+// progressSetup installs the runtime (its pods kept Running), creates the reporting
+// namespaces and those of the three admission bursts, and returns a free 127.0.0.1
+// address for the controller's progress server.
+func (r *runner) progressSetup(ctx context.Context, namespaces []string) (string, error) {
+	if err := r.installRuntime(ctx); err != nil {
+		return "", err
+	}
+	for _, ns := range append(slices.Clone(namespaces), quietNamespace, loadedNamespace, quietAfterNamespace) {
+		if err := r.createNamespace(ctx, ns); err != nil {
+			return "", err
+		}
+	}
+	addrs, err := cluster.FreeAddrs(1)
+	if err != nil {
+		return "", err
+	}
+	return addrs[0], nil
+}
+
+// reportingPods is the reporting TrainJobs' pods, ready to report.
+type reportingPods struct {
+	// created is the creates of the N TrainJobs, minted the TokenRequests (one per pod).
+	created, minted burstResult
+	reporters       []reporter
+	// caPEM is the progress server's CA bundle, as the pods mount it.
+	caPEM []byte
+}
+
+// reportingPods creates the N reporting TrainJobs spread round-robin over namespaces,
+// waits until every pod is Running and every namespace has the progress server's CA
+// ConfigMap, and mints each pod its token. Errors: every create failed, a wait timed
+// out, or a TokenRequest failed.
+func (r *runner) reportingPods(ctx context.Context, namespaces []string) (*reportingPods, error) {
+	cfg := r.cfg
+	podsCtx, stopPods := context.WithCancel(ctx)
+	defer stopPods()
+	running, err := watchArrivals(podsCtx, r.kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, &corev1.Pod{},
+		func(obj any) (string, bool) {
+			p := obj.(*corev1.Pod)
+			return p.Namespace + "/" + p.Name, p.Status.Phase == corev1.PodRunning && slices.Contains(namespaces, p.Namespace)
+		})
+	if err != nil {
+		return nil, err
+	}
+	r.say("creating %d TrainJobs (numNodes %d) over %d namespaces", cfg.N, cfg.NumNodes, len(namespaces))
+	pods := &reportingPods{}
+	pods.created = burst(ctx, cfg.N, cfg.Parallelism, r.createTrainJobIn(func(i int) string { return namespaces[i%len(namespaces)] }, false))
+	if pods.created.Errors == cfg.N {
+		return nil, fmt.Errorf("every TrainJob create failed: %w", pods.created.FirstError)
+	}
+	wantPods := (cfg.N - pods.created.Errors) * int(cfg.NumNodes)
+	if err := waitCount(ctx, cfg.Timeout, running, wantPods, func(n int) { r.say("%d/%d pods Running", n, wantPods) }); err != nil {
+		return nil, err
+	}
+	stopPods()
+	r.say("%d pods Running", wantPods)
+	if pods.caPEM, err = r.waitCAConfigMaps(ctx, namespaces); err != nil {
+		return nil, err
+	}
+	if pods.reporters, err = r.listReporters(ctx, namespaces); err != nil {
+		return nil, err
+	}
+	reporters := pods.reporters
+	r.say("minting %d pod-bound tokens", len(reporters))
+	pods.minted = burst(ctx, len(reporters), cfg.Parallelism, func(ctx context.Context, i int) error {
+		var err error
+		reporters[i].token, err = mintPodToken(ctx, r.kube.CoreV1().ServiceAccounts(reporters[i].namespace), reporters[i])
+		return err
+	})
+	if pods.minted.Errors > 0 {
+		return nil, fmt.Errorf("%d of %d TokenRequests failed: %w", pods.minted.Errors, len(reporters), pods.minted.FirstError)
+	}
+	return pods, nil
+}
+
+// window is what the reporting window measured.
+type window struct {
+	gen *loadGen
+	// logs are each pod's reports; points the progress counters scraped every second.
+	logs   [][]reportLog
+	points []seriesPoint
+	// changes and last are what the watch of the reporting TrainJobs saw
+	// (trainerStatuses.snapshot).
+	changes map[string][]time.Time
+	last    map[string]time.Time
+	// start and end are the samples at the window's start and end.
+	start, end *sample
+	// with is the admission burst during the window.
+	with *Burst
+	// dials counts the connections the pods' transport dialled.
+	dials *atomic.Int64
+	// profiled receives the CPU profile's outcome (Config.CPUProfile), begun with the
+	// window.
+	profiled <-chan error
+}
+
+// length is the window's length, from the first report to the last sample.
+func (w *window) length() time.Duration { return w.end.metrics.At.Sub(w.gen.start) }
+
+// reportingWindow has every pod report every ReportInterval for ReportDuration, runs
+// the admission burst with reports a quarter of the way in, and returns what the
+// window measured; the CPU profile, with Config.CPUProfile, starts with the window.
+// Errors: a scrape, a watch or the burst failed, or ctx ended.
+func (r *runner) reportingWindow(ctx, watchCtx context.Context, ctrl *controllerProcess, sampler *sampler, pods *reportingPods, progressAddr string, namespaces []string) (*window, error) {
+	cfg := r.cfg
+	client, dials, err := newReportClient(pods.caPEM, progressAddr, len(pods.reporters))
 	if err != nil {
 		return nil, err
 	}
@@ -162,95 +239,76 @@ func (r *runner) runProgress(ctx context.Context) (*Result, error) {
 	seriesCtx, stopSeries := context.WithCancel(ctx)
 	defer stopSeries()
 	series := sampler.record(seriesCtx, time.Second)
-	start, err := sampler.take(ctx)
-	if err != nil {
+	w := &window{dials: dials}
+	if w.start, err = sampler.take(ctx); err != nil {
 		return nil, err
 	}
-	rssBefore := start.peakRSS
-	profiled := make(chan error, 1)
-	if cfg.CPUProfile > 0 {
-		go func() { profiled <- ctrl.CPUProfile(ctx, cfg.CPUProfile, filepath.Join(cfg.OutDir, "cpu.pprof")) }()
-	} else {
-		profiled <- nil
-	}
+	w.profiled = r.startProfile(ctx, ctrl)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	r.say("%d pods report every %v for %v", len(reporters), cfg.ReportInterval, cfg.ReportDuration)
-	gen := startLoad(loadCtx, client, reporters, cfg.ReportInterval, cfg.ReportDuration)
+	r.say("%d pods report every %v for %v", len(pods.reporters), cfg.ReportInterval, cfg.ReportDuration)
+	w.gen = startLoad(loadCtx, client, pods.reporters, cfg.ReportInterval, cfg.ReportDuration)
 	if err := sleepCtx(ctx, cfg.ReportDuration/4); err != nil {
 		return nil, err
 	}
-	with, err := r.admissionBurst(ctx, watchCtx, sampler, loadedNamespace, "with reports")
-	if err != nil {
+	if w.with, err = r.admissionBurst(ctx, watchCtx, sampler, loadedNamespace, "with reports"); err != nil {
 		return nil, err
 	}
-	with.StartSeconds = round3(with.start.Sub(gen.start).Seconds())
-	if err := sleepCtx(ctx, time.Until(gen.start.Add(cfg.ReportDuration))); err != nil {
+	w.with.StartSeconds = round3(w.with.start.Sub(w.gen.start).Seconds())
+	if err := sleepCtx(ctx, time.Until(w.gen.start.Add(cfg.ReportDuration))); err != nil {
 		return nil, err
 	}
-	end, err := sampler.take(ctx)
-	if err != nil {
+	if w.end, err = sampler.take(ctx); err != nil {
 		return nil, err
 	}
 	stopLoad()
-	logs := gen.wait()
+	w.logs = w.gen.wait()
 	stopSeries()
-	points := series()
-	changes, last := statuses.snapshot()
-	r.say("reporting window over; %s", end.describe())
+	w.points = series()
+	w.changes, w.last = statuses.snapshot()
+	r.say("reporting window over; %s", w.end.describe())
+	return w, nil
+}
 
-	// Admission with no reports again, once the last coalesced reports are written: the
-	// machine's drift and noise show as the difference between the two.
+// burstAfterWindow is the admission burst with no reports again, once the last
+// coalesced reports are written and the controller is idle: the machine's drift and
+// noise show as the difference between it and the burst before the window.
+func (r *runner) burstAfterWindow(ctx, watchCtx context.Context, sampler *sampler) (*Burst, error) {
 	if err := sleepCtx(ctx, defaultWriteLimits.period); err != nil {
 		return nil, err
 	}
 	if _, _, err := sampler.untilIdle(ctx, 0); err != nil {
 		return nil, err
 	}
-	after, err := r.admissionBurst(ctx, watchCtx, sampler, quietAfterNamespace, "without reports, after")
-	if err != nil {
-		return nil, err
-	}
-	if err := <-profiled; err != nil {
-		return nil, fmt.Errorf("CPU profile: %w", err)
-	}
-	if cfg.CPUProfile > 0 {
-		if err := ctrl.HeapProfile(ctx, filepath.Join(cfg.OutDir, "heap.pprof")); err != nil {
-			return nil, fmt.Errorf("heap profile: %w", err)
-		}
-	}
+	return r.admissionBurst(ctx, watchCtx, sampler, quietAfterNamespace, "without reports, after")
+}
 
-	window := end.metrics.At.Sub(gen.start)
+// progressFigures is progress mode's figures (Progress, its Cores left to the
+// caller) from the reporting pods, the window and the bursts without reports before
+// and after it.
+func progressFigures(cfg Config, pods *reportingPods, win *window, without, after *Burst) *Progress {
+	length, created, start, end := win.length(), pods.created, win.start, win.end
 	p := &Progress{
-		Pods: len(reporters), Namespaces: len(namespaces), CreateErrors: created.Errors,
+		Pods: len(pods.reporters), Namespaces: cfg.Namespaces, CreateErrors: created.Errors,
 		ReportIntervalSeconds: cfg.ReportInterval.Seconds(), WritePeriodSeconds: defaultWriteLimits.period.Seconds(),
-		WindowSeconds: round3(window.Seconds()), TokenSeconds: round3(minted.Seconds()),
-		Client: reportClientFigures(logs, window, int(gen.skipped.Load()), gen.firstError()),
+		WindowSeconds: round3(length.Seconds()), TokenSeconds: round3(pods.minted.Seconds()),
+		Client: reportClientFigures(win.logs, length, int(win.gen.skipped.Load()), win.gen.firstError()),
 		Server: reportServerFigures(start.metrics, end.metrics),
-		Writes: writeFigures(start.metrics, end.metrics, changes, last, window, defaultWriteLimits.period, end.metrics.At,
+		Writes: writeFigures(start.metrics, end.metrics, win.changes, win.last, length, defaultWriteLimits.period, end.metrics.At,
 			gapTolerance+writeRoundTrip(start.metrics, end.metrics)),
 		WithoutReports:      without,
-		WithReports:         with,
+		WithReports:         win.with,
 		WithoutReportsAfter: after,
-		WriteCeiling:        round3(writeCeiling(perNamespace(cfg.N-created.Errors, len(namespaces)), defaultWriteLimits.period, defaultWriteLimits.qps, defaultWriteLimits.nsQPS)),
+		WriteCeiling:        round3(writeCeiling(perNamespace(cfg.N-created.Errors, cfg.Namespaces), defaultWriteLimits.period, defaultWriteLimits.qps, defaultWriteLimits.nsQPS)),
 		WriteLimitsQPS:      defaultWriteLimits.qps,
 		WriteLimitsNSQPS:    defaultWriteLimits.nsQPS,
 	}
-	p.Client.Connections = int(dials.Load())
-	p.PeakRSSBeforeBytes = rssBefore
+	p.Client.Connections = int(win.dials.Load())
+	p.PeakRSSBeforeBytes = start.peakRSS
 	if base := p.baseline().Admission.TrainJobsPerSecond; base > 0 {
-		p.AdmissionRatio = round3(with.Admission.TrainJobsPerSecond / base)
+		p.AdmissionRatio = round3(win.with.Admission.TrainJobsPerSecond / base)
 	}
-	res.Progress = p
-	res.Controller = controllerFigures(start, end, cfg.N)
-	res.Controller.PeakHeapBytes = max(peakHeap(), res.Controller.HeapBytes)
-	res.Stages = stageFigures(start.metrics, end.metrics)
-	res.Components = end.componentCPU(start)
-	res.Machine = machineFigures(start, end, res.CPUs)
-	p.Cores = cores(res.Components, window)
-	r.timeline = &timeline{progress: newProgressTimeline(gen.start, logs, points, p)}
-	res.Targets = evaluateTargets(res)
-	return res, nil
+	return p
 }
 
 // perNamespace spreads n TrainJobs round-robin over k namespaces, as the run creates them.
@@ -350,103 +408,4 @@ func admissionLatencies(created burstResult, seen *arrivals) []float64 {
 	}
 	sort.Float64s(out)
 	return out
-}
-
-// trainerStatuses records, per reporting TrainJob, when the benchmark's watch saw its
-// status.trainerStatus.lastUpdatedTime change, and its latest value.
-type trainerStatuses struct {
-	mu      sync.Mutex
-	changes map[string][]time.Time
-	last    map[string]time.Time // zero until written
-}
-
-// watchTrainerStatus watches the TrainJobs of namespaces until ctx ends, one watch per
-// namespace so that the API server sends it nothing of the admission bursts.
-func watchTrainerStatus(ctx context.Context, client cache.Getter, namespaces []string) (*trainerStatuses, error) {
-	s := &trainerStatuses{changes: map[string][]time.Time{}, last: map[string]time.Time{}}
-	observe := func(obj any) {
-		tj, ok := obj.(*trainer.TrainJob)
-		if !ok {
-			return
-		}
-		key := tj.Namespace + "/" + tj.Name
-		var at time.Time
-		if ts := tj.Status.TrainerStatus; ts != nil && ts.LastUpdatedTime != nil {
-			at = ts.LastUpdatedTime.Time
-		}
-		now := time.Now()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		prev, known := s.last[key]
-		if known && !at.Equal(prev) {
-			s.changes[key] = append(s.changes[key], now)
-		}
-		s.last[key] = at
-	}
-	for _, ns := range namespaces {
-		_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: cache.NewListWatchFromClient(client, "trainjobs", ns, fields.Everything()),
-			ObjectType:    &trainer.TrainJob{},
-			Handler: cache.ResourceEventHandlerFuncs{
-				AddFunc:    observe,
-				UpdateFunc: func(_, obj any) { observe(obj) },
-			},
-		})
-		go ctrl.RunWithContext(ctx)
-		if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
-			return nil, ctx.Err()
-		}
-	}
-	return s, nil
-}
-
-// snapshot copies what was seen: change times and latest lastUpdatedTime per TrainJob.
-func (s *trainerStatuses) snapshot() (map[string][]time.Time, map[string]time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changes := make(map[string][]time.Time, len(s.changes))
-	for k, v := range s.changes {
-		changes[k] = slices.Clone(v)
-	}
-	last := make(map[string]time.Time, len(s.last))
-	for k, v := range s.last {
-		last[k] = v
-	}
-	return changes, last
-}
-
-// seriesPoint is one scrape of the progress counters during the window.
-type seriesPoint struct {
-	At               time.Time
-	Reports, Writes  float64
-	Coalesced        float64
-	TokenReviewsMiss float64
-}
-
-// record scrapes the controller every period until ctx ends; the returned func, to be
-// called after ctx ended, gives the points.
-func (s *sampler) record(ctx context.Context, every time.Duration) func() []seriesPoint {
-	var points []seriesPoint
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if m, err := s.ctrl.Scrape(ctx); err == nil {
-				points = append(points, seriesPoint{
-					At:               m.At,
-					Reports:          m.Value(metrics.ProgressReportsTotal, nil),
-					Writes:           m.Value(metrics.ProgressWritesTotal, nil),
-					Coalesced:        m.Value(metrics.ProgressReportsCoalescedTotal, nil),
-					TokenReviewsMiss: m.Value(metrics.ProgressTokenReviewsTotal, Labels{metrics.LabelCached: "false"}),
-				})
-			}
-			if sleepCtx(ctx, every) != nil {
-				return
-			}
-		}
-	}()
-	return func() []seriesPoint {
-		<-done
-		return points
-	}
 }

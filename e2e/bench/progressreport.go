@@ -81,6 +81,12 @@ func progressReport(w func(string, ...any), r *Result, p *Progress) {
 	if p.WithReports == nil || p.baseline() == nil {
 		return
 	}
+	burstsTable(w, r, p)
+}
+
+// burstsTable renders the admission bursts without and with reports side by side:
+// throughput, latency, each process's CPU and how busy the machine was.
+func burstsTable(w func(string, ...any), r *Result, p *Progress) {
 	type column struct {
 		title string
 		b     *Burst

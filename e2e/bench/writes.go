@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -325,9 +323,23 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if b.Errors > 0 {
 		return WritesPhase{}, fmt.Errorf("%d of %d writes in %s failed, the first: %w", b.Errors, n, ns, b.FirstError)
 	}
-	// The watch delivers the last events after the last write returns, seconds later
-	// on a saturated machine: wait until it has n (a write that changed nothing makes
-	// none) or has had nothing new for 5 s.
+	waitEvents(ctx, events, n)
+	sort.Float64s(latencies)
+	p := WritesPhase{
+		Writes: n, Seconds: round3(b.Seconds()),
+		LatencyP50: round4(percentile(latencies, 50)), LatencyP99: round4(percentile(latencies, 99)),
+		APIServerCPUPer1000: round3((api1 - api0) * 1000 / float64(n)),
+		EtcdCPUPer1000:      round3((etcd1 - etcd0) * 1000 / float64(n)),
+		WatchEvents:         round3(float64(events.Load()) / float64(n)),
+	}
+	err = w.storedSizes(ctx, ns, &p)
+	return p, err
+}
+
+// waitEvents waits until events reaches n or has stayed the same for 5 s, for at most
+// a minute. The watch delivers the last events after the last write returns, seconds
+// later on a saturated machine; a write that changed nothing makes none.
+func waitEvents(ctx context.Context, events *atomic.Int64, n int) {
 	seen, still := int64(-1), 0
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		cur := events.Load()
@@ -338,17 +350,15 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 		}
 		return cur >= int64(n) || still >= 20, nil
 	})
-	sort.Float64s(latencies)
-	p := WritesPhase{
-		Writes: n, Seconds: round3(b.Seconds()),
-		LatencyP50: round4(percentile(latencies, 50)), LatencyP99: round4(percentile(latencies, 99)),
-		APIServerCPUPer1000: round3((api1 - api0) * 1000 / float64(n)),
-		EtcdCPUPer1000:      round3((etcd1 - etcd0) * 1000 / float64(n)),
-		WatchEvents:         round3(float64(events.Load()) / float64(n)),
-	}
+}
+
+// storedSizes reads back the JobSets of ns and sets p's mean stored size (JSON bytes)
+// of a JobSet and of its managedFields, and the managers of the first. Errors: the
+// list failed.
+func (w *writer) storedSizes(ctx context.Context, ns string, p *WritesPhase) error {
 	list, err := w.jobsets.JobsetV1alpha2().JobSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return p, err
+		return err
 	}
 	// The phase's JobSets only: not MethodCreateAsApply's probe, which was applied.
 	var objBytes, mfBytes, count int
@@ -360,11 +370,11 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		obj, err := json.Marshal(js)
 		if err != nil {
-			return p, err
+			return err
 		}
 		mf, err := json.Marshal(js.ManagedFields)
 		if err != nil {
-			return p, err
+			return err
 		}
 		objBytes, mfBytes = objBytes+len(obj), mfBytes+len(mf)
 		if count == 0 {
@@ -375,7 +385,7 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if count > 0 {
 		p.ObjectBytes, p.ManagedFieldsBytes = objBytes/count, mfBytes/count
 	}
-	return p, nil
+	return nil
 }
 
 func managers(js *jobsetv1alpha2.JobSet) []string {
@@ -411,87 +421,4 @@ func (w *writer) countEvents(ctx context.Context, ns string) (*atomic.Int64, fun
 		}
 	})
 	return &count, func() { watcher.Stop(); cancel(); wg.Wait() }, nil
-}
-
-// Managers of the ownership checks besides Trainyard's.
-const (
-	// kueueManager stands for Kueue: it resumes a JobSet it admits and injects its
-	// flavor's node selector into the pod template, by update (jobframework).
-	kueueManager = "kueue"
-	// userManager stands for a user's `kubectl label`.
-	userManager = "kubectl-label"
-)
-
-// ownership runs, for method, the later-update path Kueue and users need on one JobSet:
-// Trainyard writes it first (suspended, with a label it will later drop); Kueue resumes
-// it and adds a node selector to the pod template, and a user adds a label, each by
-// update; then Trainyard's later change (a new pod template port, the label dropped,
-// suspend true again as on a preemption) is sent by method. Each check says whether
-// the result is what Trainyard and the other managers want.
-func (w *writer) ownership(ctx context.Context, method string) ([]OwnershipCheck, error) {
-	ns := "ownership-" + strings.ReplaceAll(method, "+", "-")
-	owner, err := w.ownerIn(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	const dropped = "trainyard.dev/dropped-later"
-	first := w.desired(ns, 0, owner, true, "29500")
-	first.Labels = map[string]string{dropped: "x", "trainyard.dev/kept": "x"}
-	if err := w.write(ctx, method, true, first); err != nil {
-		return nil, fmt.Errorf("ownership, %s, first write: %w", method, err)
-	}
-	client := w.jobsets.JobsetV1alpha2().JobSets(ns)
-	// Kueue: resume, and its flavor's node selector into every pod template.
-	js, err := client.Get(ctx, first.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	js.Spec.Suspend = ptr.To(false)
-	for r := range js.Spec.ReplicatedJobs {
-		js.Spec.ReplicatedJobs[r].Template.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a100"}
-	}
-	if _, err := client.Update(ctx, js, metav1.UpdateOptions{FieldManager: kueueManager}); err != nil {
-		return nil, fmt.Errorf("ownership, %s, Kueue's update: %w", method, err)
-	}
-	// A user's label.
-	if _, err := client.Patch(ctx, first.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"vision"}}}`),
-		metav1.PatchOptions{FieldManager: userManager}); err != nil {
-		return nil, fmt.Errorf("ownership, %s, the user's label: %w", method, err)
-	}
-	// Trainyard's later change: suspended again (Kueue preempts through the TrainJob),
-	// a new port, one of its labels dropped.
-	later := w.desired(ns, 0, owner, true, "29501")
-	later.Labels = map[string]string{"trainyard.dev/kept": "x"}
-	if err := w.write(ctx, method, false, later); err != nil {
-		return nil, fmt.Errorf("ownership, %s, later change: %w", method, err)
-	}
-	got, err := client.Get(ctx, first.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	pod := got.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
-	port := ""
-	for _, e := range pod.Containers[0].Env {
-		if e.Name == "PET_MASTER_PORT" {
-			port = e.Value
-		}
-	}
-	check := func(name string, holds bool, detail string, args ...any) OwnershipCheck {
-		c := OwnershipCheck{Check: name, Holds: holds}
-		if !holds {
-			c.Detail = fmt.Sprintf(detail, args...)
-		}
-		return c
-	}
-	trainyardOwns := slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
-		return m.Manager == trainjob.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
-	})
-	return []OwnershipCheck{
-		check("Trainyard's suspend lands", ptr.Deref(got.Spec.Suspend, false), "spec.suspend is %v", ptr.Deref(got.Spec.Suspend, false)),
-		check("Trainyard's pod template change lands", port == "29501", "PET_MASTER_PORT is %q", port),
-		check("a label Trainyard drops is removed", got.Labels[dropped] == "", "label %s still set; managers: %s", dropped, strings.Join(managers(got), ", ")),
-		check("Trainyard's field manager owns spec.suspend", trainyardOwns, "managers: %s", strings.Join(managers(got), ", ")),
-		check("the user's label survives", got.Labels["team"] == "vision", "labels %v", got.Labels),
-		check("Kueue's node selector survives", equality.Semantic.DeepEqual(pod.NodeSelector, map[string]string{"flavor": "a100"}), "nodeSelector %v", pod.NodeSelector),
-	}, nil
 }
