@@ -57,14 +57,7 @@ func PeerReport(r *PeerResult) string {
 		"lifecycle: TrainJob created → Complete, everything on. Neither controller's webhooks are registered. Ratios are Trainyard ÷ upstream; " +
 		"figures are means over the rounds, peaks the highest.\n\n")
 	w("![admission throughput by run, and latency](plot.svg)\n\n")
-	w("## Targets\n\n| | target | measured | met | note |\n|---|---|---|---|---|\n")
-	for _, t := range r.Targets {
-		met := "yes"
-		if !t.Met {
-			met = "**no**"
-		}
-		w("| %s | %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met, t.Note)
-	}
+	targetsTable(w, r.Targets)
 	w("\n## Ratios (Trainyard ÷ upstream)\n\n| ratio | value |\n|---|---|\n")
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
@@ -141,6 +134,11 @@ func peerLoadReport(w func(string, ...any), r *PeerResult, l PeerLoad) {
 			"**limit %.0f TrainJobs/s** with the applies (%.0f/s with creates).\n",
 			l.N, lim.TrainJobCreatesPerSecond, lim.JobSetCreatesPerSecond, lim.JobSetAppliesPerSecond, lim.TrainJobsPerSecondWithApply, lim.TrainJobsPerSecond)
 	}
+	peerRunsTable(w, l)
+}
+
+// peerRunsTable renders every run of load l in the order run, one row each.
+func peerRunsTable(w func(string, ...any), l PeerLoad) {
 	w("\nEach run, in the order run (drift shows as a trend down a controller's rows):\n\n")
 	w("| # | controller | throughput | p50 | p99 | writes/TrainJob | failed syncs | controller CPU s | apiserver CPU s | etcd CPU s | peak RSS | machine busy | idle |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -170,6 +168,20 @@ func peerLoadReport(w func(string, ...any), r *PeerResult, l PeerLoad) {
 // gap show; and the latency CDFs of each controller's first run of the
 // largest admission load.
 func writePeerPlot(path string, r *PeerResult, timelines map[string]*timeline) error {
+	runs, err := peerRunsPanel(r)
+	if err != nil {
+		return err
+	}
+	lat, err := peerLatencyPanel(r, timelines)
+	if err != nil {
+		return err
+	}
+	return drawTiles(path, 30*vg.Centimeter, 11*vg.Centimeter, runs, lat)
+}
+
+// peerRunsPanel is the panel of every run's throughput (TrainJobs/s) by round, one
+// line per load and controller, upstream's dashed. Errors: a point is NaN or infinite.
+func peerRunsPanel(r *PeerResult) (*plot.Plot, error) {
 	runs := plot.New()
 	runs.Title.Text = "throughput of each run, in the order run"
 	runs.X.Label.Text = "round"
@@ -196,7 +208,7 @@ func writePeerPlot(path string, r *PeerResult, timelines map[string]*timeline) e
 			}
 			line, points, err := plotter.NewLinePoints(xys)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			line.Color, points.Color = plotutil.Color(color), plotutil.Color(color)
 			if name == controllerUpstream {
@@ -217,7 +229,13 @@ func writePeerPlot(path string, r *PeerResult, timelines map[string]*timeline) e
 	runs.Y.Min = 0
 	runs.Y.Max *= 1.6
 	runs.Add(plotter.NewGrid())
+	return runs, nil
+}
 
+// peerLatencyPanel is the panel of the admission latency CDFs (log scale) of each
+// controller's first run of the largest admission load. Errors: a point is NaN or
+// infinite.
+func peerLatencyPanel(r *PeerResult, timelines map[string]*timeline) (*plot.Plot, error) {
 	lat := plot.New()
 	lat.Title.Text = "admission latency (first round)"
 	lat.X.Label.Text = "seconds (log scale)"
@@ -242,7 +260,7 @@ func writePeerPlot(path string, r *PeerResult, timelines map[string]*timeline) e
 		}
 		line, err := plotter.NewLine(cdf(xs))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(1.5)
@@ -251,5 +269,5 @@ func writePeerPlot(path string, r *PeerResult, timelines map[string]*timeline) e
 	}
 	lat.Y.Min, lat.Y.Max = 0, 100
 	lat.Add(plotter.NewGrid())
-	return drawTiles(path, 30*vg.Centimeter, 11*vg.Centimeter, runs, lat)
+	return lat, nil
 }

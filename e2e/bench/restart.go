@@ -12,6 +12,13 @@ import (
 // restartIdleLimit bounds the wait for a restarted controller to go idle.
 const restartIdleLimit = 10 * time.Minute
 
+// Issue 17's restart target: with targetRestartAtN TrainJobs present, ready within
+// targetRestartSeconds.
+const (
+	targetRestartSeconds = 60.0
+	targetRestartAtN     = 50000
+)
+
 // Restart is a controller restart with every TrainJob of the burst and its JobSet
 // present (issue 17, item 2; admission mode with Config.Restart): the controller that
 // admitted them is stopped and a fresh process started against the same objects.
@@ -98,4 +105,32 @@ func (r *runner) measureRestart(ctx context.Context, n int, args []string) (*Res
 	}
 	r.say("restart: ready in %.1fs, idle in %.1fs; %.0f writes; peak RSS %.1f MiB", res.ReadySeconds, res.IdleSeconds, res.Writes, float64(res.PeakRSSBytes)/(1<<20))
 	return res, nil
+}
+
+// restartTargets states issue 17's restart targets: no writes, and ready (caches
+// synced, pipeline idle) within targetRestartSeconds.
+func restartTargets(ts *targetList, r *Result, rs *Restart) {
+	ts.add("writes during a restart", "0", fmt.Sprintf("%.0f (%s)", rs.Writes, methods(rs.Requests, true)), rs.Writes == 0,
+		fmt.Sprintf("a fresh process with %d TrainJobs and their JobSets present", rs.TrainJobs))
+	note := ""
+	if r.N < targetRestartAtN {
+		note = fmt.Sprintf("the target is for N = %d; this run has N = %d", targetRestartAtN, r.N)
+	}
+	if !rs.Idle {
+		note = joinNotes(note, fmt.Sprintf("not idle within %s", restartIdleLimit))
+	}
+	ts.add("restart ready (caches synced, pipeline idle)", fmt.Sprintf("≤ %.0f s at N = %d", targetRestartSeconds, targetRestartAtN),
+		fmt.Sprintf("%.1f s (caches synced at %.1f s)", rs.IdleSeconds, rs.ReadySeconds), rs.Idle && rs.IdleSeconds <= targetRestartSeconds, note)
+}
+
+// restartReport renders the restart's section.
+func restartReport(w func(string, ...any), rs *Restart) {
+	w("\n## Restart (a fresh controller process, %d TrainJobs and their JobSets present)\n\n", rs.TrainJobs)
+	w("- caches synced (/readyz) in %.2f s; pipeline idle in %.2f s", rs.ReadySeconds, rs.IdleSeconds)
+	if !rs.Idle {
+		w(" (**not idle** within %s)", restartIdleLimit)
+	}
+	w("\n- API requests: %s; **writes %.0f**; syncs: %s; failed syncs: %s\n", methods(rs.Requests, false), rs.Writes, methods(rs.Syncs, false), methods(rs.Errors, false))
+	w("- peak RSS during the relist %.1f MiB; Go heap in use: peak %.1f MiB; CPU %.2f s\n",
+		float64(rs.PeakRSSBytes)/(1<<20), float64(rs.PeakHeapBytes)/(1<<20), rs.CPUSeconds)
 }

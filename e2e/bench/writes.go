@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,60 +77,6 @@ type WritesConfig struct {
 	Parallelism int
 	// Progress receives one line per step.
 	Progress io.Writer
-}
-
-// WritesResult is result.json of the writes mode.
-type WritesResult struct {
-	StartedAt   time.Time `json:"started_at"`
-	CPUs        int       `json:"cpus"`
-	N           int       `json:"n"`
-	Rounds      int       `json:"rounds"`
-	Parallelism int       `json:"parallelism"`
-	// Runs is every method's phases, in the order they ran.
-	Runs []WritesRun `json:"runs"`
-	// Summary is per method and phase ("apply/first"), the median over rounds.
-	Summary map[string]WritesPhase `json:"summary"`
-	// Ownership is, per method, what the later-update checks found (ownershipChecks).
-	Ownership map[string][]OwnershipCheck `json:"ownership"`
-}
-
-// WritesRun is one method in one round.
-type WritesRun struct {
-	Method string      `json:"method"`
-	Round  int         `json:"round"`
-	First  WritesPhase `json:"first"`
-	Change WritesPhase `json:"change"`
-}
-
-// WritesPhase is N writes of one kind.
-type WritesPhase struct {
-	Writes int `json:"writes"`
-	Errors int `json:"errors"`
-	// Seconds is the phase's wall time; LatencyP50/P99 (s) are per request, with
-	// Parallelism in flight.
-	Seconds    float64 `json:"seconds"`
-	LatencyP50 float64 `json:"latency_p50"`
-	LatencyP99 float64 `json:"latency_p99"`
-	// APIServerCPUPer1000 and EtcdCPUPer1000 are CPU seconds per 1,000 writes, from
-	// /proc/<pid>/stat.
-	APIServerCPUPer1000 float64 `json:"apiserver_cpu_per_1000"`
-	EtcdCPUPer1000      float64 `json:"etcd_cpu_per_1000"`
-	// WatchEvents is the watch events a watch of the namespace received per write.
-	WatchEvents float64 `json:"watch_events_per_write"`
-	// ObjectBytes and ManagedFieldsBytes are the mean JSON size of a stored JobSet
-	// (read back after the phase) and of its metadata.managedFields.
-	ObjectBytes        int `json:"object_bytes"`
-	ManagedFieldsBytes int `json:"managed_fields_bytes"`
-	// Managers lists the managedFields entries of one JobSet, "manager/operation".
-	Managers []string `json:"managers"`
-}
-
-// OwnershipCheck is one property of the later-update path.
-type OwnershipCheck struct {
-	Check string `json:"check"`
-	Holds bool   `json:"holds"`
-	// Detail says what was found when it does not hold.
-	Detail string `json:"detail,omitempty"`
 }
 
 // RunWrites runs the writes mode on a cluster of its own (no JobSet controller, so
@@ -379,9 +323,23 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if b.Errors > 0 {
 		return WritesPhase{}, fmt.Errorf("%d of %d writes in %s failed, the first: %w", b.Errors, n, ns, b.FirstError)
 	}
-	// The watch delivers the last events after the last write returns, seconds later
-	// on a saturated machine: wait until it has n (a write that changed nothing makes
-	// none) or has had nothing new for 5 s.
+	waitEvents(ctx, events, n)
+	sort.Float64s(latencies)
+	p := WritesPhase{
+		Writes: n, Seconds: round3(b.Seconds()),
+		LatencyP50: round4(percentile(latencies, 50)), LatencyP99: round4(percentile(latencies, 99)),
+		APIServerCPUPer1000: round3((api1 - api0) * 1000 / float64(n)),
+		EtcdCPUPer1000:      round3((etcd1 - etcd0) * 1000 / float64(n)),
+		WatchEvents:         round3(float64(events.Load()) / float64(n)),
+	}
+	err = w.storedSizes(ctx, ns, &p)
+	return p, err
+}
+
+// waitEvents waits until events reaches n or has stayed the same for 5 s, for at most
+// a minute. The watch delivers the last events after the last write returns, seconds
+// later on a saturated machine; a write that changed nothing makes none.
+func waitEvents(ctx context.Context, events *atomic.Int64, n int) {
 	seen, still := int64(-1), 0
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		cur := events.Load()
@@ -392,17 +350,15 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 		}
 		return cur >= int64(n) || still >= 20, nil
 	})
-	sort.Float64s(latencies)
-	p := WritesPhase{
-		Writes: n, Seconds: round3(b.Seconds()),
-		LatencyP50: round4(percentile(latencies, 50)), LatencyP99: round4(percentile(latencies, 99)),
-		APIServerCPUPer1000: round3((api1 - api0) * 1000 / float64(n)),
-		EtcdCPUPer1000:      round3((etcd1 - etcd0) * 1000 / float64(n)),
-		WatchEvents:         round3(float64(events.Load()) / float64(n)),
-	}
+}
+
+// storedSizes reads back the JobSets of ns and sets p's mean stored size (JSON bytes)
+// of a JobSet and of its managedFields, and the managers of the first. Errors: the
+// list failed.
+func (w *writer) storedSizes(ctx context.Context, ns string, p *WritesPhase) error {
 	list, err := w.jobsets.JobsetV1alpha2().JobSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return p, err
+		return err
 	}
 	// The phase's JobSets only: not MethodCreateAsApply's probe, which was applied.
 	var objBytes, mfBytes, count int
@@ -414,11 +370,11 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 		js.APIVersion, js.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), "JobSet"
 		obj, err := json.Marshal(js)
 		if err != nil {
-			return p, err
+			return err
 		}
 		mf, err := json.Marshal(js.ManagedFields)
 		if err != nil {
-			return p, err
+			return err
 		}
 		objBytes, mfBytes = objBytes+len(obj), mfBytes+len(mf)
 		if count == 0 {
@@ -429,7 +385,7 @@ func (w *writer) phase(ctx context.Context, ns string, n int, write func(ctx con
 	if count > 0 {
 		p.ObjectBytes, p.ManagedFieldsBytes = objBytes/count, mfBytes/count
 	}
-	return p, nil
+	return nil
 }
 
 func managers(js *jobsetv1alpha2.JobSet) []string {
@@ -465,181 +421,4 @@ func (w *writer) countEvents(ctx context.Context, ns string) (*atomic.Int64, fun
 		}
 	})
 	return &count, func() { watcher.Stop(); cancel(); wg.Wait() }, nil
-}
-
-// Managers of the ownership checks besides Trainyard's.
-const (
-	// kueueManager stands for Kueue: it resumes a JobSet it admits and injects its
-	// flavor's node selector into the pod template, by update (jobframework).
-	kueueManager = "kueue"
-	// userManager stands for a user's `kubectl label`.
-	userManager = "kubectl-label"
-)
-
-// ownership runs, for method, the later-update path Kueue and users need on one JobSet:
-// Trainyard writes it first (suspended, with a label it will later drop); Kueue resumes
-// it and adds a node selector to the pod template, and a user adds a label, each by
-// update; then Trainyard's later change (a new pod template port, the label dropped,
-// suspend true again as on a preemption) is sent by method. Each check says whether
-// the result is what Trainyard and the other managers want.
-func (w *writer) ownership(ctx context.Context, method string) ([]OwnershipCheck, error) {
-	ns := "ownership-" + strings.ReplaceAll(method, "+", "-")
-	owner, err := w.ownerIn(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	const dropped = "trainyard.dev/dropped-later"
-	first := w.desired(ns, 0, owner, true, "29500")
-	first.Labels = map[string]string{dropped: "x", "trainyard.dev/kept": "x"}
-	if err := w.write(ctx, method, true, first); err != nil {
-		return nil, fmt.Errorf("ownership, %s, first write: %w", method, err)
-	}
-	client := w.jobsets.JobsetV1alpha2().JobSets(ns)
-	// Kueue: resume, and its flavor's node selector into every pod template.
-	js, err := client.Get(ctx, first.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	js.Spec.Suspend = ptr.To(false)
-	for r := range js.Spec.ReplicatedJobs {
-		js.Spec.ReplicatedJobs[r].Template.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a100"}
-	}
-	if _, err := client.Update(ctx, js, metav1.UpdateOptions{FieldManager: kueueManager}); err != nil {
-		return nil, fmt.Errorf("ownership, %s, Kueue's update: %w", method, err)
-	}
-	// A user's label.
-	if _, err := client.Patch(ctx, first.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"vision"}}}`),
-		metav1.PatchOptions{FieldManager: userManager}); err != nil {
-		return nil, fmt.Errorf("ownership, %s, the user's label: %w", method, err)
-	}
-	// Trainyard's later change: suspended again (Kueue preempts through the TrainJob),
-	// a new port, one of its labels dropped.
-	later := w.desired(ns, 0, owner, true, "29501")
-	later.Labels = map[string]string{"trainyard.dev/kept": "x"}
-	if err := w.write(ctx, method, false, later); err != nil {
-		return nil, fmt.Errorf("ownership, %s, later change: %w", method, err)
-	}
-	got, err := client.Get(ctx, first.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	pod := got.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
-	port := ""
-	for _, e := range pod.Containers[0].Env {
-		if e.Name == "PET_MASTER_PORT" {
-			port = e.Value
-		}
-	}
-	check := func(name string, holds bool, detail string, args ...any) OwnershipCheck {
-		c := OwnershipCheck{Check: name, Holds: holds}
-		if !holds {
-			c.Detail = fmt.Sprintf(detail, args...)
-		}
-		return c
-	}
-	trainyardOwns := slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
-		return m.Manager == trainjob.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:suspend"`)
-	})
-	return []OwnershipCheck{
-		check("Trainyard's suspend lands", ptr.Deref(got.Spec.Suspend, false), "spec.suspend is %v", ptr.Deref(got.Spec.Suspend, false)),
-		check("Trainyard's pod template change lands", port == "29501", "PET_MASTER_PORT is %q", port),
-		check("a label Trainyard drops is removed", got.Labels[dropped] == "", "label %s still set; managers: %s", dropped, strings.Join(managers(got), ", ")),
-		check("Trainyard's field manager owns spec.suspend", trainyardOwns, "managers: %s", strings.Join(managers(got), ", ")),
-		check("the user's label survives", got.Labels["team"] == "vision", "labels %v", got.Labels),
-		check("Kueue's node selector survives", equality.Semantic.DeepEqual(pod.NodeSelector, map[string]string{"flavor": "a100"}), "nodeSelector %v", pod.NodeSelector),
-	}, nil
-}
-
-// summarize returns, per method and phase, the median of each figure over the rounds.
-func summarize(runs []WritesRun) map[string]WritesPhase {
-	out := map[string]WritesPhase{}
-	for _, method := range WriteMethods {
-		for _, phase := range []string{"first", "change"} {
-			var ps []WritesPhase
-			for _, r := range runs {
-				if r.Method == method {
-					ps = append(ps, map[string]WritesPhase{"first": r.First, "change": r.Change}[phase])
-				}
-			}
-			if len(ps) == 0 {
-				continue
-			}
-			med := func(f func(WritesPhase) float64) float64 {
-				xs := make([]float64, len(ps))
-				for i, p := range ps {
-					xs[i] = f(p)
-				}
-				sort.Float64s(xs)
-				return xs[len(xs)/2]
-			}
-			last := ps[len(ps)-1]
-			out[method+"/"+phase] = WritesPhase{
-				Writes:              last.Writes,
-				Seconds:             med(func(p WritesPhase) float64 { return p.Seconds }),
-				LatencyP50:          med(func(p WritesPhase) float64 { return p.LatencyP50 }),
-				LatencyP99:          med(func(p WritesPhase) float64 { return p.LatencyP99 }),
-				APIServerCPUPer1000: med(func(p WritesPhase) float64 { return p.APIServerCPUPer1000 }),
-				EtcdCPUPer1000:      med(func(p WritesPhase) float64 { return p.EtcdCPUPer1000 }),
-				WatchEvents:         med(func(p WritesPhase) float64 { return p.WatchEvents }),
-				ObjectBytes:         last.ObjectBytes,
-				ManagedFieldsBytes:  last.ManagedFieldsBytes,
-				Managers:            last.Managers,
-			}
-		}
-	}
-	return out
-}
-
-// WritesReport renders res as markdown.
-func WritesReport(res *WritesResult) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w("# JobSet writes: what each costs the API server (issue 17)\n\n")
-	w("%s · %d CPUs · %d JobSets per method and round, %d rounds interleaved, %d writes in flight; medians over rounds\n\n",
-		res.StartedAt.Format(time.RFC3339), res.CPUs, res.N, res.Rounds, res.Parallelism)
-	w("| method | phase | wall s | p50 ms | p99 ms | apiserver CPU s/1000 | etcd CPU s/1000 | watch events/write | object bytes | managedFields bytes | managers |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, method := range WriteMethods {
-		for _, phase := range []string{"first", "change"} {
-			p, ok := res.Summary[method+"/"+phase]
-			if !ok {
-				continue
-			}
-			w("| %s | %s | %.2f | %.1f | %.1f | %.2f | %.2f | %.2f | %d | %d | %s |\n", method, phase, p.Seconds,
-				p.LatencyP50*1000, p.LatencyP99*1000, p.APIServerCPUPer1000, p.EtcdCPUPer1000, p.WatchEvents,
-				p.ObjectBytes, p.ManagedFieldsBytes, strings.Join(p.Managers, "; "))
-		}
-	}
-	w("\n## Every round\n\n| round | method | first: wall s, apiserver s/1000 | change: wall s, apiserver s/1000 |\n|---|---|---|---|\n")
-	for _, r := range res.Runs {
-		w("| %d | %s | %.2f, %.2f | %.2f, %.2f |\n", r.Round, r.Method, r.First.Seconds, r.First.APIServerCPUPer1000, r.Change.Seconds, r.Change.APIServerCPUPer1000)
-	}
-	w("\n## Later updates: field ownership\n\n| check |")
-	for _, m := range WriteMethods {
-		w(" %s |", m)
-	}
-	w("\n|---|")
-	for range WriteMethods {
-		w("---|")
-	}
-	w("\n")
-	if len(res.Ownership) > 0 {
-		for i, c := range res.Ownership[WriteMethods[0]] {
-			w("| %s |", c.Check)
-			for _, m := range WriteMethods {
-				if i >= len(res.Ownership[m]) {
-					w(" – |")
-					continue
-				}
-				got := res.Ownership[m][i]
-				if got.Holds {
-					w(" yes |")
-				} else {
-					w(" **no**: %s |", got.Detail)
-				}
-			}
-			w("\n")
-		}
-	}
-	return b.String()
 }

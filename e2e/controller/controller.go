@@ -133,32 +133,7 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 		LogPath:     filepath.Join(c.LogDir(), name+".log"),
 		exited:      make(chan error, 1),
 	}
-	args := slices.Clone(cfg.Args)
-	if cfg.ProvidedCertDir != "" {
-		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir))
-	}
-	if !slices.Contains(args, NoAdmission) {
-		addr := cluster.FreeAddr(t)
-		args = append(args, "--webhook-bind-address="+addr)
-		if cfg.ProvidedCertDir == "" {
-			p.WebhookURL = "https://" + addr
-			args = append(args, "--webhook-register-url="+p.WebhookURL)
-		}
-		p.ProgressAddr = cluster.FreeAddr(t)
-		if c.HasRealNode() {
-			// Pods on the real node reach the host at its bridge address, by the
-			// name the controller injects (progress.BaseURL).
-			_, port, _ := net.SplitHostPort(p.ProgressAddr)
-			p.ProgressAddr = net.JoinHostPort(c.HostAddress(), port)
-			n, _ := strconv.Atoi(port)
-			if err := c.ExposeHostService(context.Background(), ControllerNamespace, WebhookServiceName, n); err != nil {
-				t.Fatal(err)
-			}
-		}
-		args = append(args, "--status-server-bind-address="+p.ProgressAddr)
-	} else {
-		args = append(args, "--status-server-bind-address=0")
-	}
+	args := serverArgs(t, c, cfg, p)
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +174,43 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 		})
 	}
 	return p
+}
+
+// serverArgs returns cfg.Args with the controller's serving flags: the Configuration
+// of cfg.ProvidedCertDir, and unless the args hold NoAdmission, its admission server
+// on a free 127.0.0.1 port (registered at p.WebhookURL, which it sets, without
+// provided certificates) and its progress server on another (at the real node's
+// bridge address when the cluster has one, the Service exposing it created); else
+// no progress server. It sets p.ProgressAddr.
+func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process) []string {
+	t.Helper()
+	args := slices.Clone(cfg.Args)
+	if cfg.ProvidedCertDir != "" {
+		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir))
+	}
+	if !slices.Contains(args, NoAdmission) {
+		addr := cluster.FreeAddr(t)
+		args = append(args, "--webhook-bind-address="+addr)
+		if cfg.ProvidedCertDir == "" {
+			p.WebhookURL = "https://" + addr
+			args = append(args, "--webhook-register-url="+p.WebhookURL)
+		}
+		p.ProgressAddr = cluster.FreeAddr(t)
+		if c.HasRealNode() {
+			// Pods on the real node reach the host at its bridge address, by the
+			// name the controller injects (progress.BaseURL).
+			_, port, _ := net.SplitHostPort(p.ProgressAddr)
+			p.ProgressAddr = net.JoinHostPort(c.HostAddress(), port)
+			n, _ := strconv.Atoi(port)
+			if err := c.ExposeHostService(context.Background(), ControllerNamespace, WebhookServiceName, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append(args, "--status-server-bind-address="+p.ProgressAddr)
+	} else {
+		args = append(args, "--status-server-bind-address=0")
+	}
+	return args
 }
 
 // providedConfig writes a Configuration file for certificates mode Provided from

@@ -153,19 +153,9 @@ func Build(ctx context.Context, opts Options, recipes ...*Recipe) ([]*Image, err
 	if err := opts.withDefaults(); err != nil {
 		return nil, err
 	}
-	for _, r := range recipes {
-		if err := r.validate(); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]*Image, len(recipes))
-	missing := false
-	for i, r := range recipes {
-		im, err := lookup(opts.CacheDir, r)
-		if err != nil {
-			return nil, err
-		}
-		out[i], missing = im, missing || im == nil
+	out, missing, err := cachedImages(opts.CacheDir, recipes)
+	if err != nil {
+		return nil, err
 	}
 	if !missing {
 		return out, nil
@@ -221,6 +211,27 @@ func Build(ctx context.Context, opts Options, recipes ...*Recipe) ([]*Image, err
 	return out, nil
 }
 
+// cachedImages validates the recipes and returns, for each, its image in the cache
+// at cacheDir (nil when not there), and whether any is missing. Errors: a recipe is
+// invalid, or the cache could not be read.
+func cachedImages(cacheDir string, recipes []*Recipe) ([]*Image, bool, error) {
+	for _, r := range recipes {
+		if err := r.validate(); err != nil {
+			return nil, false, err
+		}
+	}
+	out := make([]*Image, len(recipes))
+	missing := false
+	for i, r := range recipes {
+		im, err := lookup(cacheDir, r)
+		if err != nil {
+			return nil, false, err
+		}
+		out[i], missing = im, missing || im == nil
+	}
+	return out, missing, nil
+}
+
 // builder builds images while holding the cache lock.
 type builder struct {
 	opts    Options
@@ -269,25 +280,10 @@ func (b *builder) build(ctx context.Context, r *Recipe, base *Image) (im *Image,
 
 	start := time.Now()
 	fmt.Fprintf(b.opts.Progress, "building image %s (%s); log: %s\n", r.Key, strings.Join(r.Names, ", "), logPath)
-	var layers []v1.Layer
-	if base != nil {
-		baseLayers, err := b.linkBaseLayers(base, blobDir)
-		if err != nil {
-			return nil, err
-		}
-		layers = append(layers, baseLayers...)
-	}
-	var layer *fileLayer
-	switch {
-	case r.Pause:
-		layer, err = b.pauseLayer(ctx, blobDir, logFile)
-	default:
-		layer, err = b.debianLayer(ctx, r, base, blobDir, logFile)
-	}
+	layers, err := b.layers(ctx, r, base, blobDir, logFile)
 	if err != nil {
 		return nil, err
 	}
-	layers = append(layers, layer)
 	img, err := assemble(r.Config, layers)
 	if err != nil {
 		return nil, err
@@ -317,6 +313,33 @@ func (b *builder) build(ctx context.Context, r *Recipe, base *Image) (im *Image,
 	fmt.Fprintf(b.opts.Progress, "cached image %s: %s, %.1f MiB, in %s (%s)\n",
 		r.Key, digest, float64(size)/(1<<20), elapsed.Round(time.Second), dir)
 	return &Image{Recipe: r, Dir: dir, Digest: digest, Size: size, BuildTime: elapsed}, nil
+}
+
+// layers returns the image's layers: base's, linked into blobDir, then r's own
+// (the pause binary, or the Debian packages over base) written there, its tools'
+// output into log. Errors: those of linkBaseLayers, pauseLayer and debianLayer.
+func (b *builder) layers(ctx context.Context, r *Recipe, base *Image, blobDir string, log io.Writer) ([]v1.Layer, error) {
+	var layers []v1.Layer
+	if base != nil {
+		baseLayers, err := b.linkBaseLayers(base, blobDir)
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, baseLayers...)
+	}
+	var layer *fileLayer
+	var err error
+	switch {
+	case r.Pause:
+		layer, err = b.pauseLayer(ctx, blobDir, log)
+	default:
+		layer, err = b.debianLayer(ctx, r, base, blobDir, log)
+	}
+	if err != nil {
+		return nil, err
+	}
+	layers = append(layers, layer)
+	return layers, nil
 }
 
 // manifest reads the image's manifest from its OCI layout.

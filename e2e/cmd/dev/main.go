@@ -93,22 +93,9 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	if err != nil {
 		return err
 	}
-	statusAddr := "127.0.0.1:10443"
-	var tj *trainer.TrainJob
-	if local.HasRealNode() {
-		statusAddr = local.HostAddress() + ":10443"
-		if err := local.ExposeHostService(ctx, ctrlproc.ControllerNamespace, ctrlproc.WebhookServiceName, 10443); err != nil {
-			return err
-		}
-		if tj, err = training.DigitsTrainJob(root, "default", "ddp-digits", training.DigitsOptions{}); err != nil {
-			return err
-		}
-		say("real node %s: the TrainJob trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
-	} else {
-		if tj, err = readTrainJob(filepath.Join(root, "examples", "trainjob.yaml")); err != nil {
-			return err
-		}
-		say("no real node (make cluster-up REAL_NODE=1 has one): the TrainJob's pods are kwok's fakes")
+	tj, statusAddr, err := exampleTrainJob(ctx, root, local, say)
+	if err != nil {
+		return err
 	}
 	tj.Name = fmt.Sprintf("%s-%d", tj.Name, time.Now().Unix()%100000)
 	tj.Namespace = "default"
@@ -143,6 +130,32 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, kueueState, say)
+}
+
+// exampleTrainJob returns the TrainJob to run and the address the controller's
+// progress server is to listen on: with a real node, the DDP digits TrainJob and the
+// host's bridge address (the Service pods resolve created); else the example
+// TrainJob on kwok's fake nodes and 127.0.0.1.
+func exampleTrainJob(ctx context.Context, root string, local *cluster.Cluster, say func(string, ...any)) (*trainer.TrainJob, string, error) {
+	statusAddr := "127.0.0.1:10443"
+	var tj *trainer.TrainJob
+	var err error
+	if local.HasRealNode() {
+		statusAddr = local.HostAddress() + ":10443"
+		if err := local.ExposeHostService(ctx, ctrlproc.ControllerNamespace, ctrlproc.WebhookServiceName, 10443); err != nil {
+			return nil, "", err
+		}
+		if tj, err = training.DigitsTrainJob(root, "default", "ddp-digits", training.DigitsOptions{}); err != nil {
+			return nil, "", err
+		}
+		say("real node %s: the TrainJob trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
+	} else {
+		if tj, err = readTrainJob(filepath.Join(root, "examples", "trainjob.yaml")); err != nil {
+			return nil, "", err
+		}
+		say("no real node (make cluster-up REAL_NODE=1 has one): the TrainJob's pods are kwok's fakes")
+	}
+	return tj, statusAddr, nil
 }
 
 // kueueName names the ResourceFlavor, ClusterQueue and LocalQueue of --kueue.
