@@ -89,16 +89,10 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 		if ca != nil || len(cur.bundle) > 0 {
 			rotated = append(rotated, metrics.CertificateCA)
 		}
-		tmpl := &x509.Certificate{
-			Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", o.CAName, now.Unix())},
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-			BasicConstraintsValid: true,
-			IsCA:                  true,
-		}
 		var keyPEM []byte
 		var err error
-		if ca, _, keyPEM, err = issue(tmpl, now, o.CAValidity, nil); err != nil {
-			return nil, nil, fmt.Errorf("certs: creating a CA: %w", err)
+		if ca, keyPEM, err = issueCA(o, now); err != nil {
+			return nil, nil, err
 		}
 		out[CAKeyKey] = keyPEM
 	}
@@ -127,23 +121,9 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 		if len(cur.data[TLSCertKey]) > 0 {
 			rotated = append(rotated, metrics.CertificateServing)
 		}
-		name := ""
-		if len(alt.DNSNames) > 0 {
-			name = alt.DNSNames[0]
-		} else {
-			name = alt.IPs[0].String()
-		}
-		tmpl := &x509.Certificate{
-			Subject:               pkix.Name{CommonName: name},
-			DNSNames:              alt.DNSNames,
-			IPAddresses:           alt.IPs,
-			KeyUsage:              x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			BasicConstraintsValid: true,
-		}
-		_, certPEM, keyPEM, err := issue(tmpl, now, o.ServingValidity, ca)
+		certPEM, keyPEM, err := issueServing(o, now, alt, ca)
 		if err != nil {
-			return nil, nil, fmt.Errorf("certs: creating a serving certificate: %w", err)
+			return nil, nil, err
 		}
 		out[TLSCertKey], out[TLSKeyKey] = certPEM, keyPEM
 	}
@@ -152,6 +132,48 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 		return nil, nil, nil
 	}
 	return out, rotated, nil
+}
+
+// issueCA returns a new self-signed CA named "<o.CAName>@<now in Unix seconds>", valid
+// for o.CAValidity from now (backdated, see issue), and its key in PEM. Its error
+// starts "certs: creating a CA".
+func issueCA(o *Options, now time.Time) (*tls.Certificate, []byte, error) {
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", o.CAName, now.Unix())},
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	ca, _, keyPEM, err := issue(tmpl, now, o.CAValidity, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: creating a CA: %w", err)
+	}
+	return ca, keyPEM, nil
+}
+
+// issueServing returns a new serving certificate for alt's DNS names and IPs (its
+// common name the first DNS name, else the first IP), signed by ca and valid for
+// o.ServingValidity from now but not past ca's expiry (see issue), and its key, both in
+// PEM. Its error starts "certs: creating a serving certificate".
+func issueServing(o *Options, now time.Time, alt cert.AltNames, ca *tls.Certificate) (certPEM, keyPEM []byte, err error) {
+	name := ""
+	if len(alt.DNSNames) > 0 {
+		name = alt.DNSNames[0]
+	} else {
+		name = alt.IPs[0].String()
+	}
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		DNSNames:              alt.DNSNames,
+		IPAddresses:           alt.IPs,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	if _, certPEM, keyPEM, err = issue(tmpl, now, o.ServingValidity, ca); err != nil {
+		return nil, nil, fmt.Errorf("certs: creating a serving certificate: %w", err)
+	}
+	return certPEM, keyPEM, nil
 }
 
 // servingValid reports whether leaf is a serving certificate valid at now

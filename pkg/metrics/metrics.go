@@ -65,83 +65,14 @@ type Metrics struct {
 // reg already holds metrics with these names, which is a wiring bug: create
 // one Metrics per registry.
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		queue: newWorkqueueProvider(),
-
-		stageDuration: prometheus.NewHistogramVec(histogramOpts(StageDurationSeconds,
-			"Time spent in one stage Sync call, in seconds, by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
-			stageBuckets), []string{LabelStage, LabelResult}),
-		stageSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StageSyncsTotal,
-			Help: "Stage Sync calls by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
-		}, []string{LabelStage, LabelResult}),
-		stageRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StageRetriesTotal,
-			Help: "Keys a stage requeued with rate-limited backoff after a failed, panicked or retry-requesting Sync.",
-		}, []string{LabelStage}),
-		stageErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StageErrorsTotal,
-			Help: "Failed stage Sync calls by reason (conflict, not_found, invalid, forbidden, throttled, timeout, internal).",
-		}, []string{LabelStage, LabelReason}),
-		stagePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StagePanicsTotal,
-			Help: "Stage Sync calls that panicked; each is also counted as an internal error and retried.",
-		}, []string{LabelStage}),
-		stageInflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: StageInflight,
-			Help: "Workers of a stage currently inside Sync.",
-		}, []string{LabelStage}),
-		stageWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: StageWorkers,
-			Help: "Configured worker pool size of a stage.",
-		}, []string{LabelStage}),
-
-		keysInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: PipelineKeysInFlight,
-			Help: "TrainJob keys past the first stage, each with a plan in memory; at the maximum the first stage admits no new key.",
-		}),
-		maxKeysInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: PipelineMaxKeysInFlight,
-			Help: "Bound on the keys past the first stage; 0 means unbounded.",
-		}),
-
-		writesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: WritesRefusedTotal,
-			Help: "Writes of a TrainJob's JobSet or side objects the API server refused with an error retrying does not fix, by reason (Forbidden, Invalid, BadRequest, RequestEntityTooLarge, MethodNotAllowed).",
-		}, []string{LabelReason}),
-
-		jobSetLagging: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: TrainJobsJobSetLagging,
-			Help: "TrainJobs whose JobSet has lagged their spec for longer than the consistency sweep's lag threshold.",
-		}),
-		sweepRequeues: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: ConsistencySweepRequeuesTotal,
-			Help: "TrainJobs the consistency sweep found lagging, and not in the pipeline, on two sweeps in a row and sent back to the first stage; any increase is a bug.",
-		}),
-		sweeps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: ConsistencySweepsTotal,
-			Help: "Consistency sweeps over the informer caches.",
-		}),
-
-		jobSetCreationLatency: prometheus.NewHistogramVec(histogramOpts(JobSetCreationLatencySeconds,
-			"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
-			jobSetCreationBuckets), []string{LabelRuntimeKind}),
-		jobSetCreationSeen: newUIDSet(jobSetCreationMemory),
-
-		trainJobs: newPhaseCollector(),
-		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: BuildInfo,
-			Help: "Always 1; the labels describe the running binary.",
-		}, []string{LabelVersion, LabelGitCommit, LabelGoVersion}),
-	}
-	// Create every child at zero so that ratios over the histogram have
-	// series before the first JobSet is created.
-	for _, kind := range runtimeKinds {
-		m.jobSetCreationLatency.WithLabelValues(kind)
-	}
-	for _, reason := range refusals {
-		m.writesRefused.WithLabelValues(reason)
-	}
+	m := &Metrics{queue: newWorkqueueProvider()}
+	m.createStageMetrics()
+	m.createPipelineMetrics()
+	m.createTrainJobMetrics()
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: BuildInfo,
+		Help: "Always 1; the labels describe the running binary.",
+	}, []string{LabelVersion, LabelGitCommit, LabelGoVersion})
 	m.certExpiry, m.certRotations = newCertificateMetrics()
 	m.admission = newAdmissionMetrics()
 	m.progress = newProgressMetrics()
@@ -161,6 +92,88 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.progress.collectors()...)
 	}
 	return m
+}
+
+// createStageMetrics creates the metrics of the pipeline's stages, labelled by stage:
+// Sync durations (seconds) and results, retries, errors, panics, busy and configured
+// workers.
+func (m *Metrics) createStageMetrics() {
+	m.stageDuration = prometheus.NewHistogramVec(histogramOpts(StageDurationSeconds,
+		"Time spent in one stage Sync call, in seconds, by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
+		stageBuckets), []string{LabelStage, LabelResult})
+	m.stageSyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: StageSyncsTotal,
+		Help: "Stage Sync calls by result (continue, requeue_after, wait_for_event, retry, terminal, restart).",
+	}, []string{LabelStage, LabelResult})
+	m.stageRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: StageRetriesTotal,
+		Help: "Keys a stage requeued with rate-limited backoff after a failed, panicked or retry-requesting Sync.",
+	}, []string{LabelStage})
+	m.stageErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: StageErrorsTotal,
+		Help: "Failed stage Sync calls by reason (conflict, not_found, invalid, forbidden, throttled, timeout, internal).",
+	}, []string{LabelStage, LabelReason})
+	m.stagePanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: StagePanicsTotal,
+		Help: "Stage Sync calls that panicked; each is also counted as an internal error and retried.",
+	}, []string{LabelStage})
+	m.stageInflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: StageInflight,
+		Help: "Workers of a stage currently inside Sync.",
+	}, []string{LabelStage})
+	m.stageWorkers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: StageWorkers,
+		Help: "Configured worker pool size of a stage.",
+	}, []string{LabelStage})
+}
+
+// createPipelineMetrics creates the pipeline-wide metrics: the keys in flight and their
+// bound, the refused writes by reason (every reason's child created at zero), and the
+// consistency sweep's counts.
+func (m *Metrics) createPipelineMetrics() {
+	m.keysInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: PipelineKeysInFlight,
+		Help: "TrainJob keys past the first stage, each with a plan in memory; at the maximum the first stage admits no new key.",
+	})
+	m.maxKeysInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: PipelineMaxKeysInFlight,
+		Help: "Bound on the keys past the first stage; 0 means unbounded.",
+	})
+	m.writesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: WritesRefusedTotal,
+		Help: "Writes of a TrainJob's JobSet or side objects the API server refused with an error retrying does not fix, by reason (Forbidden, Invalid, BadRequest, RequestEntityTooLarge, MethodNotAllowed).",
+	}, []string{LabelReason})
+	m.jobSetLagging = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: TrainJobsJobSetLagging,
+		Help: "TrainJobs whose JobSet has lagged their spec for longer than the consistency sweep's lag threshold.",
+	})
+	m.sweepRequeues = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: ConsistencySweepRequeuesTotal,
+		Help: "TrainJobs the consistency sweep found lagging, and not in the pipeline, on two sweeps in a row and sent back to the first stage; any increase is a bug.",
+	})
+	m.sweeps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: ConsistencySweepsTotal,
+		Help: "Consistency sweeps over the informer caches.",
+	})
+	for _, reason := range refusals {
+		m.writesRefused.WithLabelValues(reason)
+	}
+}
+
+// createTrainJobMetrics creates the JobSet creation latency histogram (seconds, by
+// runtime kind) with the memory of the TrainJobs it observed, and the TrainJob phase
+// collector.
+func (m *Metrics) createTrainJobMetrics() {
+	m.jobSetCreationLatency = prometheus.NewHistogramVec(histogramOpts(JobSetCreationLatencySeconds,
+		"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
+		jobSetCreationBuckets), []string{LabelRuntimeKind})
+	m.jobSetCreationSeen = newUIDSet(jobSetCreationMemory)
+	m.trainJobs = newPhaseCollector()
+	// Create every child at zero so that ratios over the histogram have
+	// series before the first JobSet is created.
+	for _, kind := range runtimeKinds {
+		m.jobSetCreationLatency.WithLabelValues(kind)
+	}
 }
 
 // SetKeysInFlight records the keys past the first stage (n) and their bound (max,

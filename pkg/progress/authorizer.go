@@ -23,9 +23,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
@@ -342,77 +344,112 @@ func noTrainJob(key cache.ObjectName) string {
 // review runs the checks of the type's doc without the cache. It returns the TrainJob's
 // uid with an allow.
 func (a *TokenReviewAuthorizer) review(ctx context.Context, token string, key cache.ObjectName) (Decision, types.UID, error) {
-	logger := klog.FromContext(ctx)
-	audience := wire.Audience(key.Namespace, key.Name)
-	deny := func(v Verdict, format string, args ...any) (Decision, types.UID, error) {
-		d := Decision{Verdict: v, Reason: fmt.Sprintf(format, args...)}
-		logger.V(4).Info("Denied a progress report", "trainJob", klog.KRef(key.Namespace, key.Name), "verdict", v, "reason", d.Reason)
-		return d, "", nil
+	podName, podUID, denied, err := a.authenticate(ctx, token, key)
+	if denied != nil || err != nil {
+		return ptr.Deref(denied, Decision{}), "", err
 	}
+	tj, js, denied, err := a.trainJobAndJobSet(ctx, key, podName)
+	if denied != nil || err != nil {
+		return ptr.Deref(denied, Decision{}), "", err
+	}
+	if denied, err := a.checkPod(ctx, key, podName, podUID, tj, js); denied != nil || err != nil {
+		return ptr.Deref(denied, Decision{}), "", err
+	}
+	return Decision{Verdict: Allowed, TrainJobUID: tj.UID}, tj.UID, nil
+}
 
+// deny returns the denial v of a report for the TrainJob at key, its reason format and
+// args, and logs it at V(4).
+func deny(ctx context.Context, key cache.ObjectName, v Verdict, format string, args ...any) *Decision {
+	d := Decision{Verdict: v, Reason: fmt.Sprintf(format, args...)}
+	klog.FromContext(ctx).V(4).Info("Denied a progress report", "trainJob", klog.KRef(key.Namespace, key.Name), "verdict", v, "reason", d.Reason)
+	return &d
+}
+
+// authenticate has the API server review token for the Audience of the TrainJob at key
+// (a TokenReview) and returns the name and uid of the pod the token is bound to. It
+// returns a denial instead when the token does not authenticate for that audience
+// (Unauthenticated) or is no pod-bound service account token of key's namespace
+// (Forbidden), and an error when the TokenReview fails.
+func (a *TokenReviewAuthorizer) authenticate(ctx context.Context, token string, key cache.ObjectName) (podName, podUID string, denied *Decision, err error) {
+	audience := wire.Audience(key.Namespace, key.Name)
 	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return Decision{}, "", fmt.Errorf("TokenReview for TrainJob %s: %w", key, err)
+		return "", "", nil, fmt.Errorf("TokenReview for TrainJob %s: %w", key, err)
 	}
 	st := &review.Status
 	if !st.Authenticated {
 		// st.Error may quote the token's audiences: logged, not sent.
-		logger.V(4).Info("TokenReview did not authenticate a progress token", "trainJob", klog.KRef(key.Namespace, key.Name), "error", st.Error)
-		return deny(Unauthenticated, "the API server does not authenticate the token for audience %q: it is expired, "+
-			"bound to a deleted pod, or issued for another audience; send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile)
+		klog.FromContext(ctx).V(4).Info("TokenReview did not authenticate a progress token", "trainJob", klog.KRef(key.Namespace, key.Name), "error", st.Error)
+		return "", "", deny(ctx, key, Unauthenticated, "the API server does not authenticate the token for audience %q: it is expired, "+
+			"bound to a deleted pod, or issued for another audience; send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile), nil
 	}
 	if !slices.Contains(st.Audiences, audience) {
-		return deny(Unauthenticated, "the token is not valid for audience %q: send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile)
+		return "", "", deny(ctx, key, Unauthenticated, "the token is not valid for audience %q: send the projected token mounted at %s/%s", audience, wire.MountPath, wire.TokenFile), nil
 	}
 	rest, isSA := strings.CutPrefix(st.User.Username, serviceAccountUserPrefix)
 	if ns, _, ok := strings.Cut(rest, ":"); !isSA || !ok || ns != key.Namespace {
-		return deny(Forbidden, "the token is not a service account token of namespace %q: only the TrainJob's pods may report its progress", key.Namespace)
+		return "", "", deny(ctx, key, Forbidden, "the token is not a service account token of namespace %q: only the TrainJob's pods may report its progress", key.Namespace), nil
 	}
-	podName, podUID := single(st.User.Extra[podNameExtra]), single(st.User.Extra[podUIDExtra])
+	podName, podUID = single(st.User.Extra[podNameExtra]), single(st.User.Extra[podUIDExtra])
 	if podName == "" || podUID == "" {
-		return deny(Forbidden, "the token is not bound to a pod: send the projected token mounted at %s/%s, not a service account token from a Secret or the TokenRequest API", wire.MountPath, wire.TokenFile)
+		return "", "", deny(ctx, key, Forbidden, "the token is not bound to a pod: send the projected token mounted at %s/%s, not a service account token from a Secret or the TokenRequest API", wire.MountPath, wire.TokenFile), nil
 	}
+	return podName, podUID, nil, nil
+}
 
+// trainJobAndJobSet returns the TrainJob at key and its JobSet from the informer
+// caches. It returns a denial instead when the TrainJob is not there (NoTrainJob), or
+// has no JobSet or one it does not control (Forbidden: the token's pod podName cannot
+// be one of its pods), and an error when a cache read fails otherwise.
+func (a *TokenReviewAuthorizer) trainJobAndJobSet(ctx context.Context, key cache.ObjectName, podName string) (*trainer.TrainJob, *jobsetv1alpha2.JobSet, *Decision, error) {
 	tj, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
-		return deny(NoTrainJob, "%s", noTrainJob(key))
+		return nil, nil, deny(ctx, key, NoTrainJob, "%s", noTrainJob(key)), nil
 	}
 	if err != nil {
-		return Decision{}, "", fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
+		return nil, nil, nil, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
 	}
 	js, err := a.jobSets.JobSets(key.Namespace).Get(tj.Name)
 	if apierrors.IsNotFound(err) {
-		return deny(Forbidden, "TrainJob %s has no JobSet, so pod %q cannot be one of its pods", key, podName)
+		return nil, nil, deny(ctx, key, Forbidden, "TrainJob %s has no JobSet, so pod %q cannot be one of its pods", key, podName), nil
 	}
 	if err != nil {
-		return Decision{}, "", fmt.Errorf("reading JobSet %s from the cache: %w", key, err)
+		return nil, nil, nil, fmt.Errorf("reading JobSet %s from the cache: %w", key, err)
 	}
 	if !metav1.IsControlledBy(js, tj) {
-		return deny(Forbidden, "JobSet %s is not controlled by TrainJob %s, so pod %q is not one of the TrainJob's pods", key, key, podName)
+		return nil, nil, deny(ctx, key, Forbidden, "JobSet %s is not controlled by TrainJob %s, so pod %q is not one of the TrainJob's pods", key, key, podName), nil
 	}
+	return tj, js, nil, nil
+}
 
+// checkPod reads the token's pod podName from the API server and returns a denial
+// (Forbidden) unless it is still the pod of uid podUID, a pod of tj's JobSet js (by
+// its JobSet name and uid labels) and controlled by a batch/v1 Job; nil when it is,
+// and an error when reading it fails otherwise.
+func (a *TokenReviewAuthorizer) checkPod(ctx context.Context, key cache.ObjectName, podName, podUID string, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*Decision, error) {
 	pod, err := a.pods.Resource(podsResource).Namespace(key.Namespace).Get(ctx, podName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return deny(Forbidden, "pod %q, which the token is bound to, no longer exists", podName)
+		return deny(ctx, key, Forbidden, "pod %q, which the token is bound to, no longer exists", podName), nil
 	}
 	if err != nil {
-		return Decision{}, "", fmt.Errorf("reading pod %s/%s: %w", key.Namespace, podName, err)
+		return nil, fmt.Errorf("reading pod %s/%s: %w", key.Namespace, podName, err)
 	}
 	if string(pod.UID) != podUID {
-		return deny(Forbidden, "pod %q was re-created since the token was issued: the token is bound to the earlier pod", podName)
+		return deny(ctx, key, Forbidden, "pod %q was re-created since the token was issued: the token is bound to the earlier pod", podName), nil
 	}
 	if pod.Labels[jobsetv1alpha2.JobSetNameKey] != tj.Name {
-		return deny(Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not %q", podName, key, jobsetv1alpha2.JobSetNameKey, tj.Name)
+		return deny(ctx, key, Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not %q", podName, key, jobsetv1alpha2.JobSetNameKey, tj.Name), nil
 	}
 	if pod.Labels[jobsetv1alpha2.JobSetUIDKey] != string(js.UID) {
-		return deny(Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not the uid of the TrainJob's JobSet", podName, key, jobsetv1alpha2.JobSetUIDKey)
+		return deny(ctx, key, Forbidden, "pod %q is not a pod of TrainJob %s: its label %s is not the uid of the TrainJob's JobSet", podName, key, jobsetv1alpha2.JobSetUIDKey), nil
 	}
 	if owner := metav1.GetControllerOfNoCopy(pod); owner == nil || owner.APIVersion != batchv1.SchemeGroupVersion.String() || owner.Kind != "Job" {
-		return deny(Forbidden, "pod %q is not controlled by a batch/v1 Job, as the pods of a TrainJob's JobSet are", podName)
+		return deny(ctx, key, Forbidden, "pod %q is not controlled by a batch/v1 Job, as the pods of a TrainJob's JobSet are", podName), nil
 	}
-	return Decision{Verdict: Allowed, TrainJobUID: tj.UID}, tj.UID, nil
+	return nil, nil
 }
 
 // single returns the only value of vs, or "" if there is not exactly one.

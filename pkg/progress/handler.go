@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
@@ -194,11 +195,23 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 			fmt.Sprintf("TrainJob %s not found: a namespace and a TrainJob name are DNS labels", key), nil)
 		return metrics.ReasonNotFound
 	}
+	uid, rejected := h.authorize(w, r, key)
+	if rejected != "" {
+		return rejected
+	}
+	return h.record(w, r, key, uid)
+}
 
+// authorize checks the request's bearer token for the TrainJob at key (steps 2 and 3
+// of NewHandler's list) and returns the uid of the TrainJob the Authorizer allowed it
+// for, and "". When it does not allow the report, it answers it (403, 404, or 500 on an
+// authorizer error or an allow without a uid) and returns the metrics.Reason* value of
+// why.
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request, key cache.ObjectName) (types.UID, string) {
 	token, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden: "+reasonNoToken, nil)
-		return metrics.ReasonUnauthenticated
+		return "", metrics.ReasonUnauthenticated
 	}
 	d, err := h.cfg.Authorizer.Authorize(r.Context(), token, key)
 	if err != nil {
@@ -206,27 +219,37 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		klog.FromContext(r.Context()).Error(err, "Could not authorize a progress report", "trainJob", klog.KRef(key.Namespace, key.Name))
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError,
 			"internal error: the token could not be reviewed, retry later: "+err.Error(), nil)
-		return metrics.ReasonInternal
+		return "", metrics.ReasonInternal
 	}
 	h.cfg.Observer.ObserveProgressTokenReview(d.Verdict.String(), d.Cached)
 	switch d.Verdict {
 	case Allowed:
 	case NoTrainJob:
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, d.Reason, nil)
-		return metrics.ReasonNotFound
+		return "", metrics.ReasonNotFound
 	case Unauthenticated:
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden: "+d.Reason, nil)
-		return metrics.ReasonUnauthenticated
+		return "", metrics.ReasonUnauthenticated
 	default:
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden: "+d.Reason, nil)
-		return metrics.ReasonForbidden
+		return "", metrics.ReasonForbidden
 	}
 
 	if d.TrainJobUID == "" {
 		klog.FromContext(r.Context()).Error(nil, "The authorizer allowed a progress report without naming the TrainJob's uid", "trainJob", klog.KRef(key.Namespace, key.Name))
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "internal error: the report could not be credited, retry later", nil)
-		return metrics.ReasonInternal
+		return "", metrics.ReasonInternal
 	}
+	return d.TrainJobUID, ""
+}
+
+// record reads, decodes and validates the body of an authorized report for the
+// TrainJob of uid at key, records its trainerStatus in the Coalescer and answers 200
+// with the request re-encoded (NewHandler's steps 4 and 5, and step 1's cut of a body
+// without Content-Length). It returns "" then, else the metrics.Reason* value of the answer it gave instead: ReasonTooLarge
+// (413) for a body over MaxBodyBytes, ReasonInvalid (422) for one that cannot be read,
+// decoded or validated.
+func (h *handler) record(w http.ResponseWriter, r *http.Request, key cache.ObjectName, uid types.UID) string {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bodyBuffers.Put(buf)
@@ -252,7 +275,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 			writeStatus(w, int(st.Code), st.Reason, st.Message, st.Details)
 			return metrics.ReasonInvalid
 		}
-		h.cfg.Coalescer.Record(key, d.TrainJobUID, ts)
+		h.cfg.Coalescer.Record(key, uid, ts)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)

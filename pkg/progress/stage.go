@@ -165,42 +165,68 @@ func (s *Stage) Name() string { return Name }
 // key (entry.due). So a TrainJob costs a few syncs per write however often its pods
 // report and however long the limits make it wait.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
-	c := s.coalescer
 	now := s.clock.Now()
 	tj, err := s.trainJobs.TrainJobs(key.Namespace).Get(key.Name)
 	if err != nil && apierrors.IsNotFound(err) {
-		c.mu.Lock()
-		e := c.entries[key]
-		delete(c.entries, key)
-		c.mu.Unlock()
-		s.limits.release(key, now)
-		if e != nil && e.pending != nil {
-			c.observer.ObserveProgressDropped(metrics.ReasonGone)
-		}
+		s.forgetGone(key, now)
 		return engine.WaitForEvent(), nil
 	}
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("reading TrainJob %s from the cache: %w", key, err)
 	}
+	e, report, wait := s.take(key, tj, now)
+	switch {
+	case wait > 0:
+		return engine.RequeueAfter(wait), nil
+	case report == nil:
+		return engine.WaitForEvent(), nil
+	}
+	return s.write(ctx, key, tj, e, report, now)
+}
 
+// forgetGone drops key's entry and releases the tokens its deferred write holds, once
+// its TrainJob is gone from the cache; a pending report counts as dropped,
+// metrics.ReasonGone.
+func (s *Stage) forgetGone(key cache.ObjectName, now time.Time) {
+	c := s.coalescer
+	c.mu.Lock()
+	e := c.entries[key]
+	delete(c.entries, key)
+	c.mu.Unlock()
+	s.limits.release(key, now)
+	if e != nil && e.pending != nil {
+		c.observer.ObserveProgressDropped(metrics.ReasonGone)
+	}
+}
+
+// take returns key's entry and the report to write now for tj, taken from the entry (a
+// report arriving during the write schedules the key again) with its rate-limit tokens
+// spent. It returns no report and a positive wait when the period or a rate limit
+// defers the write by wait (the entry is due then), and neither report nor wait when
+// there is nothing to write: no entry or no pending report, an earlier TrainJob's
+// report (dropped, metrics.ReasonGone), or one no newer than what is stored or was
+// written (dropped, metrics.ReasonStale or ReasonUnchanged); the tokens key holds are
+// released then.
+func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) (*entry, *trainer.TrainerStatus, time.Duration) {
+	c := s.coalescer
 	c.mu.Lock()
 	e := c.entries[key]
 	if e == nil {
 		c.mu.Unlock()
 		s.limits.release(key, now)
-		return engine.WaitForEvent(), nil
+		return nil, nil, 0
 	}
 	// This is the deferred sync, or one that makes it moot; set again if this one defers.
 	e.due = time.Time{}
-	deferWrite := func(wait time.Duration) (engine.Result, error) {
+	deferWrite := func(wait time.Duration) (*entry, *trainer.TrainerStatus, time.Duration) {
 		e.due = now.Add(wait)
 		c.mu.Unlock()
-		return engine.RequeueAfter(wait), nil
+		return e, nil, wait
 	}
 	if e.pending == nil {
 		c.mu.Unlock()
 		s.limits.release(key, now)
-		return engine.WaitForEvent(), nil
+		return e, nil, 0
 	}
 	if e.uid != tj.UID {
 		// The report is an earlier TrainJob's of this name.
@@ -208,7 +234,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		c.mu.Unlock()
 		s.limits.release(key, now)
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
-		return engine.WaitForEvent(), nil
+		return e, nil, 0
 	}
 	report := e.pending
 	stored := tj.Status.TrainerStatus
@@ -221,7 +247,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 			reason = metrics.ReasonUnchanged
 		}
 		c.observer.ObserveProgressDropped(reason)
-		return engine.WaitForEvent(), nil
+		return e, nil, 0
 	}
 	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) {
 		if wait := e.lastWrite.Add(s.period).Sub(now); wait > 0 {
@@ -233,8 +259,18 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	}
 	e.pending = nil // taken; a report arriving during the write schedules the key again
 	c.mu.Unlock()
+	return e, report, 0
+}
 
-	err = s.apply(ctx, tj, report)
+// write applies report, taken from key's entry e at now, as tj's trainerStatus and
+// records the write in e while e is still key's entry. It returns WaitForEvent when the
+// report was written, when the TrainJob is gone (dropped, metrics.ReasonGone) or when
+// the API server refused it as invalid (422 or 400, logged); Retry when the
+// precondition failed (409); otherwise the write's error. On a retry the report is
+// pending again, unless a newer one replaced it meanwhile.
+func (s *Stage) write(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, e *entry, report *trainer.TrainerStatus, now time.Time) (engine.Result, error) {
+	c := s.coalescer
+	err := s.apply(ctx, tj, report)
 	c.observer.ObserveProgressWrite(err)
 	c.mu.Lock()
 	current := c.entries[key] == e

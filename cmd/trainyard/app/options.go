@@ -88,33 +88,55 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // defaults, then the flags the operator set. It returns an error naming the file or the
 // flag at fault.
 func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, error) {
-	cfg := &configv1alpha1.Configuration{}
 	scheme := runtime.NewScheme()
 	if err := configv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	authInFile := false // the file itself sets metrics.auth.enabled (not its default)
-	if o.ConfigFile != "" {
-		data, err := os.ReadFile(o.ConfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading --config: %w", err)
-		}
-		codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
-		if err := runtime.DecodeInto(codecs.UniversalDecoder(configv1alpha1.SchemeGroupVersion), data, cfg); err != nil {
-			return nil, fmt.Errorf("decoding --config %s: %w", o.ConfigFile, err)
-		}
-		// The decoder applies the defaults: ask the raw file whether it sets the field.
-		var raw struct {
-			Metrics struct {
-				Auth struct {
-					Enabled *bool `json:"enabled"`
-				} `json:"auth"`
-			} `json:"metrics"`
-		}
-		authInFile = yaml.Unmarshal(data, &raw) == nil && raw.Metrics.Auth.Enabled != nil
+	cfg, authInFile, err := o.readConfigFile(scheme)
+	if err != nil {
+		return nil, err
 	}
 	scheme.Default(cfg)
+	o.applyFlags(fs, cfg, authInFile)
+	if err := o.applyStageWorkers(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, validate(cfg)
+}
 
+// readConfigFile returns the Configuration of the --config file, decoded strictly with
+// scheme (unknown fields are errors) and its defaults applied, or an empty one without
+// --config; and whether the file itself sets metrics.auth.enabled (the decoded value
+// may be its default). Errors name the file.
+func (o *Options) readConfigFile(scheme *runtime.Scheme) (*configv1alpha1.Configuration, bool, error) {
+	cfg := &configv1alpha1.Configuration{}
+	if o.ConfigFile == "" {
+		return cfg, false, nil
+	}
+	data, err := os.ReadFile(o.ConfigFile)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading --config: %w", err)
+	}
+	codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+	if err := runtime.DecodeInto(codecs.UniversalDecoder(configv1alpha1.SchemeGroupVersion), data, cfg); err != nil {
+		return nil, false, fmt.Errorf("decoding --config %s: %w", o.ConfigFile, err)
+	}
+	// The decoder applies the defaults: ask the raw file whether it sets the field.
+	var raw struct {
+		Metrics struct {
+			Auth struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"auth"`
+		} `json:"metrics"`
+	}
+	authInFile := yaml.Unmarshal(data, &raw) == nil && raw.Metrics.Auth.Enabled != nil
+	return cfg, authInFile, nil
+}
+
+// applyFlags sets in cfg the value of every flag of fs the operator set, except
+// --stage-workers (applyStageWorkers). --metrics-secure alone also sets
+// metrics.auth.enabled, unless the file (authInFile) or --metrics-auth sets it.
+func (o *Options) applyFlags(fs *pflag.FlagSet, cfg *configv1alpha1.Configuration, authInFile bool) {
 	set := func(name string) bool { return fs.Changed(name) }
 	if set("kubeconfig") {
 		cfg.ClientConnection.Kubeconfig = o.Kubeconfig
@@ -159,18 +181,23 @@ func (o *Options) Config(fs *pflag.FlagSet) (*configv1alpha1.Configuration, erro
 	if set("watch-namespaces") {
 		cfg.WatchNamespaces = o.WatchNamespaces
 	}
+}
+
+// applyStageWorkers sets the workers of each stage --stage-workers names. It returns an
+// error naming an unknown stage or a count that is not a 32-bit integer.
+func (o *Options) applyStageWorkers(cfg *configv1alpha1.Configuration) error {
 	for name, value := range o.StageWorkers {
 		stage, ok := stages.Lookup(name)
 		if !ok {
-			return nil, fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", name, strings.Join(stages.Names(), ", "))
+			return fmt.Errorf("--stage-workers: unknown stage %q (stages: %s)", name, strings.Join(stages.Names(), ", "))
 		}
 		n, err := strconv.ParseInt(value, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("--stage-workers %s=%q: not a number", name, value)
+			return fmt.Errorf("--stage-workers %s=%q: not a number", name, value)
 		}
 		stage.Config(&cfg.Stages).Workers = ptr.To(int32(n))
 	}
-	return cfg, validate(cfg)
+	return nil
 }
 
 // validateStatusServer checks statusServer (whether or not feature gate TrainJobStatus is

@@ -53,65 +53,20 @@ Flags:
 // process exit code: ExitOK, ExitBadInput or ExitBadCommand. Nothing is written to
 // stdout unless every TrainJob rendered.
 func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var (
-		files               []string
-		namespace           string
-		apiVersions         []string
-		configFile          string
-		controllerNamespace string
-		secretNameKey       string
-	)
-	fs := pflag.NewFlagSet("trainyard render", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringArrayVarP(&files, "filename", "f", nil, `File of YAML or JSON documents to read; "-" reads stdin. Repeatable.`)
-	fs.StringVarP(&namespace, "namespace", "n", "default", "Namespace of the namespaced inputs that set none.")
-	fs.StringSliceVar(&apiVersions, "api-versions", nil, "Group versions the cluster serves, as discovery would report them, e.g. "+
-		"scheduling.x-k8s.io/v1alpha1,resource.k8s.io/v1 (gang backends: scheduling.k8s.io/v1alpha2, scheduling.x-k8s.io/v1alpha1, "+
-		"scheduling.volcano.sh/v1beta1; DRA: resource.k8s.io/v1). Default: every API is served.")
-	fs.StringVar(&configFile, "config", "", "The controller's configuration file (config.trainyard.dev/v1alpha1 Configuration), as its --config. Default: the controller's defaults.")
-	fs.StringVar(&controllerNamespace, "controller-namespace", "trainyard-system", "Namespace the controller runs in, part of the progress server's URL injected into trainer containers.")
-	fs.StringVar(&secretNameKey, "secret-name-key", "", "The controller's Secret-name key, base64 as the data of its Secret (sideObjects.secretNameKeySecret). Default: an empty key, whose Secret names differ from the controller's.")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, renderUsage)
-		fs.PrintDefaults()
+	flags, exit := parseRenderFlags(args, stderr)
+	if flags == nil {
+		return exit
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return ExitOK
-		}
-		fmt.Fprintln(stderr, "trainyard render:", err)
-		return ExitBadCommand
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "trainyard render: unexpected arguments %q: pass files with -f\n", fs.Args())
-		return ExitBadCommand
-	}
-	if len(files) == 0 {
-		fmt.Fprintln(stderr, "trainyard render: no input: pass the TrainJob and its runtime with -f FILE (-f - for stdin)")
-		return ExitBadCommand
-	}
-
-	sources, err := readSources(files, stdin)
+	sources, err := readSources(flags.files, stdin)
 	if err != nil {
 		fmt.Fprintln(stderr, "trainyard render:", err)
 		return ExitBadInput
 	}
-	buildOpts, err := renderBuildOptions(configFile, controllerNamespace)
-	if err != nil {
-		fmt.Fprintln(stderr, "trainyard render:", err)
-		return ExitBadInput
+	opts, exit := flags.renderOptions(stderr)
+	if exit != ExitOK {
+		return exit
 	}
-	if fs.Changed("secret-name-key") {
-		if buildOpts.SecretNames, err = parseSecretNameKey(secretNameKey); err != nil {
-			fmt.Fprintln(stderr, "trainyard render: --secret-name-key:", err)
-			return ExitBadCommand
-		}
-	}
-	opts := render.Options{Build: buildOpts}
-	if fs.Changed("api-versions") {
-		opts.APIVersions = append([]string{}, apiVersions...)
-	}
-	in, err := render.Load(sources, namespace)
+	in, err := render.Load(sources, flags.namespace)
 	if err != nil {
 		fmt.Fprintln(stderr, "trainyard render:", err)
 		return ExitBadInput
@@ -133,6 +88,79 @@ func RunRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return ExitBadInput
 	}
 	return ExitOK
+}
+
+// renderFlags are the flags of `trainyard render`.
+type renderFlags struct {
+	fs                  *pflag.FlagSet // tells which flags were set
+	files               []string
+	namespace           string
+	apiVersions         []string
+	configFile          string
+	controllerNamespace string
+	secretNameKey       string
+}
+
+// parseRenderFlags parses args as the flags of `trainyard render`, printing the usage
+// and errors to stderr. It returns the flags, or nil and the exit code: ExitOK for
+// --help, ExitBadCommand for a flag that does not parse, an argument that is no flag,
+// or no -f.
+func parseRenderFlags(args []string, stderr io.Writer) (*renderFlags, int) {
+	f := &renderFlags{fs: pflag.NewFlagSet("trainyard render", pflag.ContinueOnError)}
+	fs := f.fs
+	fs.SetOutput(stderr)
+	fs.StringArrayVarP(&f.files, "filename", "f", nil, `File of YAML or JSON documents to read; "-" reads stdin. Repeatable.`)
+	fs.StringVarP(&f.namespace, "namespace", "n", "default", "Namespace of the namespaced inputs that set none.")
+	fs.StringSliceVar(&f.apiVersions, "api-versions", nil, "Group versions the cluster serves, as discovery would report them, e.g. "+
+		"scheduling.x-k8s.io/v1alpha1,resource.k8s.io/v1 (gang backends: scheduling.k8s.io/v1alpha2, scheduling.x-k8s.io/v1alpha1, "+
+		"scheduling.volcano.sh/v1beta1; DRA: resource.k8s.io/v1). Default: every API is served.")
+	fs.StringVar(&f.configFile, "config", "", "The controller's configuration file (config.trainyard.dev/v1alpha1 Configuration), as its --config. Default: the controller's defaults.")
+	fs.StringVar(&f.controllerNamespace, "controller-namespace", "trainyard-system", "Namespace the controller runs in, part of the progress server's URL injected into trainer containers.")
+	fs.StringVar(&f.secretNameKey, "secret-name-key", "", "The controller's Secret-name key, base64 as the data of its Secret (sideObjects.secretNameKeySecret). Default: an empty key, whose Secret names differ from the controller's.")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, renderUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, ExitOK
+		}
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return nil, ExitBadCommand
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "trainyard render: unexpected arguments %q: pass files with -f\n", fs.Args())
+		return nil, ExitBadCommand
+	}
+	if len(f.files) == 0 {
+		fmt.Fprintln(stderr, "trainyard render: no input: pass the TrainJob and its runtime with -f FILE (-f - for stdin)")
+		return nil, ExitBadCommand
+	}
+	return f, ExitOK
+}
+
+// renderOptions returns the options of render.Render the flags ask for: the build
+// options of --config and --controller-namespace (renderBuildOptions), the Secret names
+// of --secret-name-key and the served --api-versions, each when set, and ExitOK.
+// Otherwise it prints the error to stderr and returns its exit code: ExitBadInput for
+// the configuration, ExitBadCommand for the key.
+func (f *renderFlags) renderOptions(stderr io.Writer) (render.Options, int) {
+	buildOpts, err := renderBuildOptions(f.configFile, f.controllerNamespace)
+	if err != nil {
+		fmt.Fprintln(stderr, "trainyard render:", err)
+		return render.Options{}, ExitBadInput
+	}
+	if f.fs.Changed("secret-name-key") {
+		if buildOpts.SecretNames, err = parseSecretNameKey(f.secretNameKey); err != nil {
+			fmt.Fprintln(stderr, "trainyard render: --secret-name-key:", err)
+			return render.Options{}, ExitBadCommand
+		}
+	}
+	opts := render.Options{Build: buildOpts}
+	if f.fs.Changed("api-versions") {
+		opts.APIVersions = append([]string{}, f.apiVersions...)
+	}
+	return opts, ExitOK
 }
 
 // renderBuildOptions reads the controller's configuration file as the controller does

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -162,6 +163,33 @@ func (f flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	}
 	pod := plan.PodSpec(rj)
 
+	settings := fluxSettings(c)
+	scripts, err := fluxScripts(fluxParamsOf(tj, p, rj, settings))
+	if err != nil {
+		return err
+	}
+	setFluxCommand(tj, p.Runtime, c)
+
+	entrypoint := tj.Name + fluxEntrypointSuffix
+	curve := f.names.Name(tj, fluxCurvePurpose)
+	addFluxVolumes(pod, c, entrypoint, curve, settings[envFluxViewImage])
+
+	cm := plan.OwnedObject(tj, "v1", "ConfigMap", entrypoint)
+	cm.Object["data"] = map[string]any{fluxEntrypointKey: scripts[fluxEntrypointKey], fluxInitKey: scripts[fluxInitKey]}
+	p.Objects = append(p.Objects, cm)
+	secret := plan.OwnedObject(tj, "v1", "Secret", curve)
+	secret.Object["type"] = string(corev1.SecretTypeOpaque)
+	name := tj.Name
+	p.CreateOnly = append(p.CreateOnly, plan.CreateOnlyObject{Object: secret, Generate: func(obj *unstructured.Unstructured) error {
+		return generateCurveCert(obj, name)
+	}})
+	return nil
+}
+
+// fluxSettings returns the settings of fluxDefaults, by env var name, each overridden
+// by a plain value (not valueFrom, not empty) of that env var on the "node" container
+// c, where the runtime's env is already overridden by spec.trainer.env.
+func fluxSettings(c *corev1.Container) map[string]string {
 	settings := map[string]string{}
 	for k, v := range fluxDefaults {
 		settings[k] = v
@@ -171,6 +199,16 @@ func (f flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 			settings[e.Name] = e.Value
 		}
 	}
+	return settings
+}
+
+// fluxParamsOf returns the parameters of tj's scripts: nodes from spec.trainer.numNodes,
+// else the count of the "node" replicatedJob rj; tasks per node from
+// spec.trainer.numProcPerNode, else the runtime's mlPolicy.flux.numProcPerNode, else 1;
+// GPUs per node from the node's resources; network device and queue policy from
+// settings (fluxSettings).
+func fluxParamsOf(tj *trainer.TrainJob, p *plan.Plan, rj *jobsetv1alpha2.ReplicatedJob, settings map[string]string) fluxParams {
+	js := p.JobSet
 	params := fluxParams{
 		Name: tj.Name, Namespace: tj.Namespace, Subdomain: plan.Subdomain(js),
 		NumNodes:      int64(plan.Count(rj)),
@@ -188,25 +226,30 @@ func (f flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 			params.Tasks = int64(*t.NumProcPerNode)
 		}
 	}
-	scripts, err := fluxScripts(params)
-	if err != nil {
-		return err
-	}
+	return params
+}
 
+// setFluxCommand makes the "node" container c run the entrypoint script with the
+// command the brokers run as its one argument.
+func setFluxCommand(tj *trainer.TrainJob, rt plan.Runtime, c *corev1.Container) {
 	// The command the brokers run: the container's (spec.trainer.command or the
 	// runtime's) with spec.trainer.args; the runtime's own args stay container args.
 	words := c.Command
 	if t := tj.Spec.Trainer; t != nil && t.Args != nil {
 		words = append(append([]string(nil), words...), t.Args...)
 		c.Args = nil
-		if rc := runtimeNodeContainer(p.Runtime); rc != nil {
+		if rc := runtimeNodeContainer(rt); rc != nil {
 			c.Args = append([]string(nil), rc.Args...)
 		}
 	}
 	c.Command = []string{"/bin/bash", fluxConfigDir + "/" + fluxEntrypointKey, strings.TrimSpace(strings.Join(words, " "))}
+}
 
-	entrypoint := tj.Name + fluxEntrypointSuffix
-	curve := f.names.Name(tj, fluxCurvePurpose)
+// addFluxVolumes adds to the "node" pod the volumes of Flux (its install and software
+// directories, the scripts ConfigMap entrypoint, shared memory and the CURVE Secret
+// curve), mounts them in its container c, and adds the init container
+// "flux-installer", of image, that copies Flux into the install volume.
+func addFluxVolumes(pod *corev1.PodSpec, c *corev1.Container, entrypoint, curve, image string) {
 	for _, v := range []corev1.Volume{
 		{Name: fluxSpackVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: fluxInstallVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -231,21 +274,10 @@ func (f flux) Apply(tj *trainer.TrainJob, p *plan.Plan) error {
 	}
 	pod.InitContainers = append(pod.InitContainers, corev1.Container{
 		Name:         fluxInstaller,
-		Image:        settings[envFluxViewImage],
+		Image:        image,
 		Command:      []string{"/bin/bash", fluxConfigDir + "/" + fluxInitKey},
 		VolumeMounts: []corev1.VolumeMount{installMount, configMount},
 	})
-
-	cm := plan.OwnedObject(tj, "v1", "ConfigMap", entrypoint)
-	cm.Object["data"] = map[string]any{fluxEntrypointKey: scripts[fluxEntrypointKey], fluxInitKey: scripts[fluxInitKey]}
-	p.Objects = append(p.Objects, cm)
-	secret := plan.OwnedObject(tj, "v1", "Secret", curve)
-	secret.Object["type"] = string(corev1.SecretTypeOpaque)
-	name := tj.Name
-	p.CreateOnly = append(p.CreateOnly, plan.CreateOnlyObject{Object: secret, Generate: func(obj *unstructured.Unstructured) error {
-		return generateCurveCert(obj, name)
-	}})
-	return nil
 }
 
 // runtimeNodeContainer is the runtime template's "node" container of the replicatedJob

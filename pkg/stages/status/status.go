@@ -205,50 +205,38 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		// job; keeping it would stop a JobSet deleted later from being re-created.
 		s.forgetApplied(key)
 	}
+	return s.reconcile(ctx, key, tj, js)
+}
 
+// applyOutcome is what a pass's apply step (applyPlan) did, from which the pass writes
+// the TrainJob's status. Its zero value is a pass that applied nothing.
+type applyOutcome struct {
+	applied     bool                // the JobSet was applied
+	objectsOurs bool                // the plan's side objects exist as the TrainJob's
+	planned     []metav1.Condition  // the plan's conditions, when the JobSet was applied
+	conflict    *sideObjectConflict // the side object that stopped the apply; nil if none
+	refused     *refusal            // the refusal to report; nil below RefusalThreshold
+}
+
+// reconcile is the rest of Sync for the managed TrainJob tj and its JobSet js (nil when
+// there is none; tj controls it otherwise): the apply step, the active deadline and the
+// status write. It returns Sync's Result and error.
+func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (engine.Result, error) {
 	finished := trainjob.IsFinished(tj)
 	now := s.now()
 	// Past its active deadline a TrainJob gets no JobSet: one deleted at the deadline
 	// by a pass whose status write then failed is not re-created by the retry.
 	_, pastDeadline := activeDeadline(tj, js, now)
-	applied, objectsOurs := false, false
-	var planned []metav1.Condition
-	var conflict *sideObjectConflict
-	var refused *refusal
+	var out applyOutcome
 	if !finished && !pastDeadline {
-		p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
-		switch {
-		case havePlan && p.Stage == s.Index-1:
-			if applied, conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
-				s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
-				var refusals int
-				switch refusals, refused = s.countRefusal(key, tj, err); {
-				case refusals == 0:
-					return engine.Retry(), err
-				case refused == nil:
-					after := RefusalBackoff(refusals)
-					klog.FromContext(ctx).V(2).Info("The API server refused a write; trying again", "err", err, "refusals", refusals, "after", after)
-					return engine.RequeueAfter(after), nil
-				}
-				klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
-					"refusals", refused.times, "after", refused.delay)
-				break
-			}
-			s.refusalsEnded(key)
-			if applied {
-				planned = p.Conditions
-			}
-			if conflict == nil {
-				objectsOurs = true
-				// The plan has served its purpose; free it (a spec change rebuilds it).
-				s.Plans.DeleteIf(key, p)
-			}
-		case js == nil && !havePlan:
-			return engine.Restart(), nil
+		var stop *engine.Result
+		var err error
+		if out, stop, err = s.applyPlan(ctx, key, tj, js); stop != nil {
+			return *stop, err
 		}
 	}
 
-	if applied {
+	if out.applied {
 		tj = s.newest(tj)
 	}
 	deadline, expired := activeDeadline(tj, js, now)
@@ -261,32 +249,85 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		return func(st *trainer.TrainJobStatus) {
 			computeStatus(st, tj, js, applied, expired, now)
 			planConditions(st, planned, now)
-			writeCondition(st, tj, refused, conflict, healed, now)
+			writeCondition(st, tj, out.refused, out.conflict, healed, now)
 			if s.Gang != nil && !finished {
 				gangCondition(st, tj, s.Gang(tj), now)
 			}
 		}
 	}
-	write := mutate(applied, planned, objectsOurs && js != nil)
-	if applied && s.Settle > 0 && !expired && refused == nil && conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
+	write := mutate(out.applied, out.planned, out.objectsOurs && js != nil)
+	if out.applied && s.Settle > 0 && !expired && out.refused == nil && out.conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
 		return engine.RequeueAfter(s.Settle), nil
 	}
 	wrote, err := s.Status.Update(ctx, tj, write)
 	if err != nil {
 		return engine.Retry(), err
 	}
-	if conflict != nil && wrote {
-		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", conflict.message())
+	if out.conflict != nil && wrote {
+		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", out.conflict.message())
 	}
+	return s.nextSync(out, finished || expired, deadline, now), nil
+}
+
+// applyPlan is a pass's apply step for the unfinished TrainJob tj: when the previous
+// stage's plan for tj's generation has reached this stage, it applies it
+// (applyIfChanged), ends tj's refusal count and frees the plan once the side objects
+// are tj's. It returns what the step did, and a non-nil stop when Sync must return
+// that Result with the error at once: Restart when tj has neither JobSet nor plan,
+// Retry with the error for a failed write that is no refusal, RequeueAfter
+// RefusalBackoff for a refusal below RefusalThreshold. From the threshold on, the
+// refusal is in the outcome and stop is nil.
+func (s *Stage) applyPlan(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (applyOutcome, *engine.Result, error) {
+	var out applyOutcome
+	p, havePlan := s.Plans.Get(key, tj.UID, tj.Generation)
+	switch {
+	case havePlan && p.Stage == s.Index-1:
+		var err error
+		if out.applied, out.conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
+			s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
+			var refusals int
+			switch refusals, out.refused = s.countRefusal(key, tj, err); {
+			case refusals == 0:
+				return out, ptr.To(engine.Retry()), err
+			case out.refused == nil:
+				after := RefusalBackoff(refusals)
+				klog.FromContext(ctx).V(2).Info("The API server refused a write; trying again", "err", err, "refusals", refusals, "after", after)
+				return out, ptr.To(engine.RequeueAfter(after)), nil
+			}
+			klog.FromContext(ctx).Error(err, "The API server keeps refusing a write; trying again after the refusal delay",
+				"refusals", out.refused.times, "after", out.refused.delay)
+			return out, nil, nil
+		}
+		s.refusalsEnded(key)
+		if out.applied {
+			out.planned = p.Conditions
+		}
+		if out.conflict == nil {
+			out.objectsOurs = true
+			// The plan has served its purpose; free it (a spec change rebuilds it).
+			s.Plans.DeleteIf(key, p)
+		}
+	case js == nil && !havePlan:
+		return out, ptr.To(engine.Restart()), nil
+	}
+	return out, nil, nil
+}
+
+// nextSync returns when to sync the TrainJob again after its status was written:
+// RequeueAfter the earliest of its active deadline (at least a second from now; none
+// once done, i.e. finished or expired, or without a deadline), its refusal delay and,
+// for a side-object conflict no informer routes, ConflictRecheck (0 means
+// DefaultConflictRecheck); WaitForEvent when none of them applies.
+func (s *Stage) nextSync(out applyOutcome, done bool, deadline, now time.Time) engine.Result {
 	var after time.Duration
-	if !finished && !expired && !deadline.IsZero() {
+	if !done && !deadline.IsZero() {
 		after = max(deadline.Sub(now), time.Second)
 	}
 	var recheck time.Duration
 	switch {
-	case refused != nil:
-		recheck = refused.delay
-	case conflict != nil && !conflict.watched:
+	case out.refused != nil:
+		recheck = out.refused.delay
+	case out.conflict != nil && !out.conflict.watched:
 		recheck = s.ConflictRecheck
 		if recheck <= 0 {
 			recheck = DefaultConflictRecheck
@@ -296,9 +337,9 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		after = recheck
 	}
 	if after > 0 {
-		return engine.RequeueAfter(after), nil
+		return engine.RequeueAfter(after)
 	}
-	return engine.WaitForEvent(), nil
+	return engine.WaitForEvent()
 }
 
 // settles reports whether the status write of a pass that applied the JobSet may wait

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/utils/ptr"
 )
 
@@ -65,7 +66,23 @@ const (
 // SetDefaults_Configuration fills every unset field of c with its documented default.
 // Called by the generated defaulter (scheme.Default) after decoding.
 func SetDefaults_Configuration(c *Configuration) {
-	cc := &c.ClientConnection
+	defaultClientConnection(&c.ClientConnection)
+	defaultLeaderElection(&c.LeaderElection)
+	defaultMetrics(&c.Metrics)
+	if c.Health.HealthProbeBindAddress == "" {
+		c.Health.HealthProbeBindAddress = DefaultHealthProbeBindAddress
+	}
+	defaultStages(&c.Stages)
+	defaultRateLimit(&c.RateLimit)
+	setString(&c.SideObjects.SecretNameKeySecret, DefaultSecretNameKeySecret)
+	defaultWebhook(&c.Webhook)
+	defaultConsistency(&c.Consistency)
+	defaultStatusServer(&c.StatusServer)
+}
+
+// defaultClientConnection fills the unset fields of the API client's configuration:
+// DefaultClientQPS, DefaultClientBurst, and protobuf content types.
+func defaultClientConnection(cc *componentbaseconfigv1alpha1.ClientConnectionConfiguration) {
 	if cc.QPS == 0 {
 		cc.QPS = DefaultClientQPS
 	}
@@ -79,8 +96,11 @@ func SetDefaults_Configuration(c *Configuration) {
 	if cc.AcceptContentTypes == "" {
 		cc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	}
+}
 
-	le := &c.LeaderElection
+// defaultLeaderElection fills the unset fields of leader election: off, a Lease named
+// DefaultLeaseName, durations of 15s lease, 10s renew deadline and 2s retry.
+func defaultLeaderElection(le *componentbaseconfigv1alpha1.LeaderElectionConfiguration) {
 	if le.LeaderElect == nil {
 		le.LeaderElect = ptr.To(false)
 	}
@@ -93,32 +113,40 @@ func SetDefaults_Configuration(c *Configuration) {
 	setDuration(&le.LeaseDuration, 15*time.Second)
 	setDuration(&le.RenewDeadline, 10*time.Second)
 	setDuration(&le.RetryPeriod, 2*time.Second)
+}
 
-	if c.Metrics.BindAddress == "" {
-		c.Metrics.BindAddress = DefaultMetricsBindAddress
+// defaultMetrics fills the unset fields of the /metrics endpoint: DefaultMetricsBindAddress,
+// HTTPS, and authentication as secureServing is.
+func defaultMetrics(m *MetricsConfiguration) {
+	if m.BindAddress == "" {
+		m.BindAddress = DefaultMetricsBindAddress
 	}
-	if c.Metrics.SecureServing == nil {
-		c.Metrics.SecureServing = ptr.To(true)
+	if m.SecureServing == nil {
+		m.SecureServing = ptr.To(true)
 	}
-	if c.Metrics.Auth.Enabled == nil {
-		c.Metrics.Auth.Enabled = ptr.To(*c.Metrics.SecureServing)
+	if m.Auth.Enabled == nil {
+		m.Auth.Enabled = ptr.To(*m.SecureServing)
 	}
-	if c.Health.HealthProbeBindAddress == "" {
-		c.Health.HealthProbeBindAddress = DefaultHealthProbeBindAddress
-	}
+}
 
-	if c.Stages.Status.Workers == nil {
-		c.Stages.Status.Workers = ptr.To[int32](DefaultStatusWorkers)
+// defaultStages fills every stage's unset workers: DefaultStatusWorkers for the status
+// stage, DefaultStageWorkers for the others.
+func defaultStages(st *StagesConfiguration) {
+	if st.Status.Workers == nil {
+		st.Status.Workers = ptr.To[int32](DefaultStatusWorkers)
 	}
 	// Every other stage, whichever the stage table holds: a new field needs no line here.
-	stages := reflect.ValueOf(&c.Stages).Elem()
+	stages := reflect.ValueOf(st).Elem()
 	for i := range stages.NumField() {
 		if s := stages.Field(i).Addr().Interface().(*StageConfiguration); s.Workers == nil {
 			s.Workers = ptr.To[int32](DefaultStageWorkers)
 		}
 	}
+}
 
-	rl := &c.RateLimit
+// defaultRateLimit fills the unset fields of the stage queues' retry limits and the
+// refusals' (DefaultRetry*, DefaultRefusal*).
+func defaultRateLimit(rl *RateLimitConfiguration) {
 	if rl.BaseDelay == nil {
 		rl.BaseDelay = &metav1.Duration{Duration: DefaultRetryBaseDelay}
 	}
@@ -137,10 +165,12 @@ func SetDefaults_Configuration(c *Configuration) {
 	if rl.RefusalDelay == nil {
 		rl.RefusalDelay = &metav1.Duration{Duration: DefaultRefusalDelay}
 	}
+}
 
-	setString(&c.SideObjects.SecretNameKeySecret, DefaultSecretNameKeySecret)
-
-	wh := &c.Webhook
+// defaultWebhook fills the unset fields of the admission server and its self-managed
+// certificates (DefaultWebhook*, DefaultValidatingWebhookName,
+// DefaultMutatingWebhookName, DefaultCAValidity, DefaultServingValidity).
+func defaultWebhook(wh *WebhookConfiguration) {
 	setString(&wh.BindAddress, DefaultWebhookBindAddress)
 	setString(&wh.ServiceName, DefaultWebhookServiceName)
 	setString(&wh.ValidatingWebhookConfigurationName, DefaultValidatingWebhookName)
@@ -154,15 +184,23 @@ func SetDefaults_Configuration(c *Configuration) {
 	if wh.Certificates.ServingValidity == nil {
 		wh.Certificates.ServingValidity = &metav1.Duration{Duration: DefaultServingValidity}
 	}
+}
 
-	if c.Consistency.SweepPeriod == nil {
-		c.Consistency.SweepPeriod = &metav1.Duration{Duration: DefaultSweepPeriod}
+// defaultConsistency fills the unset fields of the consistency sweep: DefaultSweepPeriod,
+// DefaultLagThreshold.
+func defaultConsistency(cs *ConsistencyConfiguration) {
+	if cs.SweepPeriod == nil {
+		cs.SweepPeriod = &metav1.Duration{Duration: DefaultSweepPeriod}
 	}
-	if c.Consistency.LagThreshold == nil {
-		c.Consistency.LagThreshold = &metav1.Duration{Duration: DefaultLagThreshold}
+	if cs.LagThreshold == nil {
+		cs.LagThreshold = &metav1.Duration{Duration: DefaultLagThreshold}
 	}
+}
 
-	ss := &c.StatusServer
+// defaultStatusServer fills the unset fields of the progress server: its address, its
+// write period and limits (DefaultStatusWrite*, DefaultStatusNamespace*) and its bounds
+// (DefaultStatusMax*).
+func defaultStatusServer(ss *StatusServerConfiguration) {
 	setString(&ss.BindAddress, DefaultStatusServerBindAddress)
 	if ss.WritePeriod == nil {
 		ss.WritePeriod = &metav1.Duration{Duration: DefaultStatusWritePeriod}

@@ -107,18 +107,44 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 				"on the API server and scheduler (the TrainJob proceeds by itself once it is served), "+
 				"or remove podGroupPolicy.workload from the runtime", Versions)}
 	}
+	workload, podGroups, podLevel, atGroup := planGangs(tj, p, version)
+	if n := len(workload.Spec.PodGroupTemplates); n > maxTemplates {
+		return &plan.InvalidInputError{Object: p.Runtime.Ref(), Field: "spec.template.spec.replicatedJobs",
+			Message: fmt.Sprintf("podGroupPolicy.workload gangs every replicatedJob except initializers, %d here, but a Workload holds at most %d", n, maxTemplates)}
+	}
+	if len(workload.Spec.PodGroupTemplates) == 0 {
+		return nil
+	}
+	setClaimsCondition(tj, p, version, podLevel, atGroup)
+	// The Workload first: the PodGroups reference it.
+	for _, obj := range append([]runtime.Object{workload}, podGroups...) {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return fmt.Errorf("encoding %T: %w", obj, err)
+		}
+		out := &unstructured.Unstructured{Object: u}
+		if err := reshape(out, version); err != nil {
+			return err
+		}
+		p.Objects = append(p.Objects, out)
+	}
+	return nil
+}
+
+// planGangs returns tj's Workload, in its v1alpha2 shape, with one podGroupTemplate per
+// gang of p's JobSet (every replicatedJob with pods except the initializers), and the
+// gangs' PodGroups, and points each gang's pod template at its PodGroup. The gangs'
+// shared claims go to the templates and PodGroups when version takes them (atGroup),
+// else stay pod-level (podLevel); both list them as "<replicatedJob>/<claim>".
+func planGangs(tj *trainer.TrainJob, p *plan.Plan, version string) (workload *schedulingv1alpha2.Workload, podGroups []runtime.Object, podLevel, atGroup []string) {
 	owner := *metav1.NewControllerRef(tj, trainer.SchemeGroupVersion.WithKind(trainer.TrainJobKind))
-	workload := &schedulingv1alpha2.Workload{
+	workload = &schedulingv1alpha2.Workload{
 		TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1alpha2.SchemeGroupVersion.String(), Kind: "Workload"},
 		ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, Labels: plan.SideObjectLabels(tj), OwnerReferences: []metav1.OwnerReference{owner}},
 		Spec: schedulingv1alpha2.WorkloadSpec{
 			ControllerRef: &schedulingv1alpha2.TypedLocalObjectReference{APIGroup: trainer.GroupName, Kind: trainer.TrainJobKind, Name: tj.Name},
 		},
 	}
-	var podGroups []runtime.Object
-	// Shared claims, as "<replicatedJob>/<claim>": left pod-level because the version
-	// cannot take them, or moved to the PodGroups.
-	var podLevel, atGroup []string
 	for i := range p.JobSet.Spec.ReplicatedJobs {
 		rj := &p.JobSet.Spec.ReplicatedJobs[i]
 		switch plan.Ancestor(rj) {
@@ -156,27 +182,7 @@ func (b Backend) Apply(_ context.Context, tj *trainer.TrainJob, p *plan.Plan) er
 		})
 		rj.Template.Spec.Template.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
 	}
-	if n := len(workload.Spec.PodGroupTemplates); n > maxTemplates {
-		return &plan.InvalidInputError{Object: p.Runtime.Ref(), Field: "spec.template.spec.replicatedJobs",
-			Message: fmt.Sprintf("podGroupPolicy.workload gangs every replicatedJob except initializers, %d here, but a Workload holds at most %d", n, maxTemplates)}
-	}
-	if len(workload.Spec.PodGroupTemplates) == 0 {
-		return nil
-	}
-	setClaimsCondition(tj, p, version, podLevel, atGroup)
-	// The Workload first: the PodGroups reference it.
-	for _, obj := range append([]runtime.Object{workload}, podGroups...) {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
-			return fmt.Errorf("encoding %T: %w", obj, err)
-		}
-		out := &unstructured.Unstructured{Object: u}
-		if err := reshape(out, version); err != nil {
-			return err
-		}
-		p.Objects = append(p.Objects, out)
-	}
-	return nil
+	return workload, podGroups, podLevel, atGroup
 }
 
 // sharedClaims returns the pod's claims that name a ResourceClaim (shared by every pod
