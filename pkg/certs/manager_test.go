@@ -245,6 +245,11 @@ func TestServingCertificateRotation(t *testing.T) {
 	}
 	handshake(t, srv, bundle, clk.Now(), second)
 
+	// The manager counts a rotation after it puts the certificate in use.
+	eventually(t, "the serving rotation to be counted", func() bool {
+		_, rotations := rec.get()
+		return rotations[metrics.CertificateServing] > 0
+	})
 	expiry, rotations := rec.get()
 	if !expiry[metrics.CertificateServing].Equal(second.NotAfter) || !expiry[metrics.CertificateCA].Equal(parseBundle(t, bundle)[0].NotAfter) {
 		t.Errorf("expiry metrics = %v", expiry)
