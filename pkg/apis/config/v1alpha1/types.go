@@ -28,9 +28,10 @@ import (
 type Configuration struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// clientConnection configures the Kubernetes API client: qps defaults to 50, burst to
-	// 100 (upstream Trainer's values). kubeconfig, when empty, means in-cluster config or
-	// $KUBECONFIG.
+	// clientConnection configures the Kubernetes API client: qps defaults to 500, burst to
+	// 1000 (upstream Trainer's 50 and 100 left the status stage's applies queuing on an
+	// idle CPU in a burst: docs/scale.md). kubeconfig, when empty, means in-cluster config
+	// or $KUBECONFIG.
 	// +optional
 	ClientConnection componentbaseconfigv1alpha1.ClientConnectionConfiguration `json:"clientConnection"`
 
