@@ -20,7 +20,7 @@ var layers = []layer{
 	{"stages", []string{"pkg/stages/..."}},
 	{"stage table", []string{"pkg/stages"}},
 	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs"}},
-	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/admission/admissiontest"}},
+	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/stages/gang/gangtest", "pkg/admission/admissiontest"}},
 	{"commands", []string{"cmd/...", "hack/..."}},
 }
 

@@ -71,14 +71,10 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *se
 	return s, nil
 }
 
-// start starts the PriorityClass informer and, once a certificate is ready, the
-// registration of the webhook configurations (registerURL); they stop with ctx. The
-// certificate is started by its owner. Call WaitForCacheSync before serving.
+// start starts the PriorityClass informer; it stops with ctx. The certificate is
+// started by its owner. Call WaitForCacheSync before serving.
 func (s *admissionServer) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
-	if s.cfg.RegisterURL != "" {
-		go s.register(ctx)
-	}
 }
 
 // hasSynced reports whether the PriorityClass cache has synced; the server listens

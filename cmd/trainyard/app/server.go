@@ -44,6 +44,11 @@ func Run(ctx context.Context, cfg *configv1alpha1.Configuration, opts *Options) 
 	if err != nil {
 		return err
 	}
+	return c.run(ctx)
+}
+
+// run runs the built controller's steps, in Run's order, until ctx is done.
+func (c *controller) run(ctx context.Context) error {
 	stopProbes := c.serveProbesAndMetrics()
 	defer stopProbes()
 	stopInformers := c.startInformers(ctx)
@@ -120,9 +125,11 @@ func (c *controller) serveProbesAndMetrics() (stop func()) {
 }
 
 // startInformers starts the event sink, the shared informers, the optional APIs'
-// informers, the serving certificate's rotation and the admission server's caches. It
-// returns the function that stops them.
+// informers, the serving certificate's rotation and the admission server's caches. They
+// outlive ctx until the function it returns stops them: the pipeline drains, and
+// admission serves until it stops, on caches that still follow the API server.
 func (c *controller) startInformers(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.events.StartRecordingToSink(ctx.Done())
 	c.informers.Start(ctx)
 	c.apis.start(ctx)
@@ -133,6 +140,7 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 		c.admission.start(ctx)
 	}
 	return func() {
+		cancel()
 		c.apis.shutdown()
 		c.informers.Shutdown()
 		c.events.Shutdown()
@@ -153,9 +161,10 @@ func (c *controller) waitForCacheSync(ctx context.Context) error {
 	return nil
 }
 
-// serveAdmissionAndProgress starts the admission and progress servers. Only after the
-// caches synced: a rule reading an empty cache would admit what it must refuse, and a
-// report for a TrainJob the cache does not show yet would be a 404. It returns the
+// serveAdmissionAndProgress starts the admission and progress servers, and admission's
+// self-registration (registerURL) once it has a certificate. Only after the caches
+// synced: a rule reading an empty cache would admit what it must refuse, and a report
+// for a TrainJob the cache does not show yet would be a 404. It returns the
 // function that stops them (and removes admission's self-registered webhook
 // configurations). Errors: a port that cannot be listened on.
 func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func(), err error) {
@@ -171,6 +180,11 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 			return stop, err
 		}
 		c.serveInBackground("serving admission on "+c.admission.server.Addr, func() error { return c.admission.serve(ln) })
+		if c.admission.cfg.RegisterURL != "" {
+			// With ctx, Run's: once cancelled nothing registers, so the unregistration
+			// below leaves no webhook configuration calling a stopped server.
+			go c.admission.register(ctx)
+		}
 		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server}) }, c.unregisterAdmission)
 	}
 	if c.progress != nil {
