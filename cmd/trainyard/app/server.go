@@ -180,12 +180,23 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 			return stop, err
 		}
 		c.serveInBackground("serving admission on "+c.admission.server.Addr, func() error { return c.admission.serve(ln) })
-		if c.admission.cfg.RegisterURL != "" {
-			// With ctx, Run's: once cancelled nothing registers, so the unregistration
-			// below leaves no webhook configuration calling a stopped server.
-			go c.admission.register(ctx)
-		}
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server}) }, c.unregisterAdmission)
+		// The registration ends, its last write answered or abandoned, before the
+		// unregistration starts: a write still in flight could otherwise land after the
+		// delete and leave a webhook configuration calling a stopped server (with
+		// failurePolicy Fail, every TrainJob write in the cluster refused).
+		registerCtx, stopRegistering := context.WithCancel(ctx)
+		registered := make(chan struct{})
+		go func() {
+			defer close(registered)
+			if c.admission.cfg.RegisterURL != "" {
+				c.admission.register(registerCtx)
+			}
+		}()
+		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server}) }, func() {
+			stopRegistering()
+			<-registered
+			c.unregisterAdmission()
+		})
 	}
 	if c.progress != nil {
 		ln, err := c.progress.listen()

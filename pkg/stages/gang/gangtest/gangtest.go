@@ -95,3 +95,19 @@ func CheckOwned(t testing.TB, tj *trainer.TrainJob, obj *unstructured.Unstructur
 		t.Errorf("%s: counts as controlled by an earlier TrainJob of the same name (uid %s)", id, earlier.UID)
 	}
 }
+
+// OnlyPodGroup returns the one side object p plans, failing t unless it is a PodGroup
+// of apiVersion named name that tj controls (CheckOwned): what the coscheduling and
+// Volcano backends plan.
+func OnlyPodGroup(t testing.TB, tj *trainer.TrainJob, p *plan.Plan, apiVersion, name string) *unstructured.Unstructured {
+	t.Helper()
+	if len(p.Objects) != 1 {
+		t.Fatalf("planned %d side objects, want one PodGroup", len(p.Objects))
+	}
+	pg := p.Objects[0]
+	if pg.GetKind() != "PodGroup" {
+		t.Errorf("kind %q, want PodGroup", pg.GetKind())
+	}
+	CheckOwned(t, tj, pg, apiVersion, name)
+	return pg
+}

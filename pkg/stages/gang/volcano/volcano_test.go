@@ -98,14 +98,7 @@ func TestPodGroup(t *testing.T) {
 			if err := (volcano.Backend{Served: served}).Apply(context.Background(), tj, p); err != nil {
 				t.Fatal(err)
 			}
-			if len(p.Objects) != 1 {
-				t.Fatalf("planned %d side objects, want one PodGroup", len(p.Objects))
-			}
-			pg := p.Objects[0]
-			if pg.GetKind() != "PodGroup" {
-				t.Errorf("kind %q, want PodGroup", pg.GetKind())
-			}
-			gangtest.CheckOwned(t, tj, pg, "scheduling.volcano.sh/v1beta1", "test-job")
+			pg := gangtest.OnlyPodGroup(t, tj, p, "scheduling.volcano.sh/v1beta1", "test-job")
 			if diff := cmp.Diff(tc.wantSpec, pg.Object["spec"]); diff != "" {
 				t.Errorf("PodGroup spec (-want +got):\n%s", diff)
 			}
