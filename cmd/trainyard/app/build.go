@@ -196,7 +196,7 @@ func (c *controller) buildProbes(all *clients, profiling bool) error {
 	if c.progress != nil {
 		checks = append(checks, serverCheck{"progress", c.progress.ready})
 	}
-	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, ptrBool(c.cfg.LeaderElection.LeaderElect))}
+	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, &c.stopping, ptrBool(c.cfg.LeaderElection.LeaderElect))}
 	metricsSrv, err := newMetricsServer(c.cfg.Metrics, c.registry, profiling, c.certificate, all.kube, c.logger)
 	if err != nil {
 		return err

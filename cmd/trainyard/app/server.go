@@ -61,7 +61,30 @@ func (c *controller) run(ctx context.Context) error {
 		return err
 	}
 	defer stopServing()
-	return c.waitForStop(c.lead(ctx))
+	stopped := make(chan time.Time, 1)
+	context.AfterFunc(ctx, func() {
+		c.stopping.Store(true)
+		stopped <- time.Now()
+	})
+	err = c.waitForStop(c.lead(ctx))
+	if ctx.Err() != nil {
+		c.delayShutdown(<-stopped)
+	}
+	return err
+}
+
+// delayShutdown returns shutdownDelay after stopped, the cancellation, keeping the
+// admission and progress servers serving meanwhile while /readyz fails: a replica
+// terminating in a rolling update stays reachable until the Service's clients have
+// dropped it (docs/design/architecture.md#start-up-and-shutdown).
+func (c *controller) delayShutdown(stopped time.Time) {
+	delay := ptrDeref(c.cfg.ShutdownDelay).Duration
+	wait := delay - time.Since(stopped)
+	if wait <= 0 || (c.admission == nil && c.progress == nil) {
+		return
+	}
+	c.logger.Info("Serving on for shutdownDelay before closing the servers", "shutdownDelay", delay, "remaining", wait.Round(time.Millisecond))
+	time.Sleep(wait)
 }
 
 // controller is what build makes and Run's steps start, serve and stop.
@@ -88,6 +111,8 @@ type controller struct {
 	probes []*http.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
 	leading atomic.Bool
+	// stopping is true once the controller's context is done: /readyz fails.
+	stopping atomic.Bool
 	// serveErrs receives the error of a server that stopped serving on its own.
 	serveErrs chan error
 }
@@ -205,7 +230,7 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 			return stop, err
 		}
 		c.serveInBackground("serving progress reports on "+c.progress.server.Addr, func() error { return c.progress.serve(ctx, ln, c.logger) })
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.progress.server.Server}) })
+		stops = append(stops, func() { c.progress.shutdown(c.logger) })
 	}
 	return stop, nil
 }
