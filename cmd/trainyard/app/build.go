@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -167,12 +168,17 @@ func (c *controller) buildServers(all, leader *clients, profiling bool) error {
 	// One serving certificate for the HTTPS servers, when one runs. The progress
 	// server's CA ConfigMaps follow its CA bundle.
 	if c.cfg.Webhook.BindAddress != "0" || progress.Serving(c.cfg) {
-		onCAChange := func() {
-			if c.progress != nil {
-				c.progress.publisher.CAChanged()
-			}
+		copies := caCopies{
+			changed: func() {
+				if c.progress != nil {
+					c.progress.publisher.CAChanged()
+				}
+			},
 		}
-		if c.certificate, err = newServingCertificate(c.cfg.Webhook, progress.Serving(c.cfg), podNamespace(), all.kube, c.metrics, onCAChange); err != nil {
+		if progress.Serving(c.cfg) {
+			copies.published = func(bundle []byte) (time.Time, bool) { return c.progress.publisher.Published(bundle) }
+		}
+		if c.certificate, err = newServingCertificate(c.cfg.Webhook, progress.Serving(c.cfg), podNamespace(), all.kube, c.metrics, copies); err != nil {
 			return err
 		}
 	}
