@@ -453,6 +453,7 @@ func TestNoCRDsInTemplates(t *testing.T) {
 	}
 	want := []string{
 		"crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+		"crds/trainer.kubeflow.org_optimizationjobs.yaml",
 		"crds/trainer.kubeflow.org_trainingruntimes.yaml",
 		"crds/trainer.kubeflow.org_trainjobs.yaml",
 	}
