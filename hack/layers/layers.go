@@ -19,7 +19,7 @@ var layers = []layer{
 	{"stage kit", []string{"pkg/stages/statuswriter", "pkg/stages/step"}},
 	{"stages", []string{"pkg/stages/..."}},
 	{"stage table", []string{"pkg/stages"}},
-	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs"}},
+	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs", "pkg/optimization/controller"}},
 	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/stages/gang/gangtest", "pkg/admission/admissiontest"}},
 	{"commands", []string{"cmd/...", "hack/..."}},
 }

@@ -99,7 +99,7 @@ func New(job *trainer.OptimizationJob, index int, assignment []trainer.Parameter
 	if tj.Annotations == nil {
 		tj.Annotations = map[string]string{}
 	}
-	tj.Labels[LabelOptimizationJob] = labelValue(job.Name)
+	tj.Labels[LabelOptimizationJob] = LabelValue(job.Name)
 	tj.Labels[LabelIndex] = strconv.Itoa(index)
 	tj.Annotations[AnnotationParameters] = string(record)
 	if tj.Spec.Trainer == nil {
@@ -128,9 +128,9 @@ func setEnv(env []corev1.EnvVar, name, value string) []corev1.EnvVar {
 	return append(env, corev1.EnvVar{Name: name, Value: value})
 }
 
-// labelValue is name as a label value: names longer than 63 characters (an
+// LabelValue is name as a label value (LabelOptimizationJob): names longer than 63 characters (an
 // OptimizationJob's may be) are cut, with a hash, as Name does.
-func labelValue(name string) string {
+func LabelValue(name string) string {
 	if len(name) <= maxNameLength {
 		return name
 	}

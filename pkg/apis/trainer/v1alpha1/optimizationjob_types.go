@@ -291,3 +291,23 @@ type ParameterAssignment struct {
 	// +required
 	Value string `json:"value"`
 }
+
+// Condition types and reasons of OptimizationJob status (KEP-3562).
+const (
+	// OptimizationJobCreated is True once the controller runs the search's trials;
+	// False, reason TrainJobsCreationFailed, while it cannot create one.
+	OptimizationJobCreated = "Created"
+	// OptimizationJobComplete is True once every trial the search makes has finished
+	// and at least one reported the objective metric.
+	OptimizationJobComplete = "Complete"
+	// OptimizationJobFailed is True when the search cannot run (reason InvalidSpec) or
+	// finished without any trial reporting the objective metric (NoTrialSucceeded).
+	OptimizationJobFailed = "Failed"
+
+	OptimizationJobTrialsCreatedReason           = "TrialsCreated"
+	OptimizationJobTrainJobsCreationFailedReason = "TrainJobsCreationFailed"
+	OptimizationJobMaxTrialsReachedReason        = "MaxTrialsReached"
+	OptimizationJobSearchSpaceExhaustedReason    = "SearchSpaceExhausted"
+	OptimizationJobNoTrialSucceededReason        = "NoTrialSucceeded"
+	OptimizationJobInvalidSpecReason             = "InvalidSpec"
+)
