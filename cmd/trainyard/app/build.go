@@ -125,7 +125,8 @@ func (c *controller) buildCaches(all, leader *clients) error {
 			return err
 		}
 	}
-	return nil
+	c.optimization, err = newOptimizationJobs(c.cfg, all.trainers, leader.trainers, c.apis.served, c.informers, c.metrics, c.logger)
+	return err
 }
 
 // buildPipeline makes the pipeline of the stage table over the caches, writing with the

@@ -107,6 +107,8 @@ type controller struct {
 	certificate *servingCertificate // nil when no HTTPS server runs
 	admission   *admissionServer    // nil when admission is off
 	progress    *progressServer     // nil when the progress server is off
+	// optimization runs OptimizationJobs; nil when the API server does not serve them.
+	optimization *optimizationJobs
 	// probes are the health and metrics servers.
 	probes []*http.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
@@ -158,6 +160,9 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 	c.events.StartRecordingToSink(ctx.Done())
 	c.informers.Start(ctx)
 	c.apis.start(ctx)
+	if c.optimization != nil {
+		c.optimization.start(ctx)
+	}
 	if c.certificate != nil {
 		c.certificate.start(ctx, c.logger)
 	}
@@ -168,6 +173,9 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 		cancel()
 		c.apis.shutdown()
 		c.informers.Shutdown()
+		if c.optimization != nil {
+			c.optimization.shutdown()
+		}
 		c.events.Shutdown()
 	}
 }
@@ -177,6 +185,7 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 // done first.
 func (c *controller) waitForCacheSync(ctx context.Context) error {
 	if !c.informers.WaitForCacheSync(ctx) || !cache.WaitForNamedCacheSyncWithContext(ctx, c.apis.HasSynced) ||
+		(c.optimization != nil && !cache.WaitForNamedCacheSyncWithContext(ctx, c.optimization.hasSynced)) ||
 		(c.admission != nil && !cache.WaitForNamedCacheSyncWithContext(ctx, c.admission.hasSynced)) {
 		return errors.New("informer caches did not sync before shutdown")
 	}
@@ -283,6 +292,9 @@ func (c *controller) runPipeline(ctx context.Context) {
 	if err := c.pipeline.Run(ctx); err != nil {
 		c.logger.Error(err, "Pipeline stopped")
 	}
+	if c.optimization != nil {
+		c.optimization.wait()
+	}
 }
 
 // route sends informer events to the pipeline, the progress server's and the optional
@@ -295,6 +307,11 @@ func (c *controller) route(ctx context.Context) error {
 	}
 	if c.progress != nil {
 		if err := c.progress.lead(ctx, c.informers, c.logger); err != nil {
+			return err
+		}
+	}
+	if c.optimization != nil {
+		if err := c.optimization.lead(ctx, c.informers.TrainJobs); err != nil {
 			return err
 		}
 	}
