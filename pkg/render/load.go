@@ -14,9 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
+	"github.com/trainyard/trainyard/pkg/optimization/trial"
 )
 
 // Source is one input file: YAML or JSON, one or more documents separated by "---".
@@ -51,7 +54,7 @@ var decoder = func() runtime.Decoder {
 }()
 
 // accepted lists the kinds Load reads, for error messages.
-const accepted = "TrainJob, TrainingRuntime, ClusterTrainingRuntime (trainer.kubeflow.org/v1alpha1), " +
+const accepted = "TrainJob, OptimizationJob, TrainingRuntime, ClusterTrainingRuntime (trainer.kubeflow.org/v1alpha1), " +
 	"ResourceClaimTemplate, ResourceClaim, DeviceClass (resource.k8s.io/v1)"
 
 // Load decodes every document of sources. Namespaced objects without a namespace get
@@ -127,6 +130,11 @@ func (in *Inputs) add(doc []byte, where, namespace string) error {
 	case *trainer.TrainJob:
 		setNamespace(o, namespace)
 		in.TrainJobs = append(in.TrainJobs, o)
+	case *trainer.OptimizationJob:
+		setNamespace(o, namespace)
+		if err := in.addTrials(o, where); err != nil {
+			return err
+		}
 	case *trainer.TrainingRuntime:
 		setNamespace(o, namespace)
 		in.TrainingRuntimes = append(in.TrainingRuntimes, o)
@@ -174,4 +182,31 @@ func objectName(namespace, name string) string {
 // origin returns where the object was read, or "" when it was not an input.
 func (in *Inputs) origin(kind, namespace, name string) string {
 	return in.origins[originKey(kind, namespace, name)]
+}
+
+// addTrials adds the trials an OptimizationJob creates first — parallelTrials of them,
+// at most numTrials (both default 1) — as TrainJobs to render, each read "from" where.
+// Without random.seed the controller seeds the search with the OptimizationJob's uid,
+// which an offline object lacks (search.Seed then hashes its name): set random.seed to
+// see the exact parameters the cluster will run. Errors: a search
+// that cannot run (search.Validate's, naming the field) or a trial that cannot be made.
+func (in *Inputs) addTrials(job *trainer.OptimizationJob, where string) error {
+	srch, err := search.New(&job.Spec, search.Seed(job))
+	if err != nil {
+		return fmt.Errorf("%s: OptimizationJob %s: %w", where, objectName(job.Namespace, job.Name), err)
+	}
+	n := min(int(ptr.Deref(job.Spec.ParallelTrials, 1)), int(ptr.Deref(job.Spec.NumTrials, 1)), srch.Size())
+	for index := range n {
+		assignment, err := srch.Assignment(index)
+		if err != nil {
+			return fmt.Errorf("%s: OptimizationJob %s: %w", where, objectName(job.Namespace, job.Name), err)
+		}
+		tj, err := trial.New(job, index, assignment)
+		if err != nil {
+			return fmt.Errorf("%s: OptimizationJob %s: %w", where, objectName(job.Namespace, job.Name), err)
+		}
+		in.TrainJobs = append(in.TrainJobs, tj)
+		in.origins[originKey(trainer.TrainJobKind, tj.Namespace, tj.Name)] = fmt.Sprintf("%s (OptimizationJob %s, trial %d)", where, job.Name, index)
+	}
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,7 +73,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if finished(job) {
 		return engine.WaitForEvent(), nil
 	}
-	srch, err := search.New(&job.Spec, seedOf(job))
+	srch, err := search.New(&job.Spec, search.Seed(job))
 	if err != nil {
 		st := job.Status.DeepCopy()
 		setCondition(st, job, trainer.OptimizationJobFailed, trainer.OptimizationJobInvalidSpecReason,
@@ -155,15 +154,6 @@ func (s *Stage) writeStatus(ctx context.Context, job *trainer.OptimizationJob, s
 		return fmt.Errorf("writing the status of OptimizationJob %s/%s: %w", job.Namespace, job.Name, err)
 	}
 	return nil
-}
-
-// seedOf returns the random search's seed for job when its spec sets none: a hash of
-// its uid, so each OptimizationJob samples its own trials and keeps them across
-// controller restarts.
-func seedOf(job *trainer.OptimizationJob) int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(job.UID))
-	return int64(h.Sum64())
 }
 
 func finished(job *trainer.OptimizationJob) bool {

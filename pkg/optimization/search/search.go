@@ -13,12 +13,27 @@ package search
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"strconv"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
+
+// Seed returns the random search's seed for job when its spec sets none: a hash of its
+// uid, so each OptimizationJob samples its own trials and keeps them across controller
+// restarts; of its namespace and name when it has no uid yet (an object read from a
+// file, for `trainyard render`).
+func Seed(job *trainer.OptimizationJob) int64 {
+	h := fnv.New64a()
+	if job.UID != "" {
+		_, _ = h.Write([]byte(job.UID))
+	} else {
+		_, _ = h.Write([]byte(job.Namespace + "/" + job.Name))
+	}
+	return int64(h.Sum64())
+}
 
 // ErrExhausted is returned for a grid index past the last combination: a grid has at
 // most the product of its parameters' choice counts trials, however many numTrials asks.
