@@ -77,6 +77,10 @@ func post(t *testing.T, srv *httptest.Server, path string, body []byte) *admissi
 
 type observed struct{ reviews []string }
 
+func (o *observed) ObserveAdmissionRejected(reason string) {
+	o.reviews = append(o.reviews, "rejected "+reason)
+}
+
 func (o *observed) ObserveReview(webhook, kind string, op admissionv1.Operation, resp *admissionv1.AdmissionResponse, _ time.Duration) {
 	o.reviews = append(o.reviews, strings.Join([]string{webhook, kind, string(op), map[bool]string{true: "allowed", false: "denied"}[resp.Allowed]}, " "))
 }

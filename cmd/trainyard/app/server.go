@@ -18,6 +18,7 @@ import (
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -84,8 +85,9 @@ type controller struct {
 	certificate *servingCertificate // nil when no HTTPS server runs
 	admission   *admissionServer    // nil when admission is off
 	progress    *progressServer     // nil when the progress server is off
-	// probes are the health and metrics servers.
-	probes []*http.Server
+	// probes are the health server; metricsServer, nil when off, serves /metrics.
+	probes        []*http.Server
+	metricsServer *httpserver.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
 	leading atomic.Bool
 	// serveErrs receives the error of a server that stopped serving on its own.
@@ -121,7 +123,12 @@ func (c *controller) serveProbesAndMetrics() (stop func()) {
 			return srv.ListenAndServe()
 		})
 	}
-	return func() { shutdownServers(c.logger, c.probes) }
+	servers := c.probes
+	if c.metricsServer != nil {
+		c.serveInBackground("serving "+c.metricsServer.Addr, c.metricsServer.ListenAndServe)
+		servers = append(servers[:len(servers):len(servers)], c.metricsServer.Server)
+	}
+	return func() { shutdownServers(c.logger, servers) }
 }
 
 // startInformers starts the event sink, the shared informers, the optional APIs'
@@ -192,7 +199,7 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 				c.admission.register(registerCtx)
 			}
 		}()
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server}) }, func() {
+		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server.Server}) }, func() {
 			stopRegistering()
 			<-registered
 			c.unregisterAdmission()
@@ -205,7 +212,7 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 			return stop, err
 		}
 		c.serveInBackground("serving progress reports on "+c.progress.server.Addr, func() error { return c.progress.serve(ctx, ln, c.logger) })
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.progress.server.Server}) })
+		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.progress.server.Server.Server}) })
 	}
 	return stop, nil
 }
