@@ -81,8 +81,12 @@ func TestBodyBudgetRefuses(t *testing.T) {
 
 func TestInFlight(t *testing.T) {
 	f := httpserver.NewInFlight(2)
-	if !f.TryAcquire() || !f.TryAcquire() || f.TryAcquire() {
-		t.Fatal("want two slots and a refusal")
+	var got []bool
+	for range 3 {
+		got = append(got, f.TryAcquire())
+	}
+	if got[0] != true || got[1] != true || got[2] != false {
+		t.Fatalf("three acquisitions of two slots: %v, want [true true false]", got)
 	}
 	f.Release()
 	if !f.TryAcquire() {
