@@ -42,6 +42,10 @@ const NoAdmission = "--webhook-bind-address=0"
 const (
 	ControllerNamespace = "default"
 	WebhookServiceName  = "trainyard-webhook"
+	// MutatingWebhookName and ValidatingWebhookName are the controller's default
+	// webhook configuration names (webhook.mutatingWebhookConfigurationName, ...).
+	MutatingWebhookName   = "trainyard-defaulter"
+	ValidatingWebhookName = "trainyard-validator"
 )
 
 // Build builds cmd/trainyard of this checkout into <repo>/_output/e2e/bin/trainyard and
@@ -70,6 +74,9 @@ type Process struct {
 	// WebhookURL is where the API server calls its admission webhooks ("" with
 	// NoAdmission or ProvidedCertDir: not registered).
 	WebhookURL string
+	// WebhookAddr is the 127.0.0.1 address of the admission server ("" with
+	// NoAdmission), registered or not.
+	WebhookAddr string
 	// ProgressAddr is the address of the progress server: on 127.0.0.1, or on the
 	// host's bridge address (cluster.HostAddress) with a real node ("" with
 	// NoAdmission).
@@ -190,6 +197,7 @@ func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process) []stri
 	}
 	if !slices.Contains(args, NoAdmission) {
 		addr := cluster.FreeAddr(t)
+		p.WebhookAddr = addr
 		args = append(args, "--webhook-bind-address="+addr)
 		if cfg.ProvidedCertDir == "" {
 			p.WebhookURL = "https://" + addr

@@ -290,9 +290,19 @@ func progressClient(t *testing.T, caPEM []byte, addr string) *http.Client {
 // the status code and response body.
 func postReport(t *testing.T, client *http.Client, url, token, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
+	code, data, err := postReportOnce(client, url, token, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return code, data
+}
+
+// postReportOnce posts body to url with token (none when empty) and returns the
+// answer's status and body, or the error when no answer came.
+func postReportOnce(client *http.Client, url, token, body string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
+	if err != nil {
+		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -300,11 +310,11 @@ func postReport(t *testing.T, client *http.Client, url, token, body string) (int
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
+		return 0, "", fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	return resp.StatusCode, string(data), nil
 }
 
 func jsonEqual(a, b string) bool {

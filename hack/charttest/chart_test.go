@@ -92,6 +92,7 @@ podAnnotations: {example.com/a: b}
 podLabels: {example.com/l: m}
 priorityClassName: system-cluster-critical
 terminationGracePeriodSeconds: 60
+shutdownDelay: 12s
 revisionHistoryLimit: 3
 strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
 resources: {requests: {cpu: 500m, memory: 1Gi}, limits: {cpu: 2, memory: 4Gi}}
@@ -452,6 +453,7 @@ func TestNoCRDsInTemplates(t *testing.T) {
 	}
 	want := []string{
 		"crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+		"crds/trainer.kubeflow.org_optimizationjobs.yaml",
 		"crds/trainer.kubeflow.org_trainingruntimes.yaml",
 		"crds/trainer.kubeflow.org_trainjobs.yaml",
 	}

@@ -56,6 +56,9 @@ func TestConfigFile(t *testing.T) {
 		le.ResourceNamespace = namespace
 		// The progress server's gate, explicit (the binary's default is on too).
 		want.FeatureGates = map[string]bool{"TrainJobStatus": true}
+		// In a cluster a terminating replica serves on while Services drop it; a
+		// process outside one (make run) has nothing to wait for.
+		want.ShutdownDelay.Duration = 5 * time.Second
 		if diff := cmp.Diff(want, cfg); diff != "" {
 			t.Errorf("chart defaults differ from the binary's (-binary +chart):\n%s", diff)
 		}
@@ -73,7 +76,7 @@ func TestConfigFile(t *testing.T) {
 			"baseDelay": cfg.RateLimit.BaseDelay.Duration, "maxDelay": cfg.RateLimit.MaxDelay.Duration,
 			"retryQPS": *cfg.RateLimit.QPS, "retryBurst": *cfg.RateLimit.Burst,
 			"refusalThreshold": *cfg.RateLimit.RefusalThreshold, "refusalDelay": cfg.RateLimit.RefusalDelay.Duration,
-			"featureGates": cfg.FeatureGates,
+			"featureGates": cfg.FeatureGates, "shutdownDelay": cfg.ShutdownDelay.Duration,
 			"webhook":      cfg.Webhook,
 			"statusServer": cfg.StatusServer,
 		}
@@ -85,7 +88,7 @@ func TestConfigFile(t *testing.T) {
 			"baseDelay": 10 * time.Millisecond, "maxDelay": 2 * time.Minute,
 			"retryQPS": float32(20), "retryBurst": int32(200),
 			"refusalThreshold": int32(3), "refusalDelay": 20 * time.Minute,
-			"featureGates": map[string]bool{"SomeFeature": true, "TrainJobStatus": true},
+			"featureGates": map[string]bool{"SomeFeature": true, "TrainJobStatus": true}, "shutdownDelay": 12 * time.Second,
 			"statusServer": configv1alpha1.StatusServerConfiguration{
 				BindAddress: ":11443", WritePeriod: &metav1.Duration{Duration: 30 * time.Second},
 				QPS: ptr.To[float32](100), Burst: ptr.To[int32](200),

@@ -22,8 +22,9 @@ import (
 )
 
 // stageNames are the pipeline's stages, then the progress stage (package
-// progress), which runs in a pipeline of its own on every replica.
-var stageNames = []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status", "progress"}
+// progress), which runs in a pipeline of its own on every replica, and the
+// OptimizationJob stage (package optimization/controller), in its own on the leader.
+var stageNames = []string{"resolve_runtime", "merge_patches", "ml_policy", "gang_scheduling", "dra_claims", "status", "progress", "optimization"}
 
 // scrapeLabels are labels Prometheus adds to every series it scrapes through a
 // Prometheus Operator ServiceMonitor.

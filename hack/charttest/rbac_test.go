@@ -49,6 +49,13 @@ var controllerCalls = []grant{
 	{"jobset.x-k8s.io", "jobsets", "delete", ""},
 	// blockOwnerDeletion on the JobSet's owner reference (OwnerReferencesPermissionEnforcement)
 	{"trainer.kubeflow.org", "trainjobs/finalizers", "update", ""},
+	// OptimizationJobs (pkg/optimization/controller): informer, status, trials
+	{"trainer.kubeflow.org", "optimizationjobs", "get", ""},
+	{"trainer.kubeflow.org", "optimizationjobs", "list", ""},
+	{"trainer.kubeflow.org", "optimizationjobs", "watch", ""},
+	{"trainer.kubeflow.org", "optimizationjobs/status", "update", ""},
+	{"trainer.kubeflow.org", "optimizationjobs/finalizers", "update", ""},
+	{"trainer.kubeflow.org", "trainjobs", "create", ""},
 	// gang scheduling side objects, server-side applied by the status stage
 	// (pkg/stages/status/objects.go; backends in pkg/stages/gang)
 	{"scheduling.k8s.io", "workloads", "create", ""},

@@ -13,13 +13,13 @@ import (
 // it when it ends in "/..."; the most specific pattern wins (layerOf).
 var layers = []layer{
 	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/version"}},
-	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/lease", "pkg/util/..."}},
+	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
 	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
 	{"caches", []string{"pkg/informers"}},
 	{"stage kit", []string{"pkg/stages/statuswriter", "pkg/stages/step"}},
 	{"stages", []string{"pkg/stages/..."}},
 	{"stage table", []string{"pkg/stages"}},
-	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs"}},
+	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs", "pkg/optimization/controller"}},
 	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/stages/gang/gangtest", "pkg/admission/admissiontest"}},
 	{"commands", []string{"cmd/...", "hack/..."}},
 }

@@ -31,14 +31,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
+	optimization "github.com/trainyard/trainyard/pkg/optimization/controller"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
 )
 
 // stageNames are the pipeline's stages in order, then the progress stage (its
-// own single-stage pipeline on every replica): the values of the "stage" and
-// "name" labels.
-var stageNames = append(stages.Names(), progress.Name)
+// own single-stage pipeline on every replica) and the OptimizationJob stage (its
+// own on the leader): the values of the "stage" and "name" labels.
+var stageNames = append(stages.Names(), progress.Name, optimization.Name)
 
 // enumLabels are the labels whose values are a closed set that the catalogue
 // lists. The values come from the gathered children, so they follow the code.

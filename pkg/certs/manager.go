@@ -218,7 +218,7 @@ func (m *Manager) ensureSecret(ctx context.Context) (*state, error) {
 			data = cur.Data
 		}
 		st := parseState(data)
-		next, rotated, err := renew(&m.opts, m.opts.Clock.Now(), st, m.published(st))
+		next, rotated, err := renew(&m.opts, m.opts.Clock.Now(), st, m.published(st, m.opts.Clock.Now()))
 		if err != nil {
 			return nil, err
 		}
@@ -311,6 +311,11 @@ func (m *Manager) nextCheck(now time.Time, st *state) time.Time {
 		consider(renewAt(st.serving.Leaf, m.opts.RenewFraction))
 		if st.ca != nil && st.serving.Leaf.CheckSignatureFrom(st.ca.Leaf) != nil {
 			consider(st.ca.Leaf.NotBefore.Add(backdate + m.opts.CAPublishDelay))
+			if m.opts.CAPublished != nil {
+				if since, ok := m.opts.CAPublished(st.data[CACertKey]); ok {
+					consider(since.Add(m.opts.CAPublishDelay))
+				}
+			}
 		}
 	}
 	return next

@@ -397,7 +397,7 @@ func TestNoWriteWhenNothingChanged(t *testing.T) {
 	// Let the informers deliver the Manager's own writes.
 	eventually(t, "the informer caches to catch up", func() bool {
 		cur, _ := m.current()
-		return cur != nil && cur.ResourceVersion == client.secret(t).ResourceVersion && m.published(parseState(cur.Data))
+		return cur != nil && cur.ResourceVersion == client.secret(t).ResourceVersion && m.published(parseState(cur.Data), clk.Now())
 	})
 	client.ClearActions()
 
@@ -513,4 +513,60 @@ func nonWatchActions(actions []clienttesting.Action) []string {
 		}
 	}
 	return out
+}
+
+// Issue 25, item 1: with CAPublished set (the progress server's CA ConfigMaps), a new CA
+// is served only once those copies have carried it for CAPublishDelay too, however long
+// the webhook configurations have: a trainer pod whose mounted CA lags would refuse a
+// serving certificate signed by a CA it does not know.
+func TestCARotationWaitsForEveryCopyOfTheBundle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	client := newAPIClient(webhookConfigs()...)
+	opts := testOptions(clk, newRecorder())
+	var mu sync.Mutex
+	var copies []byte // what the other copies carry
+	var since time.Time
+	opts.CAPublished = func(bundle []byte) (time.Time, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return since, bytes.Equal(copies, bundle)
+	}
+	publish := func(bundle []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		copies, since = bundle, clk.Now()
+	}
+	m, _ := start(t, client, opts)
+	publish(m.CABundle())
+
+	// 20h: a new CA, next to the old one in the bundle (two serving renewals before).
+	step(t, clk, 8*time.Hour)
+	step(t, clk, 8*time.Hour)
+	step(t, clk, 4*time.Hour)
+	eventually(t, "a second CA", func() bool { return len(parseBundle(t, m.CABundle())) == 2 })
+	both := m.CABundle()
+	newCA := parseBundle(t, both)[0]
+	if serving(t, m).CheckSignatureFrom(newCA) == nil {
+		t.Fatal("the serving certificate was signed by the new CA at once")
+	}
+
+	// Past CAPublishDelay the webhooks carry both CAs, the other copies still the old
+	// bundle: the serving certificate stays.
+	step(t, clk, 2*time.Minute)
+	step(t, clk, time.Hour) // a periodic check
+	if s := serving(t, m); s.CheckSignatureFrom(newCA) == nil {
+		t.Fatal("the serving certificate switched to the new CA before the CA ConfigMaps carried it")
+	}
+
+	// The copies carry it now, and a check runs at once (a webhook configuration
+	// event, say): CAPublishDelay later, and not before, the switch, without waiting
+	// for the periodic check.
+	publish(both)
+	m.enqueue()
+	step(t, clk, 30*time.Second)
+	if s := serving(t, m); s.CheckSignatureFrom(newCA) == nil {
+		t.Fatal("the serving certificate switched less than CAPublishDelay after the CA ConfigMaps carried the new CA")
+	}
+	step(t, clk, 30*time.Second)
+	eventually(t, "a serving certificate signed by the new CA", func() bool { return serving(t, m).CheckSignatureFrom(newCA) == nil })
 }

@@ -109,6 +109,15 @@ type Options struct {
 	// must not block) each time CABundle changes, the first load included: the
 	// progress server's CA ConfigMaps follow the bundle through it.
 	OnCABundleChange func()
+	// CAPublished, when set, reports whether the bundle is published everywhere else
+	// its clients read it (the progress server's CA ConfigMaps, which trainer pods
+	// mount) and since when this process has seen it so; the Manager switches the
+	// serving certificate to a new CA only CAPublishDelay after that time too, so a
+	// kubelet has refreshed every mounted copy first (within about a minute). It is
+	// called from the Manager's goroutine and must not block. A replica that cannot
+	// tell (it does not keep those ConfigMaps) answers false, and leaves the switch
+	// to the replica that can.
+	CAPublished func(bundle []byte) (since time.Time, ok bool)
 }
 
 // Metrics receives the Manager's certificate events. certificate is

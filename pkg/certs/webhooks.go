@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,14 +112,19 @@ func carries(obj runtime.Object, bundle []byte) bool {
 }
 
 // published reports whether every existing webhook configuration (as cached)
-// carries st's bundle.
-func (m *Manager) published(st *state) bool {
+// carries st's bundle and, with Options.CAPublished, whether the bundle's other
+// copies have carried it for CAPublishDelay at now.
+func (m *Manager) published(st *state, now time.Time) bool {
 	for _, w := range m.webhooks {
 		if obj := w.cached(); obj != nil && !carries(obj, st.data[CACertKey]) {
 			return false
 		}
 	}
-	return true
+	if m.opts.CAPublished == nil {
+		return true
+	}
+	since, ok := m.opts.CAPublished(st.data[CACertKey])
+	return ok && !now.Before(since.Add(m.opts.CAPublishDelay))
 }
 
 // syncWebhooks sets st's bundle as the caBundle of every webhook of the

@@ -127,6 +127,9 @@ type CAPublisher struct {
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	started  atomic.Bool
+	// running is true while Run keeps the ConfigMaps (Published).
+	running   atomic.Bool
+	published publishedBundle
 }
 
 // NewCAPublisher returns a CAPublisher; Run starts it. It makes no API call.
@@ -211,6 +214,8 @@ func (p *CAPublisher) Run(ctx context.Context) error {
 		return nil // cancelled
 	}
 	p.CAChanged()
+	p.running.Store(true)
+	defer p.running.Store(false)
 	var wg sync.WaitGroup
 	for range p.opts.Workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, p.work, time.Second) })

@@ -69,14 +69,19 @@ var _ progress.Observer = (*observer)(nil)
 
 // enqueued records the keys a Coalescer enqueues.
 type enqueued struct {
-	mu   sync.Mutex
-	keys []cache.ObjectName
+	mu      sync.Mutex
+	keys    []cache.ObjectName
+	forward func(cache.ObjectName) // also called, when set (a pipeline's Enqueue)
 }
 
 func (e *enqueued) add(k cache.ObjectName) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.keys = append(e.keys, k)
+	forward := e.forward
+	e.mu.Unlock()
+	if forward != nil {
+		forward(k)
+	}
 }
 
 func (e *enqueued) get() []cache.ObjectName {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -113,6 +114,8 @@ type Stage struct {
 	period    time.Duration
 	limits    *writeLimiter
 	clock     clock.PassiveClock
+	// draining is set by Drain: the period no longer defers a write.
+	draining atomic.Bool
 }
 
 var _ engine.Stage = (*Stage)(nil)
@@ -249,7 +252,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 		c.observer.ObserveProgressDropped(reason)
 		return e, nil, 0
 	}
-	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) {
+	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) && !s.draining.Load() {
 		if wait := e.lastWrite.Add(s.period).Sub(now); wait > 0 {
 			return deferWrite(wait)
 		}

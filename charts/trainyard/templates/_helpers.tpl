@@ -364,6 +364,7 @@ rateLimit:
   {{- toYaml .Values.config.rateLimit | nindent 2 }}
 consistency:
   {{- toYaml .Values.config.consistency | nindent 2 }}
+shutdownDelay: {{ .Values.shutdownDelay | quote }}
 sideObjects:
   secretNameKeySecret: {{ include "trainyard.secretNameKeySecretName" . | quote }}
 {{- with .Values.watchNamespaces }}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -124,7 +125,8 @@ func (c *controller) buildCaches(all, leader *clients) error {
 			return err
 		}
 	}
-	return nil
+	c.optimization, err = newOptimizationJobs(c.cfg, all.trainers, leader.trainers, c.apis.served, c.informers, c.metrics, c.logger)
+	return err
 }
 
 // buildPipeline makes the pipeline of the stage table over the caches, writing with the
@@ -167,12 +169,17 @@ func (c *controller) buildServers(all, leader *clients, profiling bool) error {
 	// One serving certificate for the HTTPS servers, when one runs. The progress
 	// server's CA ConfigMaps follow its CA bundle.
 	if c.cfg.Webhook.BindAddress != "0" || progress.Serving(c.cfg) {
-		onCAChange := func() {
-			if c.progress != nil {
-				c.progress.publisher.CAChanged()
-			}
+		copies := caCopies{
+			changed: func() {
+				if c.progress != nil {
+					c.progress.publisher.CAChanged()
+				}
+			},
 		}
-		if c.certificate, err = newServingCertificate(c.cfg.Webhook, progress.Serving(c.cfg), podNamespace(), all.kube, c.metrics, onCAChange); err != nil {
+		if progress.Serving(c.cfg) {
+			copies.published = func(bundle []byte) (time.Time, bool) { return c.progress.publisher.Published(bundle) }
+		}
+		if c.certificate, err = newServingCertificate(c.cfg.Webhook, progress.Serving(c.cfg), podNamespace(), all.kube, c.metrics, copies); err != nil {
 			return err
 		}
 	}
@@ -196,7 +203,7 @@ func (c *controller) buildProbes(all *clients, profiling bool) error {
 	if c.progress != nil {
 		checks = append(checks, serverCheck{"progress", c.progress.ready})
 	}
-	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, ptrBool(c.cfg.LeaderElection.LeaderElect))}
+	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, &c.stopping, ptrBool(c.cfg.LeaderElection.LeaderElect))}
 	metricsSrv, err := newMetricsServer(c.cfg.Metrics, c.registry, profiling, c.certificate, all.kube, c.logger)
 	if err != nil {
 		return err

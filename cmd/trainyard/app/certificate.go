@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -31,21 +32,37 @@ type servingCertificate struct {
 	providedCA *certs.ProvidedCABundle // provided, with the progress server on: certDir's CA bundle
 }
 
+// caCopies are the copies of the serving certificate's CA bundle kept outside it: the
+// progress server's CA ConfigMaps, which trainer pods mount (docs/design/progress.md).
+// With provided certificates (cert-manager, a user's Secret) Trainyard follows a new
+// ca.crt but cannot hold back the certificate its issuer rotates: an issuer that rotates
+// its CA must keep the old one in ca.crt until every pod has the new one, as
+// cert-manager's CA bundles do.
+type caCopies struct {
+	// changed, when set, is called each time the bundle changes (it must not block).
+	changed func()
+	// published, when set, reports whether every copy carries bundle, and since when
+	// (certs.Options.CAPublished).
+	published func(bundle []byte) (since time.Time, ok bool)
+}
+
 // newServingCertificate returns the certificate cfg describes; namespace is the
 // controller's (the Secret and the Service live there). publishCA says the progress
 // server runs and so needs the CA bundle that trainer pods trust (its CA ConfigMaps).
-// onCAChange, when set, is called each time that bundle changes. Errors: a registerURL
-// that does not parse, invalid certificate options, or, with provided certificates and
-// publishCA, files in certDir that yield no CA bundle (providedCAError).
+// copies are told each time that bundle changes, and, with self-managed certificates,
+// hold a new CA back from the serving certificate until they carry it. Errors: a
+// registerURL that does not parse, invalid certificate options, or, with provided
+// certificates and publishCA, files in certDir that yield no CA bundle
+// (providedCAError).
 func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bool, namespace string, kube kubernetes.Interface,
-	m *metrics.Metrics, onCAChange func(),
+	m *metrics.Metrics, copies caCopies,
 ) (*servingCertificate, error) {
 	if cfg.Certificates.Mode == configv1alpha1.CertificatesProvided {
 		c := &servingCertificate{source: &certs.Files{Dir: cfg.Certificates.CertDir}}
 		if publishCA {
 			// Issue 23: trainer pods mount the CA ConfigMap, which cannot be optional;
 			// without a CA to publish, every one of them would wait for it forever.
-			ca, err := certs.NewProvidedCABundle(cfg.Certificates.CertDir, certs.ProvidedCABundleOptions{OnChange: onCAChange})
+			ca, err := certs.NewProvidedCABundle(cfg.Certificates.CertDir, certs.ProvidedCABundleOptions{OnChange: copies.changed})
 			if err != nil {
 				return nil, providedCAError(err)
 			}
@@ -60,7 +77,8 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bo
 		CAValidity:                      cfg.Certificates.CAValidity.Duration,
 		ServingValidity:                 cfg.Certificates.ServingValidity.Duration,
 		Metrics:                         m,
-		OnCABundleChange:                onCAChange,
+		OnCABundleChange:                copies.changed,
+		CAPublished:                     copies.published,
 	}
 	if cfg.RegisterURL != "" {
 		u, err := url.Parse(cfg.RegisterURL)

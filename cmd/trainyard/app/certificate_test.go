@@ -95,7 +95,7 @@ func TestProvidedCertificatesWithoutCACertPublishTheCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube := kubefake.NewClientset()
-	sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": chain, "tls.key": key}), true, "trainyard-system", kube, nil, nil)
+	sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": chain, "tls.key": key}), true, "trainyard-system", kube, nil, caCopies{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestProvidedCertificatesCABundle(t *testing.T) {
 		}
 		leafPEM, _ := cert.EncodeCertificates(certs[0])
 		caPEM, _ := cert.EncodeCertificates(certs[1])
-		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": leafPEM, "tls.key": key, "ca.crt": caPEM}), true, "ns", nil, nil, nil)
+		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": leafPEM, "tls.key": key, "ca.crt": caPEM}), true, "ns", nil, nil, caCopies{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestProvidedCertificatesCABundle(t *testing.T) {
 		}
 		selfPEM, _ := cert.EncodeCertificates(self)
 		keyPEM, _ := keyutil.MarshalPrivateKeyToPEM(key)
-		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": selfPEM, "tls.key": keyPEM}), true, "ns", nil, nil, nil)
+		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": selfPEM, "tls.key": keyPEM}), true, "ns", nil, nil, caCopies{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestProvidedCertificatesCABundle(t *testing.T) {
 
 	t.Run("a leaf without its CA is refused, naming the field and the fix", func(t *testing.T) {
 		cfg := providedCerts(t, map[string][]byte{"tls.crt": leaf, "tls.key": leafKey})
-		_, err := newServingCertificate(cfg, true, "ns", nil, nil, nil)
+		_, err := newServingCertificate(cfg, true, "ns", nil, nil, caCopies{})
 		if err == nil {
 			t.Fatal("no error: the controller would start and trainer pods wait for a ConfigMap that never comes")
 		}
@@ -192,7 +192,7 @@ func TestProvidedCertificatesCABundle(t *testing.T) {
 	})
 
 	t.Run("without the progress server, no CA is needed", func(t *testing.T) {
-		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": leaf, "tls.key": leafKey}), false, "ns", nil, nil, nil)
+		sc, err := newServingCertificate(providedCerts(t, map[string][]byte{"tls.crt": leaf, "tls.key": leafKey}), false, "ns", nil, nil, caCopies{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -42,6 +43,7 @@ type Options struct {
 	WebhookRegisterURL      string
 	StatusServerBindAddress string
 	WatchNamespaces         []string
+	ShutdownDelay           time.Duration
 	LogFormat               string
 	Verbosity               int
 	Profiling               bool
@@ -79,6 +81,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StatusServerBindAddress, "status-server-bind-address", o.StatusServerBindAddress, `Address of the HTTPS training-progress server (trainer pods report status.trainerStatus; feature gate TrainJobStatus), served by every replica; its port is the port of the URL injected into trainer containers; "0" disables it.`)
 	fs.StringVar(&o.WebhookRegisterURL, "webhook-register-url", o.WebhookRegisterURL, "For a controller outside the cluster: create the webhook configurations with this base URL (e.g. https://127.0.0.1:9443) and a self-managed CA. Empty leaves them to the Helm chart.")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "Namespaces to watch TrainJobs (and every namespaced object the controller reads) in, comma-separated; empty means every namespace.")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep serving admission and progress reports after SIGTERM, with /readyz failing, so that a Service's clients stop using this replica first (shutdownDelay).")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "json" or "text".`)
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 normal, 2 decisions, 4 per-sync detail.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's /debug/pprof profiles on the metrics endpoint. Off by default: profiles expose internals and cost CPU while taken.")
@@ -180,6 +183,9 @@ func (o *Options) applyFlags(fs *pflag.FlagSet, cfg *configv1alpha1.Configuratio
 	}
 	if set("watch-namespaces") {
 		cfg.WatchNamespaces = o.WatchNamespaces
+	}
+	if set("shutdown-delay") {
+		cfg.ShutdownDelay = &metav1.Duration{Duration: o.ShutdownDelay}
 	}
 }
 
@@ -286,6 +292,9 @@ func validate(cfg *configv1alpha1.Configuration) error {
 		problems = append(problems, `consistency.sweepPeriod must not be negative ("0s" turns the sweep off) and consistency.lagThreshold must be positive`)
 	}
 	problems = append(problems, validateStatusServer(cfg)...)
+	if d := cfg.ShutdownDelay.Duration; d < 0 || d > time.Minute {
+		problems = append(problems, fmt.Sprintf("shutdownDelay %s must be between 0s and 1m: a replica reports not ready and serves on for that long after SIGTERM", d))
+	}
 	if errs := validation.IsDNS1123Subdomain(cfg.SideObjects.SecretNameKeySecret); len(errs) > 0 {
 		problems = append(problems, fmt.Sprintf("sideObjects.secretNameKeySecret %q must be a Secret name: %s", cfg.SideObjects.SecretNameKeySecret, strings.Join(errs, ", ")))
 	}

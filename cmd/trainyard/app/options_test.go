@@ -80,7 +80,8 @@ func defaults() *configv1alpha1.Configuration {
 			MaxKeepAliveConnections: ptr.To[int32](4096),
 			MaxReportsInFlight:      ptr.To[int32](256),
 		},
-		SideObjects: configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
+		SideObjects:   configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
+		ShutdownDelay: &metav1.Duration{},
 	}
 }
 
@@ -223,6 +224,15 @@ func TestConfig(t *testing.T) {
 				c := defaults()
 				c.Kind, c.APIVersion = "Configuration", "config.trainyard.dev/v1alpha1"
 				c.WatchNamespaces = []string{"team-c", "team-d"}
+				return c
+			},
+		},
+		"--shutdown-delay overrides the file": {
+			args: []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nshutdownDelay: 5s\n"), "--shutdown-delay=7s"},
+			want: func() *configv1alpha1.Configuration {
+				c := defaults()
+				c.Kind, c.APIVersion = "Configuration", "config.trainyard.dev/v1alpha1"
+				c.ShutdownDelay = &metav1.Duration{Duration: 7 * time.Second}
 				return c
 			},
 		},
@@ -404,6 +414,10 @@ func TestConfigErrors(t *testing.T) {
 		"a watched namespace that is not a namespace name": {
 			args:   []string{"--watch-namespaces=team-a,Team_B"},
 			wantIn: []string{"watchNamespaces[1]", "--watch-namespaces", `"Team_B"`, "namespace name"},
+		},
+		"a negative shutdown delay": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nshutdownDelay: -1s\n")},
+			wantIn: []string{"shutdownDelay", "-1s", "between 0s and 1m"},
 		},
 		"a watched namespace listed twice": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a, team-b, team-a]\n")},

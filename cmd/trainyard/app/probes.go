@@ -27,11 +27,17 @@ type serverCheck struct {
 // healthServer serves /healthz (the process is alive) and /readyz (caches synced and
 // every server in servers ready). With leader election, followers are ready too — they
 // keep warm caches for a fast failover and serve admission and progress reports — and
-// /readyz?verbose reports whether this replica leads.
-func healthServer(addr string, synced func() bool, servers []serverCheck, leading *atomic.Bool, leaderElect bool) *http.Server {
+// /readyz?verbose reports whether this replica leads. Once stopping is set (SIGTERM),
+// /readyz fails, so that a Service's clients stop choosing this replica while it still
+// serves (shutdownDelay).
+func healthServer(addr string, synced func() bool, servers []serverCheck, leading, stopping *atomic.Bool, leaderElect bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if stopping.Load() {
+			http.Error(w, "[-]shutdown: stopping; serving what is in flight for shutdownDelay", http.StatusServiceUnavailable)
+			return
+		}
 		if !synced() {
 			http.Error(w, "[-]informers: caches not synced", http.StatusServiceUnavailable)
 			return

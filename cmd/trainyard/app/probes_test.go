@@ -123,7 +123,8 @@ func TestHealthServer(t *testing.T) {
 			if tc.progress != nil {
 				servers = append(servers, serverCheck{"progress", func() bool { return *tc.progress }})
 			}
-			srv := healthServer(":0", func() bool { return tc.synced }, servers, &leading, tc.leaderElect)
+			var stopping atomic.Bool
+			srv := healthServer(":0", func() bool { return tc.synced }, servers, &leading, &stopping, tc.leaderElect)
 			for _, p := range tc.probes {
 				rec := httptest.NewRecorder()
 				srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
@@ -139,8 +140,8 @@ func TestHealthServer(t *testing.T) {
 // TestHealthServerFollowsState: one server reports not-ready, then ready, then leading,
 // as its inputs change (they are read per request, not captured at construction).
 func TestHealthServerFollowsState(t *testing.T) {
-	var synced, leading atomic.Bool
-	srv := healthServer(":0", synced.Load, nil, &leading, true)
+	var synced, leading, stopping atomic.Bool
+	srv := healthServer(":0", synced.Load, nil, &leading, &stopping, true)
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -156,5 +157,12 @@ func TestHealthServerFollowsState(t *testing.T) {
 	leading.Store(true)
 	if code, body := get("/readyz?verbose"); code != http.StatusOK || body != "[+]informers ok\n[+]leader-election leading\nok\n" {
 		t.Errorf("/readyz?verbose leading = %d %q", code, body)
+	}
+	stopping.Store(true)
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || body != "[-]shutdown: stopping; serving what is in flight for shutdownDelay\n" {
+		t.Errorf("/readyz stopping = %d %q, want 503 saying it stops", code, body)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz stopping = %d, want 200: a stopping replica is alive", code)
 	}
 }

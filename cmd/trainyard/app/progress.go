@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -36,10 +38,15 @@ const progressWorkers = 4
 type progressServer struct {
 	server    *progress.Server
 	coalescer *progress.Coalescer
+	stage     *progress.Stage
 	pipeline  *engine.Pipeline
-	publisher *progress.CAPublisher
-	cert      *servingCertificate
-	listening atomic.Bool
+	// stopPipeline stops the write pipeline, which outlives the controller's context
+	// until shutdown has drained it; pipelineDone is closed once it has stopped.
+	stopPipeline context.CancelFunc
+	pipelineDone chan struct{}
+	publisher    *progress.CAPublisher
+	cert         *servingCertificate
+	listening    atomic.Bool
 }
 
 // newProgressServer builds the progress server of cfg, or returns nil when it is off
@@ -66,6 +73,7 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 	if err != nil {
 		return nil, err
 	}
+	s.stage = stage
 	if s.pipeline, err = engine.New([]engine.Stage{stage}, engine.WithMetrics(m), engine.WithLogger(logger),
 		engine.WithRateLimit(retryLimits(cfg)),
 		engine.WithWorkers(map[string]int{progress.Name: progressWorkers})); err != nil {
@@ -128,15 +136,48 @@ func (s *progressServer) listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// serve runs the write pipeline and serves HTTPS on ln until ctx ends; it returns
-// http.ErrServerClosed after a shutdown.
+// serve runs the write pipeline and serves HTTPS on ln until shutdown; it returns
+// http.ErrServerClosed then. The pipeline does not stop with ctx: shutdown stops it
+// once it has written what the server accepted.
 func (s *progressServer) serve(ctx context.Context, ln net.Listener, logger klog.Logger) error {
+	pipelineCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopPipeline, s.pipelineDone = stop, make(chan struct{})
 	go func() {
-		if err := s.pipeline.Run(ctx); err != nil {
+		defer close(s.pipelineDone)
+		if err := s.pipeline.Run(pipelineCtx); err != nil {
 			logger.Error(err, "Progress pipeline stopped")
 		}
 	}()
 	return s.server.Serve(ln)
+}
+
+// progressDrainTimeout bounds how long a stopping replica spends writing the reports
+// it accepted (progress.Stage.Drain): at the default write limits (50 writes/s) the
+// pending reports of 500 TrainJobs. With the Helm chart's shutdownDelay (5 s) and the
+// server's shutdown (at most 5 s) it fits the default terminationGracePeriodSeconds
+// (30 s) with room for the pipeline's drain.
+const progressDrainTimeout = 10 * time.Second
+
+// shutdown stops the progress server so that no report answered 200 is lost: it closes
+// the listener and the idle connections and waits up to 5 s for the reports being
+// answered (http.Server.Shutdown: a trainer whose connection closes sends its next
+// report elsewhere, a refused one is not answered 200); then it writes every pending
+// report, the ones the period still defers included, within progressDrainTimeout
+// (progress.Stage.Drain), and stops the write pipeline. Reports still pending then are
+// logged as lost. Call it once, after serve started.
+func (s *progressServer) shutdown(logger klog.Logger) {
+	shutdownServers(logger, []*http.Server{s.server.Server.Server})
+	ctx, cancel := context.WithTimeout(context.Background(), progressDrainTimeout)
+	defer cancel()
+	start := time.Now()
+	if lost := s.stage.Drain(ctx); lost > 0 {
+		logger.Error(nil, "Stopping with progress reports not written: their writes did not succeed within the drain period",
+			"lost", lost, "drainPeriod", progressDrainTimeout)
+	} else {
+		logger.Info("Wrote every accepted progress report", "duration", time.Since(start).Round(time.Millisecond))
+	}
+	s.stopPipeline()
+	<-s.pipelineDone
 }
 
 // ready reports whether the server listens and has a certificate to serve.

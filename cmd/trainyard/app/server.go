@@ -62,7 +62,30 @@ func (c *controller) run(ctx context.Context) error {
 		return err
 	}
 	defer stopServing()
-	return c.waitForStop(c.lead(ctx))
+	stopped := make(chan time.Time, 1)
+	context.AfterFunc(ctx, func() {
+		c.stopping.Store(true)
+		stopped <- time.Now()
+	})
+	err = c.waitForStop(c.lead(ctx))
+	if ctx.Err() != nil {
+		c.delayShutdown(<-stopped)
+	}
+	return err
+}
+
+// delayShutdown returns shutdownDelay after stopped, the cancellation, keeping the
+// admission and progress servers serving meanwhile while /readyz fails: a replica
+// terminating in a rolling update stays reachable until the Service's clients have
+// dropped it (docs/design/architecture.md#start-up-and-shutdown).
+func (c *controller) delayShutdown(stopped time.Time) {
+	delay := ptrDeref(c.cfg.ShutdownDelay).Duration
+	wait := delay - time.Since(stopped)
+	if wait <= 0 || (c.admission == nil && c.progress == nil) {
+		return
+	}
+	c.logger.Info("Serving on for shutdownDelay before closing the servers", "shutdownDelay", delay, "remaining", wait.Round(time.Millisecond))
+	time.Sleep(wait)
 }
 
 // controller is what build makes and Run's steps start, serve and stop.
@@ -85,11 +108,15 @@ type controller struct {
 	certificate *servingCertificate // nil when no HTTPS server runs
 	admission   *admissionServer    // nil when admission is off
 	progress    *progressServer     // nil when the progress server is off
+	// optimization runs OptimizationJobs; nil when the API server does not serve them.
+	optimization *optimizationJobs
 	// probes are the health server; metricsServer, nil when off, serves /metrics.
 	probes        []*http.Server
 	metricsServer *httpserver.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
 	leading atomic.Bool
+	// stopping is true once the controller's context is done: /readyz fails.
+	stopping atomic.Bool
 	// serveErrs receives the error of a server that stopped serving on its own.
 	serveErrs chan error
 }
@@ -140,6 +167,9 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 	c.events.StartRecordingToSink(ctx.Done())
 	c.informers.Start(ctx)
 	c.apis.start(ctx)
+	if c.optimization != nil {
+		c.optimization.start(ctx)
+	}
 	if c.certificate != nil {
 		c.certificate.start(ctx, c.logger)
 	}
@@ -150,6 +180,9 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 		cancel()
 		c.apis.shutdown()
 		c.informers.Shutdown()
+		if c.optimization != nil {
+			c.optimization.shutdown()
+		}
 		c.events.Shutdown()
 	}
 }
@@ -159,6 +192,7 @@ func (c *controller) startInformers(ctx context.Context) (stop func()) {
 // done first.
 func (c *controller) waitForCacheSync(ctx context.Context) error {
 	if !c.informers.WaitForCacheSync(ctx) || !cache.WaitForNamedCacheSyncWithContext(ctx, c.apis.HasSynced) ||
+		(c.optimization != nil && !cache.WaitForNamedCacheSyncWithContext(ctx, c.optimization.hasSynced)) ||
 		(c.admission != nil && !cache.WaitForNamedCacheSyncWithContext(ctx, c.admission.hasSynced)) {
 		return errors.New("informer caches did not sync before shutdown")
 	}
@@ -212,7 +246,7 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 			return stop, err
 		}
 		c.serveInBackground("serving progress reports on "+c.progress.server.Addr, func() error { return c.progress.serve(ctx, ln, c.logger) })
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.progress.server.Server.Server}) })
+		stops = append(stops, func() { c.progress.shutdown(c.logger) })
 	}
 	return stop, nil
 }
@@ -265,6 +299,9 @@ func (c *controller) runPipeline(ctx context.Context) {
 	if err := c.pipeline.Run(ctx); err != nil {
 		c.logger.Error(err, "Pipeline stopped")
 	}
+	if c.optimization != nil {
+		c.optimization.wait()
+	}
 }
 
 // route sends informer events to the pipeline, the progress server's and the optional
@@ -277,6 +314,11 @@ func (c *controller) route(ctx context.Context) error {
 	}
 	if c.progress != nil {
 		if err := c.progress.lead(ctx, c.informers, c.logger); err != nil {
+			return err
+		}
+	}
+	if c.optimization != nil {
+		if err := c.optimization.lead(ctx, c.informers.TrainJobs); err != nil {
 			return err
 		}
 	}

@@ -63,12 +63,13 @@ type startStop struct {
 	finishSync  chan struct{} // closing it lets that write finish
 
 	mu        sync.Mutex
-	events    []string // what happened after cancellation, in order
-	stopped   bool     // the context was cancelled
-	renewals  int      // renewals of this replica's Lease since cancellation
-	identity  string   // this replica's Lease identity, once it led
-	failures  []string // rule violations seen where they happened
-	leaseSeen bool     // the elector read the Lease
+	events    []string  // what happened after cancellation, in order
+	stopped   bool      // the context was cancelled
+	stoppedAt time.Time // when
+	renewals  int       // renewals of this replica's Lease since cancellation
+	identity  string    // this replica's Lease identity, once it led
+	failures  []string  // rule violations seen where they happened
+	leaseSeen bool      // the elector read the Lease
 }
 
 func (s *startStop) record(event string) {
@@ -170,6 +171,7 @@ func newStartStop(t *testing.T) *startStop {
 	cfg.Metrics.BindAddress = "0"
 	cfg.Webhook.BindAddress = s.admissionAddr
 	cfg.Webhook.RegisterURL = "https://" + s.admissionAddr
+	cfg.ShutdownDelay = &metav1.Duration{Duration: startStopShutdownDelay}
 	// A short retryPeriod: client-go's elector keeps a real clock, and the test waits
 	// for it to take the Lease once released.
 	cfg.LeaderElection = leaseTimings()
@@ -213,6 +215,12 @@ func newStartStop(t *testing.T) *startStop {
 	})
 	s.kube.PrependReactor("delete", "validatingwebhookconfigurations", func(clienttesting.Action) (bool, runtime.Object, error) {
 		s.record("webhook configurations removed")
+		s.mu.Lock()
+		served := time.Since(s.stoppedAt)
+		s.mu.Unlock()
+		if served < startStopShutdownDelay {
+			s.fail("the servers began to stop %v after cancellation, before shutdownDelay (%v)", served, startStopShutdownDelay)
+		}
 		if !accepts(s.admissionAddr) {
 			s.fail("the webhook configurations were removed after admission stopped serving")
 		}
@@ -254,6 +262,9 @@ func newStartStop(t *testing.T) *startStop {
 	s.c = c
 	return s
 }
+
+// startStopShutdownDelay is the shutdownDelay of TestStartAndStopOrder's controller.
+const startStopShutdownDelay = 300 * time.Millisecond
 
 func leaseTimings() (le componentbaseconfigv1alpha1.LeaderElectionConfiguration) {
 	le.LeaderElect = ptr.To(true)
@@ -344,8 +355,9 @@ func closeOnce(ch chan struct{}) {
 //   - the admission port accepts no connection before the caches have synced;
 //   - a follower serves admission but runs no pipeline: the first JobSet write comes after
 //     the Lease is won;
-//   - on cancellation, the in-flight sync finishes (the Lease renewed meanwhile) before
-//     the Lease is released; then the self-registered webhook configurations are removed
+//   - on cancellation, /readyz fails at once; the in-flight sync finishes (the Lease
+//     renewed meanwhile) before the Lease is released; the servers serve on for
+//     shutdownDelay; then the self-registered webhook configurations are removed
 //     while admission still serves; then the informers stop while the probes still answer;
 //     then the probes stop.
 func TestStartAndStopOrder(t *testing.T) {
@@ -403,9 +415,13 @@ func TestStartAndStopOrder(t *testing.T) {
 
 	// Cancelled mid-sync: the Lease stays this replica's, renewed, until the sync ends.
 	s.mu.Lock()
-	s.stopped = true
+	s.stopped, s.stoppedAt = true, time.Now()
 	s.mu.Unlock()
 	cancel()
+	eventually(t, "/readyz fails once stopping", func() bool {
+		code, body, err := get(s.healthURL + "/readyz")
+		return err == nil && code == http.StatusServiceUnavailable && strings.HasPrefix(body, "[-]shutdown: stopping")
+	})
 	eventually(t, "the Lease is renewed twice after the cancellation", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()

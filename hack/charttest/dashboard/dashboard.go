@@ -208,6 +208,7 @@ func Build() *Dashboard {
 	l.perStageRow()
 	l.admissionRow()
 	l.progressRow()
+	l.optimizationRow()
 	l.apiClientRow()
 	l.certificatesRow()
 	l.processRow()
@@ -391,6 +392,23 @@ func (l *layout) progressRow() {
 	l.add(8, 8, dashed(timeseries("Progress stage syncs by result", "Progress stage syncs per second by result: wait_for_event (written, or dropped), requeue_after (the write waits for writePeriod or a rate limit: statusServer.qps, namespaceQPS), retry (a 409 conflict with another writer, or an error); and the errors by reason (dashed): forbidden (RBAC on trainjobs/status), throttled (API priority and fairness), timeout, internal.", "ops",
 		target(`sum by (result) (`+rate(`trainyard_stage_syncs_total{`+progressStage+`}`)+`)`, "{{result}}"),
 		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+progressStage+`}`)+`) > 0`, "error {{reason}}")), "^error "))
+}
+
+// optimizationRow adds the "OptimizationJobs" row: the OptimizationJob stage's syncs,
+// queue and latency (it runs on the leader, in a pipeline of its own).
+func (l *layout) optimizationRow() {
+	l.row(row("OptimizationJobs"))
+	stage := sel + `, stage="optimization"`
+	queue := sel + `, name="optimization"`
+	l.add(8, 8, dashed(timeseries("OptimizationJob syncs by result", "OptimizationJob stage syncs per second by result: wait_for_event (trials created as parallelTrials allows, status written; the next trial event brings it back), terminal (a spec the search cannot run: Failed, InvalidSpec), retry (a trial create or the status write failed); and the errors by reason (dashed).", "ops",
+		target(`sum by (result) (`+rate(`trainyard_stage_syncs_total{`+stage+`}`)+`)`, "{{result}}"),
+		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+stage+`}`)+`) > 0`, "error {{reason}}")), "^error "))
+	l.add(8, 8, timeseries("OptimizationJob queue depth", "OptimizationJob keys waiting for a worker on the leader. Every event of a trial TrainJob brings its OptimizationJob back, so a search with many running trials syncs often; a depth that stays up means the 2 workers cannot keep up.", "none",
+		target(`sum(workqueue_depth{`+queue+`})`, "queued")))
+	l.add(8, 8, timeseries("OptimizationJob sync and queue wait p50 / p99", "Time in one OptimizationJob Sync (reading its trials from the cache, creating the next ones, writing status) and time keys waited in the queue.", "s",
+		target(quantile("0.5", "trainyard_stage_duration_seconds", stage, ""), "sync p50"),
+		target(quantile("0.99", "trainyard_stage_duration_seconds", stage, ""), "sync p99"),
+		target(quantile("0.99", "workqueue_queue_duration_seconds", queue, ""), "queue wait p99")))
 }
 
 // apiClientRow adds the "Kubernetes API client" row: requests by code and method,

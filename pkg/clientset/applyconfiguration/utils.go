@@ -32,6 +32,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=trainer.kubeflow.org, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("CategoricalSpace"):
+		return &trainerv1alpha1.CategoricalSpaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterTrainingRuntime"):
 		return &trainerv1alpha1.ClusterTrainingRuntimeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ContainerPatch"):
@@ -62,6 +64,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &trainerv1alpha1.JobTemplatePatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KAISchedulerPodGroupPolicySource"):
 		return &trainerv1alpha1.KAISchedulerPodGroupPolicySourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("LogUniformSpace"):
+		return &trainerv1alpha1.LogUniformSpaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Metric"):
 		return &trainerv1alpha1.MetricApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MLPolicy"):
@@ -74,6 +78,20 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &trainerv1alpha1.MPIMLPolicySourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NetworkTopologySpec"):
 		return &trainerv1alpha1.NetworkTopologySpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Objective"):
+		return &trainerv1alpha1.ObjectiveApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OptimizationJob"):
+		return &trainerv1alpha1.OptimizationJobApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OptimizationJobSpec"):
+		return &trainerv1alpha1.OptimizationJobSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OptimizationJobStatus"):
+		return &trainerv1alpha1.OptimizationJobStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OptimizationResult"):
+		return &trainerv1alpha1.OptimizationResultApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Parameter"):
+		return &trainerv1alpha1.ParameterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ParameterAssignment"):
+		return &trainerv1alpha1.ParameterAssignmentApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PodGroupPolicy"):
 		return &trainerv1alpha1.PodGroupPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PodGroupPolicySource"):
@@ -82,12 +100,18 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &trainerv1alpha1.PodSpecPatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PodTemplatePatch"):
 		return &trainerv1alpha1.PodTemplatePatchApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RandomAlgorithm"):
+		return &trainerv1alpha1.RandomAlgorithmApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReplicatedJobPatch"):
 		return &trainerv1alpha1.ReplicatedJobPatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RuntimePatch"):
 		return &trainerv1alpha1.RuntimePatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RuntimeRef"):
 		return &trainerv1alpha1.RuntimeRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SearchAlgorithm"):
+		return &trainerv1alpha1.SearchAlgorithmApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SearchSpace"):
+		return &trainerv1alpha1.SearchSpaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TorchMLPolicySource"):
 		return &trainerv1alpha1.TorchMLPolicySourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Trainer"):
@@ -106,6 +130,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &trainerv1alpha1.TrainJobSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TrainJobStatus"):
 		return &trainerv1alpha1.TrainJobStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TrainJobTemplateSpec"):
+		return &trainerv1alpha1.TrainJobTemplateSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UniformSpace"):
+		return &trainerv1alpha1.UniformSpaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VolcanoPodGroupPolicySource"):
 		return &trainerv1alpha1.VolcanoPodGroupPolicySourceApplyConfiguration{}
 

@@ -78,6 +78,9 @@ func SetDefaults_Configuration(c *Configuration) {
 	defaultWebhook(&c.Webhook)
 	defaultConsistency(&c.Consistency)
 	defaultStatusServer(&c.StatusServer)
+	if c.ShutdownDelay == nil {
+		c.ShutdownDelay = &metav1.Duration{}
+	}
 }
 
 // defaultClientConnection fills the unset fields of the API client's configuration:

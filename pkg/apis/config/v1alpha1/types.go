@@ -92,6 +92,16 @@ type Configuration struct {
 	// are accepted and ignored.
 	// +optional
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// shutdownDelay is how long a replica keeps serving admission reviews and progress
+	// reports after SIGTERM, with /readyz failing, before it closes its servers: the time
+	// for every client of its Service (kube-proxy, the API server's webhook client) to
+	// stop sending it new connections, so that a rolling update refuses no webhook call
+	// (failurePolicy Fail) and loses no report. The leader's pipeline drains and its
+	// Lease is released meanwhile. Default 0s (make run: one process, nothing routes to
+	// it through a Service); the Helm chart sets 5s. It must fit, with the progress
+	// server's drain (up to 15 s), in the pod's terminationGracePeriodSeconds.
+	// +optional
+	ShutdownDelay *metav1.Duration `json:"shutdownDelay,omitempty"`
 }
 
 // SideObjectsConfiguration configures the side objects of TrainJobs

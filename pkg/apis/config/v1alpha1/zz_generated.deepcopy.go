@@ -52,6 +52,11 @@ func (in *Configuration) DeepCopyInto(out *Configuration) {
 			(*out)[key] = val
 		}
 	}
+	if in.ShutdownDelay != nil {
+		in, out := &in.ShutdownDelay, &out.ShutdownDelay
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	return
 }
 

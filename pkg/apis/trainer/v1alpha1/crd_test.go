@@ -40,8 +40,8 @@ type crd struct {
 func loadCRDs(t *testing.T) map[string]*crd {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if err != nil || len(files) != 3 {
-		t.Fatalf("want 3 CRDs in %s, found %v (%v): run make generate", crdDir, files, err)
+	if err != nil || len(files) != 4 {
+		t.Fatalf("want 4 CRDs in %s, found %v (%v): run make generate", crdDir, files, err)
 	}
 	byKind := map[string]*crd{}
 	for _, file := range files {
@@ -127,6 +127,7 @@ func TestCRDNamesAndScope(t *testing.T) {
 		{trainer.TrainJobKind, "trainjobs", apiextensions.NamespaceScoped, true},
 		{trainer.TrainingRuntimeKind, "trainingruntimes", apiextensions.NamespaceScoped, false},
 		{trainer.ClusterTrainingRuntimeKind, "clustertrainingruntimes", apiextensions.ClusterScoped, false},
+		{trainer.OptimizationJobKind, "optimizationjobs", apiextensions.NamespaceScoped, true},
 	} {
 		c, ok := crds[tc.kind]
 		if !ok {

@@ -52,6 +52,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TrainingRuntime{},
 		&TrainingRuntimeList{},
 		&ClusterTrainingRuntime{},
+		&OptimizationJob{},
+		&OptimizationJobList{},
 		&ClusterTrainingRuntimeList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)

@@ -1,0 +1,177 @@
+// Package controller runs OptimizationJobs (KEP-3562): for each, it creates trial
+// TrainJobs (pkg/optimization/trial) with the parameters the search chooses
+// (pkg/optimization/search), never more than parallelTrials unfinished at once and
+// numTrials in all, and records the trial whose reported objective metric is best. The
+// search runs in process: no suggestion service, no state outside the API. It is one
+// engine.Stage, run in a pipeline of its own on the leader.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
+	"github.com/trainyard/trainyard/pkg/optimization/trial"
+)
+
+// Name is the stage's name: its queue's and its metrics' "stage" label.
+const Name = "optimization"
+
+// Config configures a Stage; every field is required.
+type Config struct {
+	// Client creates trial TrainJobs and writes OptimizationJob status (RBAC: create
+	// trainjobs, update optimizationjobs/status); the leader's fenced client.
+	Client trainerclient.Interface
+	// OptimizationJobs and TrainJobs are the informer caches.
+	OptimizationJobs trainerlisters.OptimizationJobLister
+	TrainJobs        trainerlisters.TrainJobLister
+}
+
+// Stage syncs one OptimizationJob per key.
+type Stage struct{ cfg Config }
+
+var _ engine.Stage = (*Stage)(nil)
+
+// New returns the Stage of cfg, or an error naming a missing field.
+func New(cfg Config) (*Stage, error) {
+	if cfg.Client == nil || cfg.OptimizationJobs == nil || cfg.TrainJobs == nil {
+		return nil, errors.New("optimization controller: Client, OptimizationJobs and TrainJobs are required")
+	}
+	return &Stage{cfg: cfg}, nil
+}
+
+// Name implements engine.Stage.
+func (s *Stage) Name() string { return Name }
+
+// Sync brings the OptimizationJob at key one step on: it creates the trials the search
+// may run now, and writes status (conditions, result) when it changed. Results:
+// WaitForEvent when there is nothing more to do until a trial changes (its events
+// enqueue the OptimizationJob) or the OptimizationJob has finished; Terminal when its
+// spec cannot be searched (Failed, reason InvalidSpec, saying why); an error, retried
+// with backoff, when a create or the status write failed.
+func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
+	job, err := s.cfg.OptimizationJobs.OptimizationJobs(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return engine.WaitForEvent(), nil // its trials go with it (owner references)
+	}
+	if err != nil {
+		return engine.Result{}, fmt.Errorf("reading OptimizationJob %s from the cache: %w", key, err)
+	}
+	if finished(job) {
+		return engine.WaitForEvent(), nil
+	}
+	srch, err := search.New(&job.Spec, seedOf(job))
+	if err != nil {
+		st := job.Status.DeepCopy()
+		setCondition(st, job, trainer.OptimizationJobFailed, trainer.OptimizationJobInvalidSpecReason,
+			"The search cannot run: "+err.Error()+". Create a new OptimizationJob with the fix; its spec cannot change.")
+		return engine.Terminal(), s.writeStatus(ctx, job, st)
+	}
+	trials, err := s.trials(ctx, job)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p := plan(job, srch, trials)
+	createErr := s.create(ctx, job, srch, p)
+	if err := s.writeStatus(ctx, job, p.status(job, createErr)); err != nil {
+		return engine.Result{}, err
+	}
+	if createErr != nil {
+		return engine.Result{}, createErr
+	}
+	return engine.WaitForEvent(), nil
+}
+
+// trials returns job's trials from the cache, by index; a TrainJob with job's label
+// that job does not control, or whose record does not read, is skipped and logged.
+func (s *Stage) trials(ctx context.Context, job *trainer.OptimizationJob) (map[int]*trainer.TrainJob, error) {
+	list, err := s.cfg.TrainJobs.TrainJobs(job.Namespace).List(labels.SelectorFromSet(labels.Set{trial.LabelOptimizationJob: trial.LabelValue(job.Name)}))
+	if err != nil {
+		return nil, fmt.Errorf("listing the trials of OptimizationJob %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	out := make(map[int]*trainer.TrainJob, len(list))
+	for _, tj := range list {
+		if !trial.IsTrialOf(tj, job) {
+			continue
+		}
+		rec, err := trial.Read(tj)
+		if err != nil {
+			klog.FromContext(ctx).Info("Ignoring a trial whose record does not read", "trainJob", klog.KObj(tj), "err", err)
+			continue
+		}
+		out[rec.Index] = tj
+	}
+	return out, nil
+}
+
+// create creates the trials p says may start now, in index order. A trial that exists
+// already (the cache had not shown it yet) counts as created. It returns the first
+// other error.
+func (s *Stage) create(ctx context.Context, job *trainer.OptimizationJob, srch *search.Search, p *progress) error {
+	for _, index := range p.next {
+		assignment, err := srch.Assignment(index)
+		if err != nil {
+			return err
+		}
+		tj, err := trial.New(job, index, assignment)
+		if err != nil {
+			return err
+		}
+		_, err = s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Create(ctx, tj, metav1.CreateOptions{FieldManager: "trainyard"})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating trial %s of OptimizationJob %s/%s: %w", tj.Name, job.Namespace, job.Name, err)
+		}
+		p.created++
+		p.running++
+		klog.FromContext(ctx).V(2).Info("Created a trial", "trainJob", klog.KObj(tj), "index", index, "parameters", assignment)
+	}
+	return nil
+}
+
+// writeStatus writes st as job's status when it differs from the cached one (an
+// update of the status subresource, resourceVersion-checked: a conflict is retried on
+// the cache's newer copy).
+func (s *Stage) writeStatus(ctx context.Context, job *trainer.OptimizationJob, st *trainer.OptimizationJobStatus) error {
+	if statusEqual(&job.Status, st) {
+		return nil
+	}
+	next := job.DeepCopy()
+	next.Status = *st
+	if _, err := s.cfg.Client.TrainerV1alpha1().OptimizationJobs(job.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "trainyard"}); err != nil {
+		return fmt.Errorf("writing the status of OptimizationJob %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return nil
+}
+
+// seedOf returns the random search's seed for job when its spec sets none: a hash of
+// its uid, so each OptimizationJob samples its own trials and keeps them across
+// controller restarts.
+func seedOf(job *trainer.OptimizationJob) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(job.UID))
+	return int64(h.Sum64())
+}
+
+func finished(job *trainer.OptimizationJob) bool {
+	return meta.IsStatusConditionTrue(job.Status.Conditions, trainer.OptimizationJobComplete) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, trainer.OptimizationJobFailed)
+}
+
+func parallelTrials(job *trainer.OptimizationJob) int {
+	return int(ptr.Deref(job.Spec.ParallelTrials, 1))
+}
+func numTrials(job *trainer.OptimizationJob) int { return int(ptr.Deref(job.Spec.NumTrials, 1)) }

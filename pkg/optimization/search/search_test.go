@@ -1,0 +1,226 @@
+package search_test
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
+)
+
+func uniform(name, lo, hi string, typ trainer.ParameterType) trainer.Parameter {
+	return trainer.Parameter{Name: name, SearchSpace: trainer.SearchSpace{Uniform: &trainer.UniformSpace{Min: trainer.Double(lo), Max: trainer.Double(hi), Type: typ}}}
+}
+
+func logUniform(name, lo, hi string, typ trainer.ParameterType) trainer.Parameter {
+	return trainer.Parameter{Name: name, SearchSpace: trainer.SearchSpace{LogUniform: &trainer.LogUniformSpace{Min: trainer.Double(lo), Max: trainer.Double(hi), Type: typ}}}
+}
+
+func categorical(name string, choices ...string) trainer.Parameter {
+	return trainer.Parameter{Name: name, SearchSpace: trainer.SearchSpace{Categorical: &trainer.CategoricalSpace{Choices: choices}}}
+}
+
+func random(seed *int64, params ...trainer.Parameter) *trainer.OptimizationJobSpec {
+	return &trainer.OptimizationJobSpec{Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Random: &trainer.RandomAlgorithm{Seed: seed}}}
+}
+
+func grid(params ...trainer.Parameter) *trainer.OptimizationJobSpec {
+	return &trainer.OptimizationJobSpec{Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Grid: &trainer.GridAlgorithm{}}}
+}
+
+func mustNew(t *testing.T, spec *trainer.OptimizationJobSpec, seed int64) *search.Search {
+	t.Helper()
+	s, err := search.New(spec, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// values returns parameter p's value in n trials.
+func values(t *testing.T, s *search.Search, p, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range n {
+		a, err := s.Assignment(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = a[p].Value
+	}
+	return out
+}
+
+func floats(t *testing.T, vs []string) []float64 {
+	t.Helper()
+	out := make([]float64, len(vs))
+	for i, v := range vs {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("value %q does not parse: %v", v, err)
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// TestRandomIsReproducible: the same seed gives the same trials, whatever order they
+// are asked in (a restart mid-search asks for the next index only); another seed,
+// others; no seed in the spec takes the controller's.
+func TestRandomIsReproducible(t *testing.T) {
+	spec := random(ptr.To[int64](42), logUniform("lr", "0.0001", "0.1", ""), categorical("hidden", "32", "64", "128"))
+	a, b := mustNew(t, spec, 1), mustNew(t, spec, 2) // the spec's seed wins over either
+	seventh, _ := b.Assignment(7)
+	if diff := cmp.Diff(values(t, a, 0, 8)[7], seventh[0].Value); diff != "" {
+		t.Errorf("trial 7 asked alone differs from trial 7 after 0..6:\n%s", diff)
+	}
+	if diff := cmp.Diff(values(t, a, 0, 20), values(t, b, 0, 20)); diff != "" {
+		t.Errorf("one seed, two searches, different trials:\n%s", diff)
+	}
+	other := mustNew(t, random(ptr.To[int64](43), spec.Parameters...), 1)
+	if cmp.Equal(values(t, a, 0, 20), values(t, other, 0, 20)) {
+		t.Error("seeds 42 and 43 gave the same 20 trials")
+	}
+	unseeded := random(nil, spec.Parameters...)
+	if cmp.Equal(values(t, mustNew(t, unseeded, 1), 0, 20), values(t, mustNew(t, unseeded, 2), 0, 20)) {
+		t.Error("without a seed in the spec, two controller seeds gave the same trials")
+	}
+}
+
+// TestUniformStaysInBoundsAndSpreads: 2,000 draws of uniform [-1, 3] all lie in the
+// range, and each quarter of it gets its share (a loose bound: 500 ± 100).
+func TestUniformStaysInBoundsAndSpreads(t *testing.T) {
+	s := mustNew(t, random(ptr.To[int64](7), uniform("x", "-1", "3", trainer.ParameterTypeFloat)), 0)
+	quarters := make([]int, 4)
+	for _, v := range floats(t, values(t, s, 0, 2000)) {
+		if v < -1 || v > 3 {
+			t.Fatalf("value %v outside [-1, 3]", v)
+		}
+		quarters[min(3, int(v+1))]++
+	}
+	for q, n := range quarters {
+		if n < 400 || n > 600 {
+			t.Errorf("quarter %d of the range got %d of 2,000 draws, want about 500: %v", q, n, quarters)
+		}
+	}
+}
+
+// TestLogUniformIsUniformInTheLogarithm: draws of log-uniform [1e-4, 1] fall evenly
+// into its four decades (500 ± 100 of 2,000); a uniform draw would put ~90% in the
+// last.
+func TestLogUniformIsUniformInTheLogarithm(t *testing.T) {
+	s := mustNew(t, random(ptr.To[int64](7), logUniform("lr", "1e-4", "1", trainer.ParameterTypeFloat)), 0)
+	decades := make([]int, 4)
+	for _, v := range floats(t, values(t, s, 0, 2000)) {
+		if v < 1e-4 || v > 1 {
+			t.Fatalf("value %v outside [1e-4, 1]", v)
+		}
+		decades[min(3, int(math.Log10(v)+4))]++
+	}
+	for d, n := range decades {
+		if n < 400 || n > 600 {
+			t.Errorf("decade %d got %d of 2,000 draws, want about 500: %v", d, n, decades)
+		}
+	}
+}
+
+// TestIntRounds: Int values are integers within [ceil(min), floor(max)], every one of
+// them drawn, for uniform and log-uniform.
+func TestIntRounds(t *testing.T) {
+	for name, p := range map[string]trainer.Parameter{
+		"uniform":     uniform("n", "0.5", "4.5", trainer.ParameterTypeInt),
+		"log-uniform": logUniform("n", "0.5", "4.5", trainer.ParameterTypeInt),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := mustNew(t, random(ptr.To[int64](3), p), 0)
+			seen := map[string]int{}
+			for _, v := range values(t, s, 0, 1000) {
+				seen[v]++
+			}
+			for v := range seen {
+				if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 4 {
+					t.Errorf("value %q is not an integer in [1, 4]", v)
+				}
+			}
+			if len(seen) != 4 {
+				t.Errorf("values drawn %v, want each of 1, 2, 3, 4", seen)
+			}
+		})
+	}
+}
+
+// TestCategoricalDrawsEveryChoice evenly (1,000 ± 150 of 3,000 each).
+func TestCategoricalDrawsEveryChoice(t *testing.T) {
+	s := mustNew(t, random(ptr.To[int64](9), categorical("opt", "sgd", "adam", "adamw")), 0)
+	seen := map[string]int{}
+	for _, v := range values(t, s, 0, 3000) {
+		seen[v]++
+	}
+	for _, c := range []string{"sgd", "adam", "adamw"} {
+		if seen[c] < 850 || seen[c] > 1150 {
+			t.Errorf("choice %q drawn %d of 3,000 times, want about 1,000: %v", c, seen[c], seen)
+		}
+	}
+}
+
+// TestGridOrder: every combination once, the last parameter fastest, choices in spec
+// order; then ErrExhausted.
+func TestGridOrder(t *testing.T) {
+	s := mustNew(t, grid(categorical("hidden", "32", "64"), categorical("opt", "sgd", "adam", "adamw")), 0)
+	if s.Size() != 6 {
+		t.Fatalf("Size = %d, want 6", s.Size())
+	}
+	var got []string
+	for i := range 6 {
+		a, err := s.Assignment(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, a[0].Value+"/"+a[1].Value)
+	}
+	want := []string{"32/sgd", "32/adam", "32/adamw", "64/sgd", "64/adam", "64/adamw"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("grid order (-want +got):\n%s", diff)
+	}
+	if _, err := s.Assignment(6); !errors.Is(err, search.ErrExhausted) {
+		t.Errorf("Assignment(6) error %v, want ErrExhausted", err)
+	}
+}
+
+// TestValidateNamesTheFieldAndTheFix on specs the search cannot run.
+func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
+	for name, tc := range map[string]struct {
+		spec *trainer.OptimizationJobSpec
+		want []string
+	}{
+		"unparsable bound":    {random(nil, uniform("x", "1e", "2", "")), []string{"spec.parameters[0].searchSpace.uniform.min", "decimal number"}},
+		"min not below max":   {random(nil, uniform("x", "2", "1", "")), []string{"spec.parameters[0].searchSpace.uniform.min", "below max"}},
+		"log-uniform from 0":  {random(nil, logUniform("x", "0", "1", "")), []string{"logUniform.min", "above 0"}},
+		"no integer in range": {random(nil, uniform("x", "0.2", "0.8", trainer.ParameterTypeInt)), []string{"uniform", "at least one integer"}},
+		"grid over a range":   {grid(uniform("x", "0", "1", "")), []string{"spec.parameters[0].searchSpace", "categorical"}},
+		"duplicate name":      {random(nil, categorical("x", "a"), categorical("x", "b")), []string{"spec.parameters[1].name", "Duplicate"}},
+		"two spaces": {random(nil, trainer.Parameter{Name: "x", SearchSpace: trainer.SearchSpace{
+			Categorical: &trainer.CategoricalSpace{Choices: []string{"a"}}, Uniform: &trainer.UniformSpace{Min: "0", Max: "1"}}}), []string{"exactly one"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := search.Validate(tc.spec)
+			if err == nil {
+				t.Fatal("Validate = nil")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if _, err := search.New(tc.spec, 0); err == nil {
+				t.Error("New accepted it")
+			}
+		})
+	}
+}
