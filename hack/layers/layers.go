@@ -13,7 +13,7 @@ import (
 // it when it ends in "/..."; the most specific pattern wins (layerOf).
 var layers = []layer{
 	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/version"}},
-	{"foundation", []string{"pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
+	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
 	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
 	{"caches", []string{"pkg/informers"}},
 	{"stage kit", []string{"pkg/stages/statuswriter", "pkg/stages/step"}},

@@ -41,8 +41,12 @@ type Deps struct {
 	Plugins []mlpolicy.Plugin
 	// Now is the clock of runtimePatches[].time defaulting; nil means time.Now.
 	Now func() time.Time
-	// Observer is told about every review; nil observes nothing.
+	// Observer is told about every review and every request refused for Limits; nil
+	// observes nothing.
 	Observer Observer
+	// Limits bound the requests NewHandler holds at once; zero fields take their
+	// defaults.
+	Limits Limits
 }
 
 // PriorityClassGetter reads PriorityClasses by name.

@@ -22,16 +22,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
+	"github.com/trainyard/trainyard/pkg/metrics"
 )
 
 // Paths of the four webhooks, upstream's (controller-runtime's naming convention), so
@@ -43,11 +46,102 @@ const (
 	PathValidateClusterTrainingRuntime = "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime"
 )
 
-// MaxRequestBytes bounds an AdmissionReview request body. The API server sends at most
-// the object and the old object, each within etcd's 1.5 MiB limit, plus the envelope.
+// MaxRequestBytes bounds an AdmissionReview request body, answered 413 beyond it. It
+// lets the largest review the API server can send through: the object is at most
+// 3 MiB (the API server refuses a larger request body before admission), the old
+// object of an UPDATE at most as much (it was admitted under the same limit; etcd's
+// default 1.5 MiB request limit keeps a stored object smaller still), and the envelope
+// (kind, resource, userInfo, options) is well under 1 MiB. Reading a body does not
+// reserve this size: BodyBudget charges bytes as they arrive.
 const MaxRequestBytes = 7 << 20
 
-// Observer is told about every review a webhook answers, e.g. to record metrics:
+// The handler's bounds on what requests hold at once (Deps.Limits overrides them). The
+// API server calls the webhooks with a 10 s timeout (TimeoutSeconds) and retries a 429
+// with Retry-After within it; after that its webhook's failurePolicy (Fail) refuses
+// the write. So a refusal for load is a 429 with Retry-After: 1, never an
+// AdmissionReview denying the object, which would refuse the write at once, whatever
+// the failurePolicy.
+const (
+	// DefaultMaxRequests is how many requests the handler holds at once, bodies still
+	// arriving included (a slow client's request holds its goroutine and up to
+	// DefaultFreeBodyBytes until ReadTimeout). It is above what 500 slow clients hold,
+	// so that the API server's reviews find room beside them, and bounds the heap of
+	// the requests over HTTP/2, where one connection carries up to 100 of them.
+	DefaultMaxRequests = 2048
+	// DefaultMaxReviewsInFlight is how many reviews are decoded, decided and encoded at
+	// once, once their body has arrived; a slow client never holds one. A review read
+	// from the caches takes ~0.1–1 ms: 64 at once is far beyond what 2 cores answer, and
+	// bounds the decoded copies of bodies (each ~2–3× its body) the heap holds.
+	DefaultMaxReviewsInFlight = 64
+	// DefaultBodyBudgetBytes is the request-body bytes, beyond each body's first
+	// DefaultFreeBodyBytes, held at once by all requests together
+	// (httpserver.BodyBudget): 32 MiB, four of the largest reviews (MaxRequestBytes).
+	DefaultBodyBudgetBytes = 32 << 20
+	// DefaultFreeBodyBytes is the part of every body not charged to the budget: a
+	// TrainJob's review (a few KiB, ~20 KiB for an UPDATE with managedFields) is never
+	// refused because large bodies hold the budget.
+	DefaultFreeBodyBytes = 64 << 10
+)
+
+// Limits bound what the handler's requests hold at once; a zero field takes its
+// Default* value, a negative one removes the bound. A request beyond MaxRequests or
+// MaxReviewsInFlight, or whose body does not fit the budget, is answered 429 Too Many
+// Requests with Retry-After: 1 at once.
+type Limits struct {
+	// MaxRequests is how many requests are held, bodies still arriving included
+	// (DefaultMaxRequests).
+	MaxRequests int
+	// MaxReviewsInFlight is how many reviews are decoded and decided at once
+	// (DefaultMaxReviewsInFlight).
+	MaxReviewsInFlight int
+	// BodyBudgetBytes and FreeBodyBytes are the httpserver.BodyBudget of request bodies
+	// (DefaultBodyBudgetBytes, DefaultFreeBodyBytes).
+	BodyBudgetBytes, FreeBodyBytes int64
+}
+
+// withDefaults returns l with its zero fields set to their defaults.
+func (l Limits) withDefaults() Limits {
+	if l.MaxRequests == 0 {
+		l.MaxRequests = DefaultMaxRequests
+	}
+	if l.MaxReviewsInFlight == 0 {
+		l.MaxReviewsInFlight = DefaultMaxReviewsInFlight
+	}
+	if l.BodyBudgetBytes == 0 {
+		l.BodyBudgetBytes = DefaultBodyBudgetBytes
+	}
+	if l.FreeBodyBytes == 0 {
+		l.FreeBodyBytes = DefaultFreeBodyBytes
+	}
+	return l
+}
+
+// ServerLimits are the admission server's timeouts and connection bounds
+// (httpserver.Limits), for a slow client not to take what the API server needs:
+//
+//   - 5 s for a header (and the TLS handshake): the API server sends its header at
+//     once, and a client sending nothing, or a byte at a time, loses its slot;
+//   - 10 s to read a request and 10 s from its header to its answer: the API server
+//     gives up on a review after TimeoutSeconds (10 s), so a slower one is useless;
+//   - 120 s idle: above the 90 s after which the API server's client closes an idle
+//     connection itself, so the server never closes one a review is being sent on;
+//   - 16 KiB of header (the API server sends a few short headers);
+//   - 1024 connections (~40 KiB each over TLS while a header arrives: 40 MiB), of which
+//     768 kept open between requests: 500 slow clients leave room for the API servers,
+//     and the timeouts free the slots of more, which new connections, the API server's
+//     among them, take in the order they came (the kernel's accept queue);
+//   - HTTP/2: at most 100 concurrent streams per connection (the API server's own
+//     default as a server), net/http's 1 MiB receive buffers.
+func ServerLimits() httpserver.Limits {
+	return httpserver.Limits{
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: TimeoutSeconds * time.Second, WriteTimeout: TimeoutSeconds * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
+		MaxConns: 1024, MaxKeepAliveConns: 768,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 100},
+	}
+}
+
+// Observer is told about every request a webhook answers, e.g. to record metrics. ObserveReview:
 // webhook is "mutate" or "validate", kind the webhook's kind (TrainJob, ...), operation
 // the admission operation (CREATE, UPDATE, ...), resp the response sent (read it, never
 // change it) and elapsed the time from receiving the request to writing the answer.
@@ -55,37 +149,103 @@ const MaxRequestBytes = 7 << 20
 // a refusal's resp.Result.Code says why: 403 a rule denied the object, 400 the request
 // could not be reviewed (another kind, an object that does not decode strictly), 500 an
 // informer cache read failed. HTTP errors (wrong method, media type, size, not an
-// AdmissionReview) answer no review and are not observed.
+// AdmissionReview) answer no review and are not observed by it. ObserveAdmissionRejected:
+// a request refused before its review for the server's bounds, reason
+// metrics.ReasonTooManyRequests (429: a cap of Limits) or metrics.ReasonTooLarge (413:
+// over MaxRequestBytes).
 type Observer interface {
 	ObserveReview(webhook, kind string, operation admissionv1.Operation, resp *admissionv1.AdmissionResponse, elapsed time.Duration)
+	ObserveAdmissionRejected(reason string)
 }
 
 // NewHandler returns a mux serving the four webhooks at their paths (PathMutateTrainJob,
-// ...) with the rules of deps. It is plain http.Handler: the caller serves it over TLS.
-// Each path answers only POSTs of an admission.k8s.io/v1 AdmissionReview as
-// application/json of at most MaxRequestBytes: anything else is an HTTP error (405,
-// 415, 413, 400) with a message saying what was expected. A review about an object
-// that does not decode strictly into Trainyard's types (an unknown field: the CRD is
-// newer than the controller) is answered Allowed=false with code 400.
+// ...) with the rules of deps, within deps.Limits. It is plain http.Handler: the caller
+// serves it over TLS (httpserver.New with ServerLimits). Each path answers only POSTs
+// of an admission.k8s.io/v1 AdmissionReview as application/json of at most
+// MaxRequestBytes: anything else is an HTTP error (405, 415, 413, 400) with a message
+// saying what was expected. A request beyond the bounds of Limits is 429 with
+// Retry-After: 1. A review about an object that does not decode strictly into
+// Trainyard's types (an unknown field: the CRD is newer than the controller) is
+// answered Allowed=false with code 400.
 func NewHandler(deps *Deps) http.Handler {
+	l := deps.Limits.withDefaults()
+	b := &bounds{
+		requests: httpserver.NewInFlight(l.MaxRequests), reviews: httpserver.NewInFlight(l.MaxReviewsInFlight),
+		bodies: &httpserver.BodyBudget{Total: l.BodyBudgetBytes, Free: l.FreeBodyBytes}, observer: deps.Observer,
+	}
 	mux := http.NewServeMux()
-	mux.Handle(PathMutateTrainJob, &endpoint{webhook: "mutate", kind: trainer.TrainJobKind, observer: deps.Observer, review: deps.mutateTrainJob})
-	mux.Handle(PathValidateTrainJob, &endpoint{webhook: "validate", kind: trainer.TrainJobKind, observer: deps.Observer, review: deps.validateTrainJob})
-	mux.Handle(PathValidateTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.TrainingRuntimeKind, observer: deps.Observer, review: deps.validateTrainingRuntime})
-	mux.Handle(PathValidateClusterTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.ClusterTrainingRuntimeKind, observer: deps.Observer, review: deps.validateClusterTrainingRuntime})
+	mux.Handle(PathMutateTrainJob, &endpoint{webhook: "mutate", kind: trainer.TrainJobKind, bounds: b, review: deps.mutateTrainJob})
+	mux.Handle(PathValidateTrainJob, &endpoint{webhook: "validate", kind: trainer.TrainJobKind, bounds: b, review: deps.validateTrainJob})
+	mux.Handle(PathValidateTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.TrainingRuntimeKind, bounds: b, review: deps.validateTrainingRuntime})
+	mux.Handle(PathValidateClusterTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.ClusterTrainingRuntimeKind, bounds: b, review: deps.validateClusterTrainingRuntime})
 	return mux
+}
+
+// bounds are what the four endpoints of one handler share: the caps of Limits.
+type bounds struct {
+	requests, reviews *httpserver.InFlight
+	bodies            *httpserver.BodyBudget
+	observer          Observer
+}
+
+// refuse answers a request refused for the bounds: 429 with Retry-After for a cap, 413
+// for a body over MaxRequestBytes, and tells the observer.
+func (b *bounds) refuse(w http.ResponseWriter, r *http.Request, code int, message string) {
+	reason := metrics.ReasonTooManyRequests
+	if code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(httpserver.RetryAfterSeconds))
+		message += fmt.Sprintf(": retry after %d s", httpserver.RetryAfterSeconds)
+	} else {
+		reason = metrics.ReasonTooLarge
+	}
+	http.Error(w, message, code)
+	if b.observer != nil {
+		b.observer.ObserveAdmissionRejected(reason)
+	}
+	// Per request, so only at high verbosity: what an operator greps to find the source
+	// of a flood (trainyard_admission_requests_rejected_total rising).
+	klog.FromContext(r.Context()).V(4).Info("Refused an admission request", "path", r.URL.Path, "remote", r.RemoteAddr, "code", code, "reason", message)
+}
+
+// readBody reads r's body within the bounds and returns it with the function that
+// frees its share of the budget; ok false when it answered the request instead.
+func (b *bounds) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	if r.ContentLength > MaxRequestBytes {
+		b.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxRequestBytes))
+		return nil, nil, false
+	}
+	body, release, err := b.bodies.ReadBody(r.Body, MaxRequestBytes)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return body, release, true
+	case errors.As(err, &tooLarge):
+		b.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxRequestBytes))
+	case errors.Is(err, httpserver.ErrBusy):
+		b.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many AdmissionReview bytes in flight (%d)", b.bodies.Total))
+	default:
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+	}
+	return nil, nil, false
 }
 
 // endpoint serves one webhook: it checks and decodes the HTTP request, passes the
 // admission request of the expected kind to review and writes its response.
 type endpoint struct {
 	webhook, kind string
-	observer      Observer
+	*bounds
 	// review answers a CREATE or UPDATE of kind; other operations are allowed as is.
 	review func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 }
 
+// ServeHTTP holds a request slot (MaxRequests) while the body arrives, then a review
+// slot (MaxReviewsInFlight) while the review is decoded, decided and encoded.
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !e.requests.TryAcquire() {
+		e.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many admission requests open (%d)", e.requests.Max()))
+		return
+	}
+	defer e.requests.Release()
 	start := time.Now()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -97,16 +257,22 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.StatusUnsupportedMediaType)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			http.Error(w, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+	body, release, ok := e.readBody(w, r)
+	if !ok {
 		return
 	}
+	defer release()
+	if !e.reviews.TryAcquire() {
+		e.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many AdmissionReviews in flight (%d)", e.reviews.Max()))
+		return
+	}
+	defer e.reviews.Release()
+	e.serveReview(w, body, start)
+}
+
+// serveReview decodes the AdmissionReview in body, reviews its request and writes the
+// answer; start is when the request arrived.
+func (e *endpoint) serveReview(w http.ResponseWriter, body []byte, start time.Time) {
 	var in admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &in); err != nil {
 		http.Error(w, "decoding the AdmissionReview: "+err.Error(), http.StatusBadRequest)

@@ -77,6 +77,10 @@ func post(t *testing.T, srv *httptest.Server, path string, body []byte) *admissi
 
 type observed struct{ reviews []string }
 
+func (o *observed) ObserveAdmissionRejected(reason string) {
+	o.reviews = append(o.reviews, "rejected "+reason)
+}
+
 func (o *observed) ObserveReview(webhook, kind string, op admissionv1.Operation, resp *admissionv1.AdmissionResponse, _ time.Duration) {
 	o.reviews = append(o.reviews, strings.Join([]string{webhook, kind, string(op), map[bool]string{true: "allowed", false: "denied"}[resp.Allowed]}, " "))
 }
@@ -239,4 +243,63 @@ func TestHandlerHTTPErrors(t *testing.T) {
 			t.Errorf("status %d, want 404", resp.StatusCode)
 		}
 	})
+}
+
+// TestHandlerRefusesBeyondItsLimits: a request beyond MaxRequests, or whose body does
+// not fit the body budget, is answered 429 with Retry-After: 1 (the API server retries
+// it within the webhook's timeout), one over MaxRequestBytes 413, each observed as
+// rejected; a small review still passes while a large body holds the budget.
+func TestHandlerRefusesBeyondItsLimits(t *testing.T) {
+	deps := fixture{runtimes: []runtime.Object{ctr("test-runtime", skeleton(torchPolicy), nil)}}.deps(t)
+	obs := &observed{}
+	deps.Observer = obs
+	deps.Limits = Limits{MaxRequests: 2, BodyBudgetBytes: 64 << 10, FreeBodyBytes: 16 << 10}
+	h := NewHandler(deps)
+	small := review(t, "TrainJob", admissionv1.Create, trainJob("test-runtime", nil), nil)
+	send := func(body io.Reader, length int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, PathValidateTrainJob, body)
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = length
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	// A slow client holds a request slot and 48 KiB of the budget (64 KiB buffer less Free) while its body arrives.
+	pr, pw := io.Pipe()
+	held := make(chan *httptest.ResponseRecorder)
+	go func() { held <- send(pr, -1) }()
+	if _, err := pw.Write(make([]byte, 60<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if rec := send(bytes.NewReader(make([]byte, 80<<10)), 80<<10); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
+		t.Errorf("an 80 KiB body while the budget is held: %d, Retry-After %q; want 429, 1", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if rec := send(bytes.NewReader(small), int64(len(small))); rec.Code != http.StatusOK {
+		t.Errorf("a small review while the budget is held: %d %s, want 200", rec.Code, rec.Body)
+	}
+	// A second slow client takes the other request slot: a third request is refused.
+	pr2, pw2 := io.Pipe()
+	held2 := make(chan *httptest.ResponseRecorder)
+	go func() { held2 <- send(pr2, -1) }()
+	if _, err := pw2.Write([]byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	if rec := send(bytes.NewReader(small), int64(len(small))); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
+		t.Errorf("a review beyond MaxRequests: %d, Retry-After %q; want 429, 1", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	_ = pw2.CloseWithError(io.ErrUnexpectedEOF)
+	<-held
+	<-held2
+	if rec := send(bytes.NewReader(nil), MaxRequestBytes+1); rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a Content-Length over MaxRequestBytes: %d, want 413", rec.Code)
+	}
+	if rec := send(bytes.NewReader(small), int64(len(small))); rec.Code != http.StatusOK {
+		t.Errorf("a review once the slow clients are gone: %d %s, want 200", rec.Code, rec.Body)
+	}
+	want := []string{"rejected too_many_requests", "validate TrainJob CREATE allowed", "rejected too_many_requests", "rejected too_large", "validate TrainJob CREATE allowed"}
+	if diff := cmp.Diff(want, obs.reviews); diff != "" {
+		t.Errorf("observed (-want +got):\n%s", diff)
+	}
 }

@@ -19,6 +19,7 @@ var admissionEndpoints = [][2]string{
 }
 
 type admissionMetrics struct {
+	rejected *prometheus.CounterVec
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	warnings *prometheus.CounterVec
@@ -27,6 +28,10 @@ type admissionMetrics struct {
 func newAdmissionMetrics() admissionMetrics {
 	labels := []string{LabelWebhook, LabelKind, LabelOperation}
 	a := admissionMetrics{
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: AdmissionRequestsRejectedTotal,
+			Help: "Requests the admission server refused before reviewing them, for its bounds, by reason (too_many_requests, too_large).",
+		}, []string{LabelReason}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: AdmissionRequestsTotal,
 			Help: "AdmissionReviews the admission webhooks answered, by webhook (validate, mutate), kind, operation and result (allowed, denied, error).",
@@ -41,6 +46,9 @@ func newAdmissionMetrics() admissionMetrics {
 	}
 	// Create the children of the reviews the API server sends at zero, so that
 	// ratios and alerts have series before the first review.
+	for _, r := range admissionRejectReasons {
+		a.rejected.WithLabelValues(r)
+	}
 	for _, e := range admissionEndpoints {
 		for _, op := range []string{OperationCreate, OperationUpdate} {
 			for _, r := range admissionResults {
@@ -68,7 +76,20 @@ func (a admissionMetrics) catalogue() {
 }
 
 func (a admissionMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.requests, a.duration, a.warnings}
+	return []prometheus.Collector{a.rejected, a.requests, a.duration, a.warnings}
+}
+
+// admissionRejectReasons are the reason label values of AdmissionRequestsRejectedTotal.
+var admissionRejectReasons = []string{ReasonTooManyRequests, ReasonTooLarge}
+
+// ObserveAdmissionRejected records one request the admission server refused for its
+// bounds (package admission's Observer); a reason outside admissionRejectReasons is
+// recorded as ReasonTooManyRequests.
+func (m *Metrics) ObserveAdmissionRejected(reason string) {
+	if !slices.Contains(admissionRejectReasons, reason) {
+		reason = ReasonTooManyRequests
+	}
+	m.admission.rejected.WithLabelValues(reason).Inc()
 }
 
 // ObserveReview records one AdmissionReview a webhook answered with resp after

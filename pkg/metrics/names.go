@@ -153,6 +153,15 @@ const (
 	// was admitted or not. Labels: webhook, kind, operation.
 	AdmissionWarningsTotal = "trainyard_admission_warnings_total"
 
+	// AdmissionRequestsRejectedTotal is a counter (requests): requests the
+	// admission server refused before reviewing them, for its bounds (package
+	// admission's Limits): reason too_many_requests (429 with Retry-After, which
+	// the API server retries within the webhook's timeout, then applies its
+	// failurePolicy) or too_large (413, a body over admission.MaxRequestBytes).
+	// Rising with TrainJob writes refused, a flood is holding the server: see
+	// the runbook. Labels: reason (ReasonTooManyRequests, ReasonTooLarge).
+	AdmissionRequestsRejectedTotal = "trainyard_admission_requests_rejected_total"
+
 	// ProgressReportsTotal is a counter (requests): progress reports trainer
 	// pods POSTed to the progress endpoint of this replica (package progress,
 	// KEP-2779), accepted or not; other paths and methods are not counted.

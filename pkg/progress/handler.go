@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
@@ -135,7 +135,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
-	h := &handler{cfg: cfg}
+	h := &handler{cfg: cfg, inFlight: httpserver.NewInFlight(cfg.MaxInFlight)}
 	mux := http.NewServeMux()
 	mux.Handle(http.MethodPost+" "+wire.Path("{namespace}", "{name}"), h)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -147,7 +147,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 
 type handler struct {
 	cfg      HandlerConfig
-	inFlight atomic.Int64 // reports being handled
+	inFlight *httpserver.InFlight // reports being handled
 }
 
 // trainerStatusPath is the request's trainerStatus, the root of field errors.
@@ -175,16 +175,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve answers one report and returns "" if it was accepted, else the
 // metrics.Reason* value of why not.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
-	if limit := int64(h.cfg.MaxInFlight); limit > 0 {
-		n := h.inFlight.Add(1)
-		defer h.inFlight.Add(-1)
-		if n > limit {
-			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-			writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
-				fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", limit, RetryAfterSeconds), nil)
-			return metrics.ReasonTooManyRequests
-		}
+	if !h.inFlight.TryAcquire() {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", h.inFlight.Max(), RetryAfterSeconds), nil)
+		return metrics.ReasonTooManyRequests
 	}
+	defer h.inFlight.Release()
 	key := cache.ObjectName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 	if r.ContentLength > wire.MaxBodyBytes {
 		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, tooLarge(r.ContentLength), nil)

@@ -3,14 +3,11 @@ package progress
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
 
@@ -38,7 +35,7 @@ const (
 	// short headers, where net/http's default allows 1 MiB per request.
 	MaxHeaderBytes = 16 << 10
 	// RetryAfterSeconds is the Retry-After of a report refused as one too many (429).
-	RetryAfterSeconds = 1
+	RetryAfterSeconds = httpserver.RetryAfterSeconds
 )
 
 // ServerOptions configure a Server. Zero bounds take the defaults; a negative one
@@ -57,16 +54,15 @@ type ServerOptions struct {
 	MaxKeepAliveConns int
 }
 
-// Server is the progress server: an http.Server for NewHandler, whose Serve serves TLS
-// within the bounds of its ServerOptions.
+// Server is the progress server: an httpserver.Server for NewHandler, whose Serve serves
+// TLS within the bounds of its ServerOptions.
 type Server struct {
-	*http.Server
-	maxConns int
+	*httpserver.Server
 }
 
 // NewServer returns the progress server of handler (NewHandler), unstarted, with
 // upstream's timeouts (10 s to read a request and to write its answer, 120 s idle) and
-// these bounds on the memory its connections hold:
+// these bounds on the memory its connections hold (package httpserver):
 //
 //   - at most MaxConns connections open (in Serve);
 //   - at most MaxKeepAliveConns kept open between requests: an HTTP/1 answer on a
@@ -88,53 +84,20 @@ func NewServer(handler http.Handler, opts ServerOptions) (*Server, error) {
 	if opts.MaxKeepAliveConns == 0 {
 		opts.MaxKeepAliveConns = DefaultMaxKeepAliveConns
 	}
-	if opts.MaxConns > 0 && opts.MaxKeepAliveConns >= opts.MaxConns {
-		return nil, fmt.Errorf("progress server: MaxKeepAliveConns %d must be below MaxConns %d", opts.MaxKeepAliveConns, opts.MaxConns)
-	}
-	var open atomic.Int64
-	if opts.MaxKeepAliveConns > 0 {
-		keep := int64(opts.MaxKeepAliveConns)
-		next := handler
-		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.ProtoMajor == 1 && open.Load() > keep {
-				w.Header().Set("Connection", "close")
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-	return &Server{
-		maxConns: opts.MaxConns,
-		Server: &http.Server{
-			Addr:              opts.Addr,
-			Handler:           handler,
-			TLSConfig:         opts.TLSConfig,
-			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-			IdleTimeout:    2 * time.Minute, // trainers keep their connection between reports
-			MaxHeaderBytes: MaxHeaderBytes,
-			ConnState: func(_ net.Conn, s http.ConnState) {
-				switch s {
-				case http.StateNew:
-					open.Add(1)
-				case http.StateClosed, http.StateHijacked:
-					open.Add(-1)
-				}
-			},
-			HTTP2: &http.HTTP2Config{
-				MaxConcurrentStreams:          16,
-				MaxReadFrameSize:              16 << 10,
-				MaxReceiveBufferPerStream:     wire.MaxBodyBytes,
-				MaxReceiveBufferPerConnection: 16 * wire.MaxBodyBytes,
-			},
+	srv, err := httpserver.New(handler, opts.Addr, opts.TLSConfig, httpserver.Limits{
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout:    2 * time.Minute, // trainers keep their connection between reports
+		MaxHeaderBytes: MaxHeaderBytes,
+		MaxConns:       opts.MaxConns, MaxKeepAliveConns: opts.MaxKeepAliveConns,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          16,
+			MaxReadFrameSize:              16 << 10,
+			MaxReceiveBufferPerStream:     wire.MaxBodyBytes,
+			MaxReceiveBufferPerConnection: 16 * wire.MaxBodyBytes,
 		},
-	}, nil
-}
-
-// Serve serves HTTPS on ln with the server's TLSConfig, accepting at most MaxConns
-// connections at a time, until Shutdown or Close; it returns http.ErrServerClosed
-// then. It shadows http.Server.Serve, which would serve plain HTTP.
-func (s *Server) Serve(ln net.Listener) error {
-	if s.maxConns > 0 {
-		ln = netutil.LimitListener(ln, s.maxConns)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("progress server: %w", err)
 	}
-	return s.Server.ServeTLS(ln, "", "")
+	return &Server{Server: srv}, nil
 }

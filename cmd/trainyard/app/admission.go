@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/admission"
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
@@ -34,7 +34,7 @@ type admissionServer struct {
 	cfg     configv1alpha1.WebhookConfiguration
 	kube    kubernetes.Interface
 	logger  klog.Logger
-	server  *http.Server
+	server  *httpserver.Server
 	factory kubeinformers.SharedInformerFactory // PriorityClasses
 	// certificate is the serving certificate, shared with the progress server.
 	certificate *servingCertificate
@@ -45,8 +45,9 @@ type admissionServer struct {
 }
 
 // newAdmissionServer builds the admission server of cfg, or returns nil when
-// cfg.BindAddress is "0". namespace is the controller's own (the Service lives there);
-// certificate is the serving certificate.
+// cfg.BindAddress is "0": admission.NewHandler within its default Limits, served within
+// admission.ServerLimits. certificate is the serving certificate. Errors: none today
+// (bounds that contradict each other: a wiring bug).
 func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *servingCertificate, kube kubernetes.Interface, inf *informers.Informers,
 	claims *dra.Claims, m *metrics.Metrics, logger klog.Logger,
 ) (*admissionServer, error) {
@@ -64,10 +65,11 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *se
 		Claims:                  claims,
 		Observer:                m,
 	}
-	s.server = &http.Server{
-		Addr: cfg.BindAddress, Handler: admission.NewHandler(deps),
-		TLSConfig: s.certificate.TLSConfig(), ReadHeaderTimeout: 10 * time.Second,
+	server, err := httpserver.New(admission.NewHandler(deps), cfg.BindAddress, s.certificate.TLSConfig(), admission.ServerLimits())
+	if err != nil {
+		return nil, fmt.Errorf("admission server: %w", err)
 	}
+	s.server = server
 	return s, nil
 }
 
@@ -97,10 +99,10 @@ func (s *admissionServer) listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// serve serves HTTPS on ln until the server is shut down; it returns
-// http.ErrServerClosed then.
+// serve serves HTTPS on ln, within the server's connection bounds, until the server is
+// shut down; it returns http.ErrServerClosed then.
 func (s *admissionServer) serve(ln net.Listener) error {
-	return s.server.ServeTLS(ln, "", "")
+	return s.server.Serve(ln)
 }
 
 // register creates or updates the two webhook configurations with clientConfig.url =

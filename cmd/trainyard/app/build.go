@@ -208,9 +208,7 @@ func (c *controller) buildProbes(all *clients, profiling bool) error {
 	if err != nil {
 		return err
 	}
-	if metricsSrv != nil {
-		c.probes = append(c.probes, metricsSrv)
-	}
-	c.serveErrs = make(chan error, len(c.probes)+2) // the probes, admission, progress
+	c.metricsServer = metricsSrv
+	c.serveErrs = make(chan error, len(c.probes)+3) // the probes, metrics, admission, progress
 	return nil
 }

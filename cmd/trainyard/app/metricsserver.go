@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,18 +15,51 @@ import (
 	"k8s.io/klog/v2"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	metricsauth "github.com/trainyard/trainyard/pkg/metrics/auth"
 )
 
+// The metrics server's bounds (package httpserver). Its clients are Prometheus (one
+// scrape per target every 15–60 s, answered in well under a second) and an engineer's
+// pprof; any pod can reach the port, and with auth.enabled each request costs a
+// TokenReview and a SubjectAccessReview, so a flood is refused before them.
+const (
+	// metricsMaxConns is how many connections are open at once (~40 KiB each over TLS:
+	// 2.5 MiB); more wait to be accepted. A few Prometheus replicas need one each.
+	metricsMaxConns = 64
+	// metricsMaxKeepAliveConns is how many are kept open between requests, so that
+	// idle connections cannot take every slot.
+	metricsMaxKeepAliveConns = 32
+	// metricsMaxInFlight is how many requests are served at once; more are answered
+	// 429 with Retry-After: 1 before any review. A CPU profile holds its slot for its
+	// seconds parameter.
+	metricsMaxInFlight = 16
+	// metricsWriteTimeout bounds a request from its header to its answer: above
+	// /debug/pprof/profile's default of 30 s, so a default CPU profile completes.
+	metricsWriteTimeout = 60 * time.Second
+)
+
+// metricsLimits are the metrics server's timeouts and caps: 5 s for a header (a
+// scraper sends it at once, and it frees a silent connection's slot), 10 s for a
+// request (bodies are empty), metricsWriteTimeout for the answer, 120 s idle (above
+// Prometheus' longest usual scrape interval of 60 s, so its connection is reused), 16 KiB
+// of header (a bearer token).
+var metricsLimits = httpserver.Limits{
+	ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: metricsWriteTimeout,
+	IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
+	MaxConns: metricsMaxConns, MaxKeepAliveConns: metricsMaxKeepAliveConns,
+}
+
 // newMetricsServer returns the server of /metrics (and /debug/pprof when profiling) that
-// cfg describes, or nil when cfg.BindAddress is "0" or empty. With secureServing its
-// TLSConfig is set (serve it with ServeTLS): certificate's when the controller has one
-// (admission or progress server), a self-signed certificate generated now otherwise.
-// With auth.enabled every path is behind pkg/metrics/auth's filter, asking kube.
-// Errors: a self-signed certificate that cannot be generated.
+// cfg describes, or nil when cfg.BindAddress is "0" or empty, within metricsLimits and
+// serving at most metricsMaxInFlight requests at once. With secureServing its TLSConfig
+// is set (its Serve serves TLS): certificate's when the controller has one (admission
+// or progress server), a self-signed certificate generated now otherwise. With
+// auth.enabled every path is behind pkg/metrics/auth's filter, asking kube. Errors: a
+// self-signed certificate that cannot be generated.
 func newMetricsServer(cfg configv1alpha1.MetricsConfiguration, reg *prometheus.Registry, profiling bool,
 	certificate *servingCertificate, kube kubernetes.Interface, logger klog.Logger,
-) (*http.Server, error) {
+) (*httpserver.Server, error) {
 	if cfg.BindAddress == "0" || cfg.BindAddress == "" {
 		return nil, nil
 	}
@@ -38,7 +72,10 @@ func newMetricsServer(cfg configv1alpha1.MetricsConfiguration, reg *prometheus.R
 	if ptrBool(cfg.Auth.Enabled) {
 		handler = metricsauth.New(kube, logger.WithName("metrics-auth"), nil).Wrap(mux)
 	}
-	srv := &http.Server{Addr: cfg.BindAddress, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv, err := httpserver.New(limitInFlight(handler, metricsMaxInFlight), cfg.BindAddress, nil, metricsLimits)
+	if err != nil {
+		return nil, fmt.Errorf("metrics server: %w", err)
+	}
 	auth := ptrBool(cfg.Auth.Enabled)
 	switch {
 	case !ptrBool(cfg.SecureServing):
@@ -76,4 +113,20 @@ func selfSignedTLSConfig() (*tls.Config, error) {
 		return nil, fmt.Errorf("loading the metrics endpoint's self-signed certificate: %w", err)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
+}
+
+// limitInFlight serves at most max requests of next at once and answers the others 429
+// Too Many Requests with Retry-After: httpserver.RetryAfterSeconds at once, which
+// Prometheus records as a failed scrape (up 0) and retries at its next interval.
+func limitInFlight(next http.Handler, max int) http.Handler {
+	inFlight := httpserver.NewInFlight(max)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !inFlight.TryAcquire() {
+			w.Header().Set("Retry-After", strconv.Itoa(httpserver.RetryAfterSeconds))
+			http.Error(w, fmt.Sprintf("too many requests in flight (%d): retry after %d s", max, httpserver.RetryAfterSeconds), http.StatusTooManyRequests)
+			return
+		}
+		defer inFlight.Release()
+		next.ServeHTTP(w, r)
+	})
 }

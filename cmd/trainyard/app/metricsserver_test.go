@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -79,5 +81,32 @@ func TestMetricsServer(t *testing.T) {
 	}
 	if srv, err := newMetricsServer(configv1alpha1.MetricsConfiguration{BindAddress: "0"}, nil, false, nil, nil, ktesting.NewLogger(t, ktesting.NewConfig())); srv != nil || err != nil {
 		t.Errorf(`bindAddress "0" = %v, %v; want no server`, srv, err)
+	}
+}
+
+// TestMetricsServerBounds: the metrics server has read, write and idle timeouts and a
+// connection cap (metricsLimits), and a request beyond metricsMaxInFlight is answered
+// 429 with Retry-After at once.
+func TestMetricsServerBounds(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	srv, err := newMetricsServer(configv1alpha1.MetricsConfiguration{BindAddress: "127.0.0.1:0", SecureServing: ptr.To(false), Auth: configv1alpha1.MetricsAuthConfiguration{Enabled: ptr.To(false)}},
+		prometheus.NewRegistry(), false, nil, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout < 30*time.Second || srv.IdleTimeout == 0 || srv.MaxHeaderBytes != 16<<10 {
+		t.Errorf("timeouts %v/%v/%v/%v, header bound %d: want all set, the write timeout above a 30 s CPU profile",
+			srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	h := limitInFlight(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { entered <- struct{}{}; <-release }), 1)
+	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	<-entered
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	close(release)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
+		t.Errorf("a request beyond the in-flight cap: %d, Retry-After %q; want 429, 1", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }

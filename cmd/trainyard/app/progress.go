@@ -166,7 +166,7 @@ const progressDrainTimeout = 10 * time.Second
 // (progress.Stage.Drain), and stops the write pipeline. Reports still pending then are
 // logged as lost. Call it once, after serve started.
 func (s *progressServer) shutdown(logger klog.Logger) {
-	shutdownServers(logger, []*http.Server{s.server.Server})
+	shutdownServers(logger, []*http.Server{s.server.Server.Server})
 	ctx, cancel := context.WithTimeout(context.Background(), progressDrainTimeout)
 	defer cancel()
 	start := time.Now()

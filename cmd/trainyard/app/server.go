@@ -18,6 +18,7 @@ import (
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -109,8 +110,9 @@ type controller struct {
 	progress    *progressServer     // nil when the progress server is off
 	// optimization runs OptimizationJobs; nil when the API server does not serve them.
 	optimization *optimizationJobs
-	// probes are the health and metrics servers.
-	probes []*http.Server
+	// probes are the health server; metricsServer, nil when off, serves /metrics.
+	probes        []*http.Server
+	metricsServer *httpserver.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
 	leading atomic.Bool
 	// stopping is true once the controller's context is done: /readyz fails.
@@ -148,7 +150,12 @@ func (c *controller) serveProbesAndMetrics() (stop func()) {
 			return srv.ListenAndServe()
 		})
 	}
-	return func() { shutdownServers(c.logger, c.probes) }
+	servers := c.probes
+	if c.metricsServer != nil {
+		c.serveInBackground("serving "+c.metricsServer.Addr, c.metricsServer.ListenAndServe)
+		servers = append(servers[:len(servers):len(servers)], c.metricsServer.Server)
+	}
+	return func() { shutdownServers(c.logger, servers) }
 }
 
 // startInformers starts the event sink, the shared informers, the optional APIs'
@@ -226,7 +233,7 @@ func (c *controller) serveAdmissionAndProgress(ctx context.Context) (stop func()
 				c.admission.register(registerCtx)
 			}
 		}()
-		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server}) }, func() {
+		stops = append(stops, func() { shutdownServers(c.logger, []*http.Server{c.admission.server.Server}) }, func() {
 			stopRegistering()
 			<-registered
 			c.unregisterAdmission()

@@ -1,0 +1,201 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
+)
+
+// The attack of TestAdmissionUnderSlowClients: 500 connections to the controller's
+// admission server, as package admission's TestServerHoldsSlowClients makes them.
+const (
+	// maxRequestBytes, validateTrainJobPath and webhookTimeout are package admission's
+	// MaxRequestBytes, PathValidateTrainJob and TimeoutSeconds (importing it would bring
+	// the stages' dependencies into this module).
+	maxRequestBytes      = 7 << 20
+	validateTrainJobPath = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
+	webhookTimeout       = 10 * time.Second
+	// slowHeaders send a request header a byte a second (reconnecting when cut).
+	slowHeaders = 250
+	// slowBodies announce a body of maxRequestBytes and send a byte a second.
+	slowBodies = 200
+	// stalledBodies send maxRequestBytes−1 bytes at once and hold the last.
+	stalledBodies = 50
+	// admissionHeapBound is the controller's heap growth allowed under the attack
+	// (go_memstats_heap_inuse_bytes): 500 TLS connections (~20 MiB), the body budget
+	// (32 MiB), each stalled body's uncharged 64 KiB, the TrainJobs' cache. Without the
+	// bounds the stalled bodies alone hold ~400 MiB.
+	admissionHeapBound = 192 << 20
+)
+
+// TestAdmissionUnderSlowClients holds 500 slow connections against a running
+// controller's admission server (registered with failurePolicy Fail) while 300
+// TrainJobs are created, each once, 8 at a time: none may be refused, the creates' p99
+// must stay within the webhook timeout, and the controller's heap must stay bounded.
+// It logs the refusals, create latency p50/p99, the controller's heap and RSS, and the
+// requests it refused for its bounds (trainyard_admission_requests_rejected_total).
+func TestAdmissionUnderSlowClients(t *testing.T) {
+	timed(t)
+	const n = 300
+	e := newEnv(t)
+	ns := e.namespace(t)
+	ctrl := e.startWebhookController(t, "trainyard-admission-load")
+	u, err := url.Parse(ctrl.WebhookURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapBefore := ctrl.Metric(t, "go_memstats_heap_inuse_bytes")
+	stop := make(chan struct{})
+	var attackers sync.WaitGroup
+	defer func() { close(stop); attackers.Wait() }()
+	startAttack(u.Host, &attackers, stop)
+	time.Sleep(3 * time.Second) // the attackers connected and sent what they send at once
+
+	var heapPeak, rssPeak atomic.Int64
+	sample := func() {
+		heapPeak.Store(max(heapPeak.Load(), int64(ctrl.Metric(t, "go_memstats_heap_inuse_bytes"))))
+		rssPeak.Store(max(rssPeak.Load(), int64(ctrl.Metric(t, "process_resident_memory_bytes"))))
+	}
+	sample()
+	latencies, refused := e.createEach(t, ns, n, 8, sample)
+	sample()
+
+	slices.Sort(latencies)
+	p50, p99 := latencies[len(latencies)/2], latencies[len(latencies)*99/100]
+	growth := heapPeak.Load() - int64(heapBefore)
+	t.Logf("500 slow connections: %d of %d creates refused; create latency p50 %s, p99 %s, max %s; controller heap in use %d MiB before, peak %d MiB (growth %d MiB), RSS peak %d MiB; requests refused for the bounds: %.0f",
+		len(refused), n, p50.Round(time.Millisecond), p99.Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond),
+		int64(heapBefore)>>20, heapPeak.Load()>>20, growth>>20, rssPeak.Load()>>20, ctrl.Metric(t, "trainyard_admission_requests_rejected_total"))
+	if len(refused) > 0 {
+		t.Errorf("%d TrainJob creates refused under the attack, want none; first: %v", len(refused), first(refused, 3))
+	}
+	if p99 > webhookTimeout/2 {
+		t.Errorf("create p99 %s under the attack, want within half the webhook timeout (%s)", p99, webhookTimeout)
+	}
+	if growth > admissionHeapBound {
+		t.Errorf("the controller's heap grew by %d MiB under the attack, want at most %d MiB", growth>>20, admissionHeapBound>>20)
+	}
+	expectExact(t, e.waitAllJobSets(t, ns, n, 2*time.Minute), n)
+}
+
+// startWebhookController runs a controller as user with its admission server
+// registered (the suite's other tests run without one); it is stopped, and its webhook
+// configurations removed, when the test ends.
+func (e *env) startWebhookController(t *testing.T, user string) *ctrlproc.Process {
+	t.Helper()
+	return ctrlproc.Run(t, e.c, ctrlproc.Config{
+		Binary: controllerBinary, Kubeconfig: e.userKubeconfig(t, user),
+		Args: []string{"--kube-api-qps=200", "--kube-api-burst=400"},
+	})
+}
+
+// createEach creates n TrainJobs in ns, workers at a time, each once (no retry: a
+// refused create is counted), calling sample every 50 creates. It returns each
+// create's latency and the errors of the refused ones.
+func (e *env) createEach(t *testing.T, ns string, n, workers int, sample func()) ([]time.Duration, []string) {
+	t.Helper()
+	tjs := e.trainers.TrainerV1alpha1().TrainJobs(ns)
+	var mu sync.Mutex
+	var latencies []time.Duration
+	var refused []string
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				start := time.Now()
+				_, err := tjs.Create(ctx, trainJob(ns, trainJobName(i)), metav1.CreateOptions{})
+				elapsed := time.Since(start)
+				cancel()
+				mu.Lock()
+				latencies = append(latencies, elapsed)
+				if err != nil {
+					refused = append(refused, fmt.Sprintf("%s: %v", trainJobName(i), err))
+				}
+				mu.Unlock()
+				if i%50 == 0 {
+					sample()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return latencies, refused
+}
+
+// startAttack opens the attack's 500 connections to addr from goroutines that stop
+// with stop.
+func startAttack(addr string, wg *sync.WaitGroup, stop <-chan struct{}) {
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: trainyard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		validateTrainJobPath, maxRequestBytes)
+	stalled := bytes.Repeat([]byte{'x'}, maxRequestBytes-1)
+	for i := range slowHeaders + slowBodies + stalledBodies {
+		wg.Go(func() {
+			switch {
+			case i < slowHeaders:
+				trickle(addr, "", head, stop)
+			case i < slowHeaders+slowBodies:
+				trickle(addr, head, `{"kind":"AdmissionReview"`, stop)
+			default:
+				hold(addr, []byte(head), stalled, stop)
+			}
+		})
+	}
+}
+
+// dial opens a TLS connection to addr over HTTP/1.1, or returns nil.
+func dial(addr string) *tls.Conn {
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // an attacker
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// trickle sends prefix at once, then slow a byte a second, reconnecting when the
+// server closes the connection, until stop.
+func trickle(addr, prefix, slow string, stop <-chan struct{}) {
+	for {
+		c := dial(addr)
+		if c == nil {
+			return
+		}
+		_, err := c.Write([]byte(prefix))
+		for i := 0; err == nil; i = (i + 1) % len(slow) {
+			select {
+			case <-stop:
+				_ = c.Close()
+				return
+			case <-time.After(time.Second):
+			}
+			_, err = c.Write([]byte{slow[i]})
+		}
+		_ = c.Close()
+	}
+}
+
+// hold sends head and body at once and holds the connection open until stop.
+func hold(addr string, head, body []byte, stop <-chan struct{}) {
+	c := dial(addr)
+	if c == nil {
+		return
+	}
+	defer c.Close()
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(head); err == nil {
+		_, _ = c.Write(body)
+	}
+	<-stop
+}
