@@ -49,6 +49,14 @@ const (
 	reviewTimeout = 10 * time.Second
 )
 
+// DefaultReviewLimits bound the TokenReviews of unknown tokens the metrics endpoint
+// sends (authlimit.Limits; the controller's metrics client applies them, see New). Its
+// clients are a few scrapers and an occasional profiler, each with one token reviewed
+// once per AllowTTL: per address, 5 at once (SourceBurst) and one per second after
+// that; in flight, all addresses, 8. A flood from one address costs 5 TokenReviews,
+// then one per second; the rest are answered 429 with Retry-After.
+var DefaultReviewLimits = authlimit.Limits{SourceQPS: 1, SourceBurst: 5, MaxInFlight: 8}
+
 // Filter authenticates and authorizes requests. Create it with New.
 type Filter struct {
 	kube            kubernetes.Interface
