@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -84,7 +85,15 @@ type Limiter struct {
 	order   *list.List               // front: most recently seen
 
 	inFlight chan struct{} // nil: no global bound
+
+	// The refusals since the last log line (logRefusal), and when it was written.
+	refused  int
+	loggedAt time.Time
 }
+
+// refusalLogPeriod is the shortest time between two log lines about refusals: one line
+// per period says how many, not one per refused request, whose count is the flood's.
+const refusalLogPeriod = 10 * time.Second
 
 // sourceBucket is one source's token bucket.
 type sourceBucket struct {
@@ -124,6 +133,7 @@ func (l *Limiter) Admit(ctx context.Context) (release func(), err error) {
 	source, _ := ctx.Value(sourceKey{}).(string)
 	if wait, ok := l.takeSource(source); !ok {
 		l.observe(ResultSourceLimited)
+		l.logRefusal(ctx, source, ResultSourceLimited)
 		seconds := int(math.Ceil(wait.Seconds()))
 		return nil, apierrors.NewTooManyRequests(fmt.Sprintf(
 			"too many unknown tokens from %s: at most %d token reviews at once and %g per second per client address",
@@ -137,6 +147,7 @@ func (l *Limiter) Admit(ctx context.Context) (release func(), err error) {
 	case l.inFlight <- struct{}{}:
 	default:
 		l.observe(ResultConcurrencyLimited)
+		l.logRefusal(ctx, source, ResultConcurrencyLimited)
 		return nil, apierrors.NewTooManyRequests(fmt.Sprintf(
 			"too many unknown tokens: %d token reviews are in flight", l.limits.MaxInFlight), 1)
 	}
@@ -174,6 +185,25 @@ func (l *Limiter) takeSource(source string) (time.Duration, bool) {
 	r := b.ReserveN(now, 1)
 	defer r.CancelAt(now)
 	return r.DelayFrom(now), false
+}
+
+// logRefusal counts a refusal of source's review, and logs the count at most once per
+// refusalLogPeriod (with the logger of ctx), naming the source and result of the
+// refusal that writes the line.
+func (l *Limiter) logRefusal(ctx context.Context, source, result string) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	l.refused++
+	n := l.refused
+	if now.Sub(l.loggedAt) < refusalLogPeriod {
+		l.mu.Unlock()
+		return
+	}
+	l.refused, l.loggedAt = 0, now
+	l.mu.Unlock()
+	klog.FromContext(ctx).Info("Refusing the TokenReviews of unknown bearer tokens: answered 429 without a review",
+		"endpoint", l.endpoint, "refused", n, "lastSource", source, "lastResult", result,
+		"sourceQPS", l.limits.SourceQPS, "sourceBurst", l.limits.SourceBurst, "maxInFlight", l.limits.MaxInFlight)
 }
 
 // Sources returns how many sources' buckets are kept (at most Limits.MaxSources).
