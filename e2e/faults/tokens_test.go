@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,6 +101,16 @@ func TestRandomBearerTokenFlood(t *testing.T) {
 					phase.name, ep.name, sent, floodTokens, ep.took.Round(time.Millisecond), most)
 			}
 		}
+	}
+	// The on-call engineer's signal in the log: one line per endpoint per 10 s.
+	logged, err := os.ReadFile(ctrl.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const refusing = "Refusing the TokenReviews of unknown bearer tokens"
+	t.Logf("the controller logged %q %d times", refusing, strings.Count(string(logged), refusing))
+	if !strings.Contains(string(logged), refusing) {
+		t.Errorf("the controller's log (%s) does not say %q", ctrl.LogPath, refusing)
 	}
 }
 
