@@ -136,18 +136,25 @@ func mintPodToken(ctx context.Context, sa tokenRequester, rep reporter) (string,
 // request to addr, the controller's 127.0.0.1 address, whatever the URL's host (the
 // in-cluster Service name, kept as the TLS server name). One transport for every pod,
 // keeping up to conns idle connections so that a connection is reused from one
-// report to the next. The counter counts the connections dialled.
+// report to the next. The counter counts the connections dialled. Each connection
+// comes from its own loopback address (127.1.0.1, 127.1.0.2, ...), as each trainer pod
+// has its own IP: the progress server limits the TokenReviews of unknown tokens per
+// client address (pkg/util/authlimit), and 4,000 pods behind one address would be
+// limited as one client.
 func newReportClient(caPEM []byte, addr string, conns int) (*http.Client, *atomic.Int64, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, nil, fmt.Errorf("the CA ConfigMap holds no PEM certificate: %q", caPEM)
 	}
 	dials := &atomic.Int64{}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			dials.Add(1)
+			n := dials.Add(1)
+			dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+			if host, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host).IsLoopback() {
+				dialer.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 1, byte(n/250), byte(n%250+1))}
+			}
 			return dialer.DialContext(ctx, network, addr)
 		},
 		TLSHandshakeTimeout: 10 * time.Second,

@@ -49,7 +49,7 @@ var enumLabels = map[string]bool{
 	metrics.LabelName: true, metrics.LabelStage: true, metrics.LabelResult: true,
 	metrics.LabelReason: true, metrics.LabelRuntimeKind: true, metrics.LabelPhase: true,
 	metrics.LabelCertificate: true, metrics.LabelWebhook: true, metrics.LabelKind: true,
-	metrics.LabelOperation: true, metrics.LabelCached: true,
+	metrics.LabelOperation: true, metrics.LabelCached: true, metrics.LabelEndpoint: true,
 }
 
 // runtimeLabels describes the labels whose values are not enumerated.

@@ -58,6 +58,8 @@ type Metrics struct {
 
 	admission admissionMetrics
 	progress  progressMetrics
+
+	authReviews *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg. If reg is nil, the
@@ -76,6 +78,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.certExpiry, m.certRotations = newCertificateMetrics()
 	m.admission = newAdmissionMetrics()
 	m.progress = newProgressMetrics()
+	m.authReviews = newAuthReviewMetrics()
 
 	if reg != nil {
 		reg.MustRegister(
@@ -90,6 +93,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		)
 		reg.MustRegister(m.admission.collectors()...)
 		reg.MustRegister(m.progress.collectors()...)
+		reg.MustRegister(m.authReviews)
 	}
 	return m
 }

@@ -214,6 +214,17 @@ const (
 	// it as invalid or the TrainJob is gone. Labels: result.
 	ProgressWritesTotal = "trainyard_progress_writes_total"
 
+	// AuthTokenReviewsTotal is a counter (reviews): the TokenReviews the
+	// authenticated endpoints wanted to send for tokens missing from their
+	// caches, by endpoint (progress, metrics) and by what their limiter
+	// (pkg/util/authlimit) did: sent (to the API server), source_limited
+	// (refused: the client address had spent its per-source budget; answered
+	// 429), concurrency_limited (refused: the endpoint's reviews in flight were
+	// at their bound; answered 429). A rise of the refused results is a flood
+	// of unknown bearer tokens, or a restart's empty caches from clients that
+	// share one address. Labels: endpoint, result.
+	AuthTokenReviewsTotal = "trainyard_auth_token_reviews_total"
+
 	// BuildInfo is a gauge, always 1, whose labels describe the running
 	// binary. Labels: version, git_commit, go_version.
 	BuildInfo = "trainyard_build_info"
@@ -235,6 +246,7 @@ const (
 	LabelKind        = "kind"
 	LabelOperation   = "operation"
 	LabelCached      = "cached"
+	LabelEndpoint    = "endpoint"
 )
 
 // Values of the "result" label: the outcome of one Stage.Sync call. They match

@@ -30,6 +30,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/util/authlimit"
 )
 
 // Verdict is the outcome of an authorization. The zero Verdict denies.
@@ -95,11 +96,17 @@ type Authorizer interface {
 
 // Defaults of AuthorizerConfig.
 const (
-	// DefaultReviewCacheSize is how many decisions the review cache holds: one per token
+	// DefaultReviewCacheSize is how many allows the review cache holds: one per token
 	// and TrainJob, so far more than the trainer pods that report at once (a projected
 	// token rotates about hourly, leaving a dead entry that ages out). An entry is about
 	// 200 bytes.
 	DefaultReviewCacheSize = 10000
+	// DefaultDenyCacheSize is how many denials (and NoTrainJob answers) the denial cache
+	// holds, apart from the allows: a flood of bad tokens evicts older denials, never an
+	// allow, so it cannot make the trainers' tokens cost a TokenReview again. At the
+	// progress client's default limits a flood adds at most a few hundred denials per
+	// DefaultDenyTTL; an entry is about 200 bytes.
+	DefaultDenyCacheSize = 10000
 	// DefaultAllowTTL is how long an allow is cached: a pod reporting every few seconds
 	// costs one TokenReview and one pod read per minute. It bounds how long a token
 	// stays accepted after its pod is deleted.
@@ -108,6 +115,18 @@ const (
 	// retrying a bad token in a loop costs one TokenReview per 10 s, not one per request.
 	DefaultDenyTTL = 10 * time.Second
 )
+
+// DefaultReviewLimits bound the TokenReviews of unknown tokens the progress endpoint
+// sends (authlimit.Limits; the controller's progress client applies them, see
+// AuthorizerConfig.Client). Per source: a trainer pod sends one token, reviewed once
+// per AllowTTL, and even a node of hostNetwork pods, all one address, starts with
+// fewer than SourceBurst (20) tokens; 5 reviews per second refill it in 4 s. A flood
+// from one address costs 20 TokenReviews, then 5 per second. In flight, all sources:
+// 64, more than three sources' bursts, so one address cannot take every slot, and far
+// fewer than the API server's seats for the controller, so a flood from many addresses
+// stays a bounded load; beyond it an unknown token is answered 429 and its trainer
+// retries (a known token is answered from the cache either way).
+var DefaultReviewLimits = authlimit.Limits{SourceQPS: 5, SourceBurst: 20, MaxInFlight: 64}
 
 // Keys of a service account token's user.extra naming the pod it is bound to (the
 // API server's, k8s.io/apiserver/pkg/authentication/serviceaccount PodNameKey and
@@ -125,6 +144,11 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // JobSets are required; zero values of the others take their defaults.
 type AuthorizerConfig struct {
 	// Client sends TokenReviews (authentication.k8s.io/v1; RBAC: create tokenreviews).
+	// The controller gives it a client of its own whose TokenReviews an
+	// authlimit.Limiter admits (pkg/util/authlimit): a refused review fails Authorize
+	// with the limiter's 429 error (apierrors.IsTooManyRequests), which the handler
+	// answers 429 with its Retry-After. The Limiter charges the review to the source
+	// in ctx (authlimit.WithSource), which the handler sets.
 	Client kubernetes.Interface
 	// Pods reads the metadata of the pod a token is bound to (RBAC: get pods). A
 	// metadata-only client, not a typed one: the check needs only uid, labels and
@@ -137,9 +161,10 @@ type AuthorizerConfig struct {
 	TrainJobs trainerlisters.TrainJobLister
 	JobSets   jobsetlisters.JobSetLister
 
-	// CacheSize is how many decisions are cached (DefaultReviewCacheSize); the least
-	// recently used go first.
-	CacheSize int
+	// CacheSize is how many allows are cached (DefaultReviewCacheSize), DenyCacheSize
+	// how many denials (DefaultDenyCacheSize), in two caches so that denials never evict
+	// an allow; in each the least recently used go first.
+	CacheSize, DenyCacheSize int
 	// AllowTTL and DenyTTL are how long allows and denials are cached (DefaultAllowTTL,
 	// DefaultDenyTTL). Errors are never cached.
 	AllowTTL, DenyTTL time.Duration
@@ -173,9 +198,11 @@ type AuthorizerConfig struct {
 // TrainJob's progress; they do not stand between a namespace's pod creators and its
 // TrainJobs.
 //
-// Decisions are cached in an LRU keyed by the token's SHA-256 (the token itself is not
-// kept) and the TrainJob: an allow for AllowTTL, a denial or NoTrainJob for DenyTTL,
-// errors never. A cached allow is used only while the TrainJob in the cache has the uid
+// Decisions are cached in two LRUs keyed by the token's SHA-256 (the token itself is
+// not kept) and the TrainJob: an allow for AllowTTL in one, a denial or NoTrainJob for
+// DenyTTL in the other (so a flood of bad tokens, each a denial, cannot evict a
+// trainer's allow), errors never. A token in neither is unknown: only unknown tokens
+// cost a TokenReview, and only those the Client's limiter admits. A cached allow is used only while the TrainJob in the cache has the uid
 // it was granted for, so a TrainJob re-created under the same name is reviewed afresh.
 //
 // Concurrent requests with the same uncached token and TrainJob share one review (one
@@ -193,7 +220,7 @@ type TokenReviewAuthorizer struct {
 	trainJobs trainerlisters.TrainJobLister
 	jobSets   jobsetlisters.JobSetLister
 
-	cache             *utilcache.LRUExpireCache
+	allows, denials   *utilcache.LRUExpireCache
 	allowTTL, denyTTL time.Duration
 	reviews           singleflight.Group // keyed by reviewKey.String
 }
@@ -234,15 +261,18 @@ func NewTokenReviewAuthorizer(cfg AuthorizerConfig) (*TokenReviewAuthorizer, err
 			errs = append(errs, fmt.Errorf("progress authorizer: %s is required", name))
 		}
 	}
-	if cfg.CacheSize < 0 || cfg.AllowTTL < 0 || cfg.DenyTTL < 0 {
-		errs = append(errs, fmt.Errorf("progress authorizer: CacheSize %d, AllowTTL %v and DenyTTL %v must not be negative",
-			cfg.CacheSize, cfg.AllowTTL, cfg.DenyTTL))
+	if cfg.CacheSize < 0 || cfg.DenyCacheSize < 0 || cfg.AllowTTL < 0 || cfg.DenyTTL < 0 {
+		errs = append(errs, fmt.Errorf("progress authorizer: CacheSize %d, DenyCacheSize %d, AllowTTL %v and DenyTTL %v must not be negative",
+			cfg.CacheSize, cfg.DenyCacheSize, cfg.AllowTTL, cfg.DenyTTL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = DefaultReviewCacheSize
+	}
+	if cfg.DenyCacheSize == 0 {
+		cfg.DenyCacheSize = DefaultDenyCacheSize
 	}
 	if cfg.AllowTTL == 0 {
 		cfg.AllowTTL = DefaultAllowTTL
@@ -258,15 +288,17 @@ func NewTokenReviewAuthorizer(cfg AuthorizerConfig) (*TokenReviewAuthorizer, err
 		pods:      cfg.Pods,
 		trainJobs: cfg.TrainJobs,
 		jobSets:   cfg.JobSets,
-		cache:     utilcache.NewLRUExpireCacheWithClock(cfg.CacheSize, cfg.Clock),
+		allows:    utilcache.NewLRUExpireCacheWithClock(cfg.CacheSize, cfg.Clock),
+		denials:   utilcache.NewLRUExpireCacheWithClock(cfg.DenyCacheSize, cfg.Clock),
 		allowTTL:  cfg.AllowTTL,
 		denyTTL:   cfg.DenyTTL,
 	}, nil
 }
 
 // Authorize implements Authorizer with the checks of the type's doc. An empty token is
-// Unauthenticated without a TokenReview. Errors are the failed TokenReview, pod read
-// or cache read, wrapped, or ctx's error when it ends while the review is in flight.
+// Unauthenticated without a TokenReview. Errors are the failed TokenReview (the
+// Client's limiter refusing it included: apierrors.IsTooManyRequests), pod read or
+// cache read, wrapped, or ctx's error when it ends while the review is in flight.
 func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key cache.ObjectName) (Decision, error) {
 	if token == "" {
 		return Decision{Verdict: Unauthenticated, Reason: reasonNoToken}, nil
@@ -289,11 +321,11 @@ func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key
 		if err != nil {
 			return Decision{}, err
 		}
-		ttl := a.denyTTL
 		if d.Verdict == Allowed {
-			ttl = a.allowTTL
+			a.allows.Add(k, cachedDecision{verdict: d.Verdict, uid: uid}, a.allowTTL)
+		} else {
+			a.denials.Add(k, cachedDecision{verdict: d.Verdict, reason: d.Reason}, a.denyTTL)
 		}
-		a.cache.Add(k, cachedDecision{verdict: d.Verdict, reason: d.Reason, uid: uid}, ttl)
 		return d, nil
 	})
 	select {
@@ -313,14 +345,15 @@ func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key
 // the TrainJob was re-created since the allow was cached, which drops the entry). The
 // error is a failed read of the TrainJob cache.
 func (a *TokenReviewAuthorizer) cached(k reviewKey) (d Decision, ok bool, err error) {
-	v, ok := a.cache.Get(k)
+	v, ok := a.allows.Get(k)
 	if !ok {
+		if v, ok := a.denials.Get(k); ok {
+			c := v.(cachedDecision)
+			return Decision{Verdict: c.verdict, Reason: c.reason, Cached: true}, true, nil
+		}
 		return Decision{}, false, nil
 	}
 	c := v.(cachedDecision)
-	if c.verdict != Allowed {
-		return Decision{Verdict: c.verdict, Reason: c.reason, Cached: true}, true, nil
-	}
 	tj, err := a.trainJobs.TrainJobs(k.key.Namespace).Get(k.key.Name)
 	switch {
 	case err != nil && apierrors.IsNotFound(err):
@@ -330,7 +363,7 @@ func (a *TokenReviewAuthorizer) cached(k reviewKey) (d Decision, ok bool, err er
 	case tj.UID == c.uid:
 		return Decision{Verdict: Allowed, TrainJobUID: c.uid, Cached: true}, true, nil
 	}
-	a.cache.Remove(k) // the TrainJob was re-created: review again
+	a.allows.Remove(k) // the TrainJob was re-created: review again
 	return Decision{}, false, nil
 }
 

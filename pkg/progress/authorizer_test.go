@@ -60,7 +60,11 @@ type cluster struct {
 // newCluster returns TrainJobs llm and other in ns, each with its JobSet (uids js-llm,
 // js-other), and one pod of each, llm-node-0-0 (uid pod-llm) and other-node-0-0 (uid
 // pod-other), with the labels and Job owner JobSet gives them.
-func newCluster(t testing.TB) *cluster {
+func newCluster(t testing.TB) *cluster { return newClusterWith(t, nil) }
+
+// newClusterWith is newCluster with the authorizer's configuration changed by configure
+// (if not nil) before the authorizer is made.
+func newClusterWith(t testing.TB, configure func(*progress.AuthorizerConfig)) *cluster {
 	llm := utiltesting.MakeTrainJob(ns, "llm").Obj()
 	other := utiltesting.MakeTrainJob(ns, "other").Obj()
 	c := &cluster{
@@ -100,13 +104,17 @@ func newCluster(t testing.TB) *cluster {
 		}
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, get.GetName())
 	})
-	a, err := progress.NewTokenReviewAuthorizer(progress.AuthorizerConfig{
+	cfg := progress.AuthorizerConfig{
 		Client:    gatedKube{Interface: kube, c: c},
 		Pods:      meta,
 		TrainJobs: trainerlisters.NewTrainJobLister(c.trainJobs),
 		JobSets:   jobsetlisters.NewJobSetLister(c.jobSets),
 		Clock:     c.clock,
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	a, err := progress.NewTokenReviewAuthorizer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,8 +609,10 @@ func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 		{token: "good", wantCode: 200}, {token: "good", wantCode: 200},
 		{token: "other", wantCode: 403}, {token: "other", wantCode: 403},
 		{token: "good", wantCode: 200},
-		{reviewErr: apierrors.NewTooManyRequests("slow down", 1), token: "late", wantCode: 500},
-		{token: "late", wantCode: 200}, // the error was not cached
+		{reviewErr: apierrors.NewInternalError(errors.New("etcd timeout")), token: "late", wantCode: 500},
+		// The API server's throttling is passed on as such, with its Retry-After.
+		{reviewErr: apierrors.NewTooManyRequests("slow down", 1), token: "late", wantCode: 429},
+		{token: "late", wantCode: 200}, // the errors were not cached
 	} {
 		c.mu.Lock()
 		c.reviewErr = s.reviewErr
@@ -612,15 +622,15 @@ func TestHandlerWithTokenReviewAuthorizer(t *testing.T) {
 			t.Errorf("request %d: code %d, want %d", i, code, s.wantCode)
 		}
 	}
-	if reviews, podReads := c.counts(); reviews != 4 || podReads != 3 {
-		t.Errorf("%d TokenReviews and %d pod reads, want 4 and 3 (one per token, and the failed review)", reviews, podReads)
+	if reviews, podReads := c.counts(); reviews != 5 || podReads != 3 {
+		t.Errorf("%d TokenReviews and %d pod reads, want 5 and 3 (one per token, and the failed reviews)", reviews, podReads)
 	}
 	want := []string{"allowed cached=false", "allowed cached=true", "forbidden cached=false", "forbidden cached=true", "allowed cached=true",
-		"error cached=false", "allowed cached=false"}
+		"error cached=false", "allowed cached=false"} // a throttled review is no decision
 	if diff := cmp.Diff(want, obs.reviews); diff != "" {
 		t.Errorf("observed reviews (-want +got):\n%s", diff)
 	}
-	wantReports := []string{"", "", "forbidden", "forbidden", "", "internal", ""}
+	wantReports := []string{"", "", "forbidden", "forbidden", "", "internal", "too_many_requests", ""}
 	if diff := cmp.Diff(wantReports, obs.reports); diff != "" {
 		t.Errorf("observed reports (-want +got):\n%s", diff)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/util/authlimit"
 )
 
 // Observer is told what the progress server does, e.g. to record metrics;
@@ -101,7 +102,9 @@ type HandlerConfig struct {
 //     answers that case 422);
 //  2. the bearer token (Authorization: Bearer <token>, scheme case-insensitive): none,
 //     or one the Authorizer refuses, is 403 with the failed check as message; an
-//     authorizer error is 500 (retry);
+//     authorizer error is 500 (retry), but a 429 error (a TokenReview the progress
+//     client's limiter refused for the request's source, r.RemoteAddr's IP, or the API
+//     server throttled; pkg/util/authlimit) is 429 with its Retry-After;
 //  3. the TrainJob exists in the informer cache: else 404;
 //  4. the body decodes as UpdateTrainJobStatusRequest (unknown fields ignored, as
 //     upstream's decoder ignores them) and passes ValidateTrainerStatus and the clock
@@ -210,7 +213,16 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request, key cache.Ob
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden: "+reasonNoToken, nil)
 		return "", metrics.ReasonUnauthenticated
 	}
-	d, err := h.cfg.Authorizer.Authorize(r.Context(), token, key)
+	d, err := h.cfg.Authorizer.Authorize(authlimit.WithSource(r.Context(), authlimit.SourceOf(r)), token, key)
+	if seconds, ok := authlimit.RetryAfter(err); ok && apierrors.IsTooManyRequests(err) {
+		// The token's review was refused (its source's budget, or the reviews in
+		// flight; pkg/util/authlimit) or throttled by the API server: not an error of
+		// the token, and no decision; trainyard_auth_token_reviews_total counts it.
+		w.Header().Set("Retry-After", strconv.Itoa(seconds))
+		writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			fmt.Sprintf("too many unknown tokens: the token was not reviewed, retry after %d s: %v", seconds, err), nil)
+		return "", metrics.ReasonTooManyRequests
+	}
 	if err != nil {
 		h.cfg.Observer.ObserveProgressTokenReview(metrics.TokenReviewError, false)
 		klog.FromContext(r.Context()).Error(err, "Could not authorize a progress report", "trainJob", klog.KRef(key.Namespace, key.Name))

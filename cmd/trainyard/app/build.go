@@ -22,6 +22,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	metricsauth "github.com/trainyard/trainyard/pkg/metrics/auth"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
@@ -71,13 +72,21 @@ func newRegistry() (*prometheus.Registry, *metrics.Metrics) {
 // ConfigMaps. With leader election the latter are fenced (lease.FencedConfig): they
 // send no write unless this replica leads and its last Lease renewal is younger than
 // renewDeadline. Each client has its own client-side rate limiter
-// (clientConnection.qps/burst).
+// (clientConnection.qps/burst). The progress and metrics endpoints authenticate with
+// clients of their own (authClient: own rate limits, and a limiter on the TokenReviews
+// of unknown tokens), so that random bearer tokens cannot starve the others.
 func (c *controller) buildClients() (all, leader *clients, err error) {
 	rc, err := restConfig(c.cfg.ClientConnection)
 	if err != nil {
 		return nil, nil, err
 	}
 	if all, err = newClients(rc); err != nil {
+		return nil, nil, err
+	}
+	if all.progressAuth, err = authClient(rc, metrics.EndpointProgress, progressAuthQPS, progressAuthBurst, progress.DefaultReviewLimits, c.metrics); err != nil {
+		return nil, nil, err
+	}
+	if all.metricsAuth, err = authClient(rc, metrics.EndpointMetrics, metricsAuthQPS, metricsAuthBurst, metricsauth.DefaultReviewLimits, c.metrics); err != nil {
 		return nil, nil, err
 	}
 	c.kube, leader = all.kube, all
@@ -186,7 +195,7 @@ func (c *controller) buildServers(all, leader *clients, profiling bool) error {
 	if c.admission, err = newAdmissionServer(c.cfg.Webhook, c.certificate, all.kube, c.informers, c.apis.claims, c.metrics, c.logger); err != nil {
 		return err
 	}
-	if c.progress, err = newProgressServer(c.cfg, c.certificate, all.kube, leader.kube, all.metadata, all.trainers, c.informers, c.metrics, c.logger); err != nil {
+	if c.progress, err = newProgressServer(c.cfg, c.certificate, all.progressAuth, leader.kube, all.metadata, all.trainers, c.informers, c.metrics, c.logger); err != nil {
 		return err
 	}
 	return c.buildProbes(all, profiling)
@@ -204,7 +213,7 @@ func (c *controller) buildProbes(all *clients, profiling bool) error {
 		checks = append(checks, serverCheck{"progress", c.progress.ready})
 	}
 	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, &c.stopping, ptrBool(c.cfg.LeaderElection.LeaderElect))}
-	metricsSrv, err := newMetricsServer(c.cfg.Metrics, c.registry, profiling, c.certificate, all.kube, c.logger)
+	metricsSrv, err := newMetricsServer(c.cfg.Metrics, c.registry, profiling, c.certificate, all.metricsAuth, c.logger)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/util/authlimit"
 	"github.com/trainyard/trainyard/pkg/version"
 )
 
@@ -22,6 +23,10 @@ type clients struct {
 	jobsets  jobsetclient.Interface  // JSON only
 	dynamic  dynamic.Interface       // JSON only
 	metadata metadata.Interface
+
+	// progressAuth and metricsAuth are the progress and metrics endpoints' own clients
+	// (authClient); set by buildClients on the clients of every replica only.
+	progressAuth, metricsAuth kubernetes.Interface
 }
 
 // newClients builds the clients of c, each with its own client-side rate limiter.
@@ -65,4 +70,33 @@ func restConfig(cc componentbaseconfigv1alpha1.ClientConnectionConfiguration) (*
 	c.ContentType, c.AcceptContentTypes = cc.ContentType, cc.AcceptContentTypes
 	c.UserAgent = "trainyard/" + version.Version
 	return c, nil
+}
+
+// Client-side rate limits of the authenticating endpoints' own clients (authClient), in
+// requests per second and at once. Each endpoint's limiter (authlimit.Limits: per
+// client address and in flight) bounds what a flood of unknown tokens sends; these
+// bound the rest — an allowed token's pod read or SubjectAccessReview, one per token
+// per AllowTTL — and cap the endpoint's load on the API server whatever its limiter
+// admits. Progress: a restart's 4,000 trainer tokens are reviewed within a minute.
+const (
+	progressAuthQPS, progressAuthBurst = 100, 200
+	metricsAuthQPS, metricsAuthBurst   = 10, 20
+)
+
+// authClient returns the client an authenticating endpoint (endpoint, the "endpoint"
+// label of trainyard_auth_token_reviews_total) sends its TokenReviews and
+// SubjectAccessReviews or pod reads with: built from a copy of c with its own QPS and
+// burst, so a flood of tokens waits in its own client-side rate limiter, never in the
+// one the certificate manager, the informers or the pipeline use, and with every
+// TokenReview admitted by a Limiter of limits first (authlimit.Client), observed by
+// obs. Errors: an invalid configuration.
+func authClient(c *rest.Config, endpoint string, qps float32, burst int, limits authlimit.Limits, obs authlimit.Observer) (kubernetes.Interface, error) {
+	ac := rest.CopyConfig(c)
+	ac.QPS, ac.Burst = qps, burst
+	ac.UserAgent += " (" + endpoint + " auth)"
+	kube, err := kubernetes.NewForConfig(ac)
+	if err != nil {
+		return nil, fmt.Errorf("creating the %s endpoint's authentication client: %w", endpoint, err)
+	}
+	return authlimit.Client(kube, authlimit.New(endpoint, limits, obs, nil)), nil
 }

@@ -50,9 +50,9 @@ type progressServer struct {
 }
 
 // newProgressServer builds the progress server of cfg, or returns nil when it is off
-// (progress.Serving). kube serves every replica (TokenReviews); leaderKube writes the CA
-// ConfigMaps, leader-only work (lease.FencedConfig). Errors: invalid write limits or options
-// (a wiring bug).
+// (progress.Serving). kube, the progress endpoint's own client (authClient), sends every
+// replica's TokenReviews; leaderKube writes the CA ConfigMaps, leader-only work
+// (lease.FencedConfig). Errors: invalid write limits or options (a wiring bug).
 func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube, leaderKube kubernetes.Interface, meta metadata.Interface,
 	trainers trainerclient.Interface, inf *informers.Informers, m *metrics.Metrics, logger klog.Logger,
 ) (*progressServer, error) {

@@ -392,6 +392,9 @@ func (l *layout) progressRow() {
 	l.add(8, 8, dashed(timeseries("Progress stage syncs by result", "Progress stage syncs per second by result: wait_for_event (written, or dropped), requeue_after (the write waits for writePeriod or a rate limit: statusServer.qps, namespaceQPS), retry (a 409 conflict with another writer, or an error); and the errors by reason (dashed): forbidden (RBAC on trainjobs/status), throttled (API priority and fairness), timeout, internal.", "ops",
 		target(`sum by (result) (`+rate(`trainyard_stage_syncs_total{`+progressStage+`}`)+`)`, "{{result}}"),
 		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+progressStage+`}`)+`) > 0`, "error {{reason}}")), "^error "))
+	authReviews := `trainyard_auth_token_reviews_total{` + sel + `}`
+	l.add(8, 8, dashed(timeseries("TokenReviews of unknown tokens: sent and refused", "TokenReviews per second that the progress endpoint and /metrics wanted to send for tokens in neither of their caches, over all replicas, by endpoint: sent to the API server, and refused by the endpoint's limiter (dashed; answered 429 with Retry-After, no review): source_limited (one client address over its budget: progress 20 at once then 5/s, metrics 5 then 1/s), concurrency_limited (progress 64, metrics 8 reviews in flight). Refusals are a flood of random or stale bearer tokens (the controller logs \"Refusing the TokenReviews of unknown bearer tokens\" with the last source), or many trainers behind one address (a proxy that hides client addresses).", "ops",
+		target(`sum by (endpoint, result) (`+rate(authReviews)+`)`, "{{endpoint}} {{result}}")), "limited$"))
 }
 
 // optimizationRow adds the "OptimizationJobs" row: the OptimizationJob stage's syncs,

@@ -12,6 +12,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
@@ -30,7 +31,10 @@ type apiServer struct {
 	lastSAR      atomic.Pointer[authorizationv1.SubjectAccessReview]
 }
 
-func (s *apiServer) filter(clock *clocktesting.FakeClock) *Filter {
+func (s *apiServer) filter(clock *clocktesting.FakeClock) *Filter { return s.filterWith(clock, nil) }
+
+// filterWith is filter with the client changed by wrap (if not nil).
+func (s *apiServer) filterWith(clock *clocktesting.FakeClock, wrap func(kubernetes.Interface) kubernetes.Interface) *Filter {
 	kube := fake.NewClientset()
 	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		s.tokenReviews.Add(1)
@@ -63,7 +67,10 @@ func (s *apiServer) filter(clock *clocktesting.FakeClock) *Filter {
 		}
 		return true, sar, nil
 	})
-	return New(kube, klog.Background(), clock)
+	if wrap == nil {
+		return New(kube, klog.Background(), clock)
+	}
+	return New(wrap(kube), klog.Background(), clock)
 }
 
 func get(t *testing.T, h http.Handler, path, authorization string) (int, string) {
