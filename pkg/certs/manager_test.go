@@ -538,7 +538,7 @@ func TestCARotationWaitsForEveryCopyOfTheBundle(t *testing.T) {
 	}
 	m, _ := start(t, client, opts)
 	publish(m.CABundle())
-	leaf := serving(t, m)
+	serving(t, m) // serving from the start
 
 	// 20h: a new CA, next to the old one in the bundle (two serving renewals before).
 	step(t, clk, 8*time.Hour)
@@ -547,7 +547,7 @@ func TestCARotationWaitsForEveryCopyOfTheBundle(t *testing.T) {
 	eventually(t, "a second CA", func() bool { return len(parseBundle(t, m.CABundle())) == 2 })
 	both := m.CABundle()
 	newCA := parseBundle(t, both)[0]
-	leaf = serving(t, m)
+	leaf := serving(t, m)
 	if leaf.CheckSignatureFrom(newCA) == nil {
 		t.Fatal("the serving certificate was signed by the new CA at once")
 	}

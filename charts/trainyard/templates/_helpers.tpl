@@ -405,6 +405,7 @@ statusServer:
   maxConnections: {{ .Values.statusServer.maxConnections }}
   maxKeepAliveConnections: {{ .Values.statusServer.maxKeepAliveConnections }}
   maxReportsInFlight: {{ .Values.statusServer.maxReportsInFlight }}
+  maxPendingReportBytes: {{ int64 .Values.statusServer.maxPendingReportBytes }}
 featureGates:
   {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}

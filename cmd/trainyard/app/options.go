@@ -237,6 +237,10 @@ func validateStatusServer(cfg *configv1alpha1.Configuration) []string {
 		problems = append(problems, fmt.Sprintf("statusServer.maxReportsInFlight (%d) and statusServer.maxKeepAliveConnections (%d) must be at least 1, "+
 			"and statusServer.maxConnections (%d) above maxKeepAliveConnections", *ss.MaxReportsInFlight, *ss.MaxKeepAliveConnections, *ss.MaxConnections))
 	}
+	if *ss.MaxPendingReportBytes < configv1alpha1.MinStatusMaxPendingReportBytes {
+		problems = append(problems, fmt.Sprintf("statusServer.maxPendingReportBytes (%d) must be at least %d (1 MiB): a smaller bound could refuse every large report",
+			*ss.MaxPendingReportBytes, configv1alpha1.MinStatusMaxPendingReportBytes))
+	}
 	return problems
 }
 

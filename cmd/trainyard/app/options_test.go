@@ -79,6 +79,7 @@ func defaults() *configv1alpha1.Configuration {
 			MaxConnections:          ptr.To[int32](5120),
 			MaxKeepAliveConnections: ptr.To[int32](4096),
 			MaxReportsInFlight:      ptr.To[int32](256),
+			MaxPendingReportBytes:   ptr.To[int64](32 << 20),
 		},
 		SideObjects:   configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
 		ShutdownDelay: &metav1.Duration{},
@@ -402,6 +403,10 @@ func TestConfigErrors(t *testing.T) {
 		"status server with no report in flight": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxReportsInFlight: 0\n")},
 			wantIn: []string{"statusServer.maxReportsInFlight (0)"},
+		},
+		"status server bounding pending reports below one MiB": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxPendingReportBytes: 65536\n")},
+			wantIn: []string{"statusServer.maxPendingReportBytes (65536)", "at least 1048576"},
 		},
 		"metrics auth over plain HTTP from flags": {
 			args:   []string{"--metrics-secure=false", "--metrics-auth"},

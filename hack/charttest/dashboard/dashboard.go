@@ -364,7 +364,7 @@ func (l *layout) progressRow() {
 	writes := `trainyard_progress_writes_total{` + sel + `}`
 	progressStage := sel + `, stage="progress"`
 	progressQueue := sel + `, name="progress"`
-	l.add(8, 8, stacked(timeseries("Progress reports by outcome", "Progress reports trainer pods POSTed, per second over all replicas: accepted, or rejected by reason: too_large (body over 64 KiB), too_many_requests (more than 256 reports in flight on a replica: slow TokenReviews), unauthenticated (no token, or one the API server does not authenticate for the TrainJob's audience: expired, wrong audience), forbidden (a token of another TrainJob's pod, or not bound to a pod), not_found (no such TrainJob), invalid (out-of-range values, or a lastUpdatedTime more than 5 minutes ahead), internal (a TokenReview or pod read failed). Alert TrainyardProgressReportFlood fires on 200 reports/s or 5 rejected/s.", "reqps",
+	l.add(8, 8, stacked(timeseries("Progress reports by outcome", "Progress reports trainer pods POSTed, per second over all replicas: accepted, or rejected by reason: too_large (body over 64 KiB), too_many_requests (more than 256 reports in flight on a replica: slow TokenReviews), pending_bytes (the reports a replica accepted and has not written yet hold statusServer.maxPendingReportBytes, 32 MiB: many TrainJobs sending large reports faster than the write limits write them), unauthenticated (no token, or one the API server does not authenticate for the TrainJob's audience: expired, wrong audience), forbidden (a token of another TrainJob's pod, or not bound to a pod), not_found (no such TrainJob), invalid (out-of-range values, or a lastUpdatedTime more than 5 minutes ahead), internal (a TokenReview or pod read failed). Alert TrainyardProgressReportFlood fires on 200 reports/s or 5 rejected/s.", "reqps",
 		target(`sum(`+rate(reports)+`) - sum(`+rate(rejected)+`)`, "accepted"),
 		target(`sum by (reason) (`+rate(rejected)+`) > 0`, "rejected {{reason}}"))))
 	l.add(8, 8, timeseries("Progress reports by pod", "Reports per second each pod received. Every replica serves the progress server; a trainer keeps its connection between reports, so one client hammering the endpoint shows on one pod.", "reqps",
@@ -391,6 +391,9 @@ func (l *layout) progressRow() {
 	l.add(8, 8, dashed(timeseries("Progress stage syncs by result", "Progress stage syncs per second by result: wait_for_event (written, or dropped), requeue_after (the write waits for writePeriod or a rate limit: statusServer.qps, namespaceQPS), retry (a 409 conflict with another writer, or an error); and the errors by reason (dashed): forbidden (RBAC on trainjobs/status), throttled (API priority and fairness), timeout, internal.", "ops",
 		target(`sum by (result) (`+rate(`trainyard_stage_syncs_total{`+progressStage+`}`)+`)`, "{{result}}"),
 		target(`sum by (reason) (`+rate(`trainyard_stage_errors_total{`+progressStage+`}`)+`) > 0`, "error {{reason}}")), "^error "))
+	l.add(8, 8, dashed(timeseries("Pending progress report bytes", "Bytes the progress reports each pod accepted and has not written yet hold in memory (as decoded: ~42 KiB for the largest report, ~1 KiB for a typical one), against the bound (dashed, statusServer.maxPendingReportBytes). At the bound a report that does not fit is answered 429 (rejected pending_bytes) and its trainer's next report tries again; the bytes fall as the progress stage writes.", "bytes",
+		target(`sum by (pod) (trainyard_progress_pending_report_bytes{`+sel+`})`, "{{pod}}"),
+		target(`max(trainyard_progress_max_pending_report_bytes{`+sel+`})`, "bound")), "^bound$"))
 }
 
 // apiClientRow adds the "Kubernetes API client" row: requests by code and method,
