@@ -63,64 +63,31 @@ func (uidAuthorizer) Authorize(_ context.Context, _ string, k cache.ObjectName) 
 func TestPendingBytesBounded(t *testing.T) {
 	const trainJobs, periods = 120, 6
 	bound := int64(progress.MinMaxPendingBytes)
-	var keys []cache.ObjectName
 	var tjs []*trainer.TrainJob
+	fleet := &trainerFleet{t: t, bound: bound, newest: map[cache.ObjectName][]byte{}, refused: map[cache.ObjectName]bool{}}
 	for i := range trainJobs {
-		keys = append(keys, key(fmt.Sprintf("ns-%d", i%6), fmt.Sprintf("tj-%d", i)))
-		tjs = append(tjs, trainJob(keys[i].Namespace, keys[i].Name, nil))
+		fleet.keys = append(fleet.keys, key(fmt.Sprintf("ns-%d", i%6), fmt.Sprintf("tj-%d", i)))
+		tjs = append(tjs, trainJob(fleet.keys[i].Namespace, fleet.keys[i].Name, nil))
 	}
 	f := newStageFixtureWith(t, progress.WriteLimits{}, []progress.CoalescerOption{progress.MaxPendingBytes(bound)}, tjs...)
-	h := progress.NewHandler(progress.HandlerConfig{Authorizer: uidAuthorizer{}, Coalescer: f.coalescer, Observer: f.obs, Clock: f.clock})
-	eng := newEngine(f)
-	newest := map[cache.ObjectName][]byte{} // each trainer's newest report, as sent
-	refused := map[cache.ObjectName]bool{}  // its newest report was refused: retry it
-	var refusals int
-	send := func(k cache.ObjectName) {
-		code, retryAfter := postReport(t, h, k, newest[k])
-		switch code {
-		case http.StatusOK:
-			delete(refused, k)
-		case http.StatusTooManyRequests:
-			if retryAfter != "1" {
-				t.Fatalf("429 for %s with Retry-After %q, want 1", k, retryAfter)
-			}
-			refused[k] = true
-			refusals++
-		default:
-			t.Fatalf("report of %s answered %d", k, code)
-		}
-		if held, _ := f.coalescer.PendingBytes(); held > bound {
-			t.Fatalf("pending reports hold %d bytes, over the bound of %d", held, bound)
-		}
-	}
+	fleet.f, fleet.eng = f, newEngine(f)
+	fleet.h = progress.NewHandler(progress.HandlerConfig{Authorizer: uidAuthorizer{}, Coalescer: f.coalescer, Observer: f.obs, Clock: f.clock})
 	for p := 1; p <= periods; p++ {
-		for _, k := range keys {
-			newest[k] = mustJSON(t, wire.UpdateTrainJobStatusRequest{TrainerStatus: largeReport(int32(p), f.clock.Now())})
-			send(k)
+		for _, k := range fleet.keys {
+			fleet.newest[k] = mustJSON(t, wire.UpdateTrainJobStatusRequest{TrainerStatus: largeReport(int32(p), f.clock.Now())})
+			fleet.send(k)
 		}
-		for range 10 { // a period: refused trainers retry every Retry-After (1 s)
-			eng.runUntil(f.clock.Now().Add(time.Second))
-			for _, k := range keys {
-				if refused[k] {
-					send(k)
-				}
-			}
-		}
+		fleet.retry(10) // a period
 	}
-	for i := 0; len(refused) > 0; i++ {
-		if i > 600 {
-			t.Fatalf("%d trainers still refused after 10 minutes", len(refused))
+	for i := 0; len(fleet.refused) > 0; i++ {
+		if i > 60 {
+			t.Fatalf("%d trainers still refused after 10 minutes", len(fleet.refused))
 		}
-		eng.runUntil(f.clock.Now().Add(time.Second))
-		for _, k := range keys {
-			if refused[k] {
-				send(k)
-			}
-		}
+		fleet.retry(10)
 	}
-	eng.runUntil(f.clock.Now().Add(time.Minute))
+	fleet.eng.runUntil(f.clock.Now().Add(time.Minute))
 
-	if refusals == 0 {
+	if fleet.refusals == 0 {
 		t.Fatal("no report was refused: the test does not reach the bound")
 	}
 	if f.obs.maxPendingBytes > bound || f.obs.bound != bound {
@@ -129,20 +96,70 @@ func TestPendingBytesBounded(t *testing.T) {
 	if held, _ := f.coalescer.PendingBytes(); held != 0 || f.obs.pendingBytes != 0 {
 		t.Errorf("%d bytes still held (observer: %d) once every report is written, want 0", held, f.obs.pendingBytes)
 	}
-	if n := strings.Count(strings.Join(f.obs.reports, ","), metrics.ReasonPendingBytes); n != refusals {
-		t.Errorf("observed %d reports rejected as %s, want %d", n, metrics.ReasonPendingBytes, refusals)
+	if n := strings.Count(strings.Join(f.obs.reports, ","), metrics.ReasonPendingBytes); n != fleet.refusals {
+		t.Errorf("observed %d reports rejected as %s, want %d", n, metrics.ReasonPendingBytes, fleet.refusals)
 	}
 	last := map[string]string{}
 	for _, w := range f.written() {
 		k, v, _ := strings.Cut(w, "=")
 		last[k] = v
 	}
-	for _, k := range keys {
+	for _, k := range fleet.keys {
 		if got := last[k.String()]; got != fmt.Sprint(periods) {
 			t.Errorf("TrainJob %s: last written progress %q, want its newest report's %d", k, got, periods)
 		}
 	}
-	t.Logf("%d reports of ~%d bytes refused over %d periods; %d writes", refusals, progress.ReportBytes(largeReport(1, t0)), periods, len(f.written()))
+	t.Logf("%d reports of ~%d bytes refused over %d periods; %d writes", fleet.refusals, progress.ReportBytes(largeReport(1, t0)), periods, len(f.written()))
+}
+
+// trainerFleet is the trainers of TestPendingBytesBounded: each sends its newest report
+// and, refused, sends it again after Retry-After.
+type trainerFleet struct {
+	t       *testing.T
+	f       *stageFixture
+	eng     *fakeEngine
+	h       http.Handler
+	bound   int64
+	keys    []cache.ObjectName
+	newest  map[cache.ObjectName][]byte // each trainer's newest report, as sent
+	refused map[cache.ObjectName]bool   // its newest report was refused: send it again
+	// refusals counts the reports answered 429.
+	refusals int
+}
+
+// send posts k's newest report and checks the answer and the bytes held.
+func (tf *trainerFleet) send(k cache.ObjectName) {
+	tf.t.Helper()
+	code, retryAfter := postReport(tf.t, tf.h, k, tf.newest[k])
+	switch code {
+	case http.StatusOK:
+		delete(tf.refused, k)
+	case http.StatusTooManyRequests:
+		if retryAfter != "1" {
+			tf.t.Fatalf("429 for %s with Retry-After %q, want 1", k, retryAfter)
+		}
+		tf.refused[k] = true
+		tf.refusals++
+	default:
+		tf.t.Fatalf("report of %s answered %d", k, code)
+	}
+	if held, _ := tf.f.coalescer.PendingBytes(); held > tf.bound {
+		tf.t.Fatalf("pending reports hold %d bytes, over the bound of %d", held, tf.bound)
+	}
+}
+
+// retry runs the stage for seconds, one at a time, and after each sends the refused
+// trainers' reports again (Retry-After: 1).
+func (tf *trainerFleet) retry(seconds int) {
+	tf.t.Helper()
+	for range seconds {
+		tf.eng.runUntil(tf.f.clock.Now().Add(time.Second))
+		for _, k := range tf.keys {
+			if tf.refused[k] {
+				tf.send(k)
+			}
+		}
+	}
 }
 
 // postReport posts body as k's report and returns the status code and Retry-After.
