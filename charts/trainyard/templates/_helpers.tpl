@@ -368,6 +368,11 @@ shutdownDelay: {{ .Values.shutdownDelay | quote }}
 sideObjects:
   secretNameKeySecret: {{ include "trainyard.secretNameKeySecretName" . | quote }}
 {{- with .Values.watchNamespaces }}
+{{- range $i, $ns := . }}
+{{- if has $ns (list "kube-system" "kube-public" "kube-node-lease") }}
+{{- fail (printf "watchNamespaces[%d] %q is a system namespace (kube-system, kube-public, kube-node-lease): Trainyard builds no TrainJob there and grants itself no write there; remove it" $i $ns) }}
+{{- end }}
+{{- end }}
 watchNamespaces:
   {{- toYaml . | nindent 2 }}
 {{- end }}

@@ -428,6 +428,10 @@ func TestConfigErrors(t *testing.T) {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a, team-b, team-a]\n")},
 			wantIn: []string{"watchNamespaces[2]", `"team-a"`, "listed twice"},
 		},
+		"watching a system namespace": {
+			args:   []string{"--watch-namespaces=team-a,kube-system"},
+			wantIn: []string{"watchNamespaces[1]", `"kube-system"`, "system namespace", "remove it"},
+		},
 		"an empty watched namespace": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [\"\"]\n")},
 			wantIn: []string{"watchNamespaces[0]", "namespace name"},
