@@ -85,7 +85,7 @@ config:
     status: {workers: 16}
   rateLimit: {baseDelay: 10ms, maxDelay: 2m, qps: 20, burst: 200, refusalThreshold: 3, refusalDelay: 20m}
   featureGates: {SomeFeature: true}
-statusServer: {port: 11443, writePeriod: 30s, qps: 100, burst: 200, namespaceQPS: 5, namespaceBurst: 8, maxConnections: 500, maxKeepAliveConnections: 400, maxReportsInFlight: 50}
+statusServer: {port: 11443, writePeriod: 30s, qps: 100, burst: 200, namespaceQPS: 5, namespaceBurst: 8, maxConnections: 500, maxKeepAliveConnections: 400, maxReportsInFlight: 50, maxPendingReportBytes: 2097152}
 logging: {verbosity: 4, format: text}
 serviceAccount: {name: ty-controller, annotations: {example.com/role: x}}
 podAnnotations: {example.com/a: b}

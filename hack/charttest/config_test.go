@@ -94,6 +94,7 @@ func TestConfigFile(t *testing.T) {
 				QPS: ptr.To[float32](100), Burst: ptr.To[int32](200),
 				NamespaceQPS: ptr.To[float32](5), NamespaceBurst: ptr.To[int32](8),
 				MaxConnections: ptr.To[int32](500), MaxKeepAliveConnections: ptr.To[int32](400), MaxReportsInFlight: ptr.To[int32](50),
+				MaxPendingReportBytes: ptr.To[int64](2097152),
 			},
 			"webhook": configv1alpha1.WebhookConfiguration{
 				BindAddress:                        ":10250",

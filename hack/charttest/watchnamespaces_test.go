@@ -142,3 +142,79 @@ func TestRBACWatchNamespacesGrantsNothingDangerous(t *testing.T) {
 	rbacGrantsNothingDangerous(t, combinations["watch-namespaces"],
 		slices.Concat(controllerCalls, secretNameKeyCalls, admissionCalls, selfManagedWebhookCalls, selfManagedSecretCalls, statusServerCalls(t), metricsAuthCalls))
 }
+
+// secretAndConfigMapWrites are the write verbs on Secrets and ConfigMaps (and JobSets)
+// the controller holds for TrainJobs' side objects, the progress CA ConfigMaps and the
+// JobSets: the rules issue 25 (item 10) asks to scope.
+var secretAndConfigMapWrites = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{"jobset.x-k8s.io"}, Resources: []string{"jobsets"}, Verbs: []string{"create"}},
+	{APIGroups: []string{"jobset.x-k8s.io"}, Resources: []string{"jobsets"}, Verbs: []string{"patch"}},
+}
+
+// writeNamespaces returns the namespaces in which some Role of r, bound to the
+// controller's ServiceAccount by a RoleBinding of the same name, grants rule.
+func writeNamespaces(t *testing.T, r *rendered, rule rbacv1.PolicyRule) []string {
+	t.Helper()
+	bound := map[string]bool{} // namespace/role bound to the ServiceAccount
+	for _, o := range r.ofKind("RoleBinding") {
+		b := into[rbacv1.RoleBinding](t, o)
+		for _, s := range b.Subjects {
+			if s.Kind == "ServiceAccount" && s.Name == fullname && s.Namespace == namespace && b.RoleRef.Kind == "Role" {
+				bound[b.Namespace+"/"+b.RoleRef.Name] = true
+			}
+		}
+	}
+	var out []string
+	for _, o := range r.ofKind("Role") {
+		role := into[rbacv1.Role](t, o)
+		if covered, _ := validation.Covers(role.Rules, []rbacv1.PolicyRule{rule}); covered && bound[role.Namespace+"/"+role.Name] {
+			out = append(out, role.Namespace)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestRBACSecretAndConfigMapWriteScope: the rendered RBAC of the write verbs on Secrets,
+// ConfigMaps and JobSets. Without watchNamespaces they are in the ClusterRole, so in
+// every namespace, system namespaces included (RBAC cannot exclude a namespace from a
+// ClusterRole; the controller refuses to build there, and values.yaml and the README say
+// so). With watchNamespaces, exactly the listed namespaces grant them, through a bound
+// Role each, and no system namespace does. A system namespace in watchNamespaces fails
+// the render, naming it.
+func TestRBACSecretAndConfigMapWriteScope(t *testing.T) {
+	d := mustRender(t, ``)
+	cr := into[rbacv1.ClusterRole](t, d.get(t, "ClusterRole", fullname))
+	for _, rule := range secretAndConfigMapWrites {
+		if covered, _ := validation.Covers(cr.Rules, []rbacv1.PolicyRule{rule}); !covered {
+			t.Errorf("without watchNamespaces the ClusterRole does not grant %v %v/%v cluster-wide", rule.Verbs, rule.APIGroups, rule.Resources)
+		}
+		if got := writeNamespaces(t, d, rule); len(got) != 0 {
+			t.Errorf("without watchNamespaces, Roles grant %v %v in %v, want none (the ClusterRole does)", rule.Verbs, rule.Resources, got)
+		}
+	}
+
+	r := mustRender(t, `watchNamespaces: [team-b, team-a]`)
+	cr = into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", fullname))
+	for _, rule := range secretAndConfigMapWrites {
+		if covered, _ := validation.Covers(cr.Rules, []rbacv1.PolicyRule{rule}); covered {
+			t.Errorf("with watchNamespaces the ClusterRole grants %v %v/%v cluster-wide", rule.Verbs, rule.APIGroups, rule.Resources)
+		}
+		if got, want := writeNamespaces(t, r, rule), []string{"team-a", "team-b"}; !cmp.Equal(got, want) {
+			t.Errorf("%v %v granted in %v, want exactly the watched namespaces %v", rule.Verbs, rule.Resources, got, want)
+		}
+	}
+	for _, o := range slices.Concat(r.ofKind("Role"), r.ofKind("RoleBinding")) {
+		if slices.Contains([]string{"kube-system", "kube-public", "kube-node-lease"}, o.GetNamespace()) {
+			t.Errorf("%s %s rendered in system namespace %s", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+	}
+
+	for _, system := range []string{"kube-system", "kube-public", "kube-node-lease"} {
+		_, err := render(t, `watchNamespaces: [team-a, `+system+`]`)
+		errContains(t, err, "watchNamespaces[1]", `"`+system+`"`, "system namespace", "remove it")
+	}
+}

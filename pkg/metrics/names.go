@@ -174,7 +174,9 @@ const (
 	// is not a pod's of the TrainJob), not_found (404, no such TrainJob),
 	// invalid (422, a body that does not decode or fails validation), internal
 	// (500, a TokenReview or pod read failed, or a panic), too_many_requests
-	// (429, more reports in flight than the server handles at once). Accepted reports
+	// (429, more reports in flight than the server handles at once), pending_bytes
+	// (429, the reports waiting to be written hold statusServer.maxPendingReportBytes;
+	// see ProgressPendingReportBytes). Accepted reports
 	// are trainyard_progress_reports_total minus these. Labels: reason
 	// (Reason* values).
 	ProgressReportsRejectedTotal = "trainyard_progress_reports_rejected_total"
@@ -207,6 +209,18 @@ const (
 	// TrainJob was deleted, or re-created under the same name, before the
 	// write). Labels: reason (Reason* values).
 	ProgressReportsDroppedTotal = "trainyard_progress_reports_dropped_total"
+
+	// ProgressPendingReportBytes is a gauge (bytes): what the progress reports
+	// this replica accepted and has not written yet hold in memory, the reports
+	// being written included, as package progress measures a decoded report
+	// (progress.ReportBytes). At ProgressMaxPendingReportBytes a report that
+	// would not fit is answered 429 (rejected, reason pending_bytes).
+	ProgressPendingReportBytes = "trainyard_progress_pending_report_bytes"
+
+	// ProgressMaxPendingReportBytes is a gauge (bytes): the bound on
+	// ProgressPendingReportBytes (statusServer.maxPendingReportBytes); 0 means
+	// unbounded.
+	ProgressMaxPendingReportBytes = "trainyard_progress_max_pending_report_bytes"
 
 	// ProgressWritesTotal is a counter (writes): server-side applies of
 	// status.trainerStatus by the progress stage, by result (success, error).
@@ -288,6 +302,7 @@ const (
 const (
 	ReasonTooLarge        = "too_large"
 	ReasonTooManyRequests = "too_many_requests"
+	ReasonPendingBytes    = "pending_bytes"
 	ReasonUnauthenticated = "unauthenticated"
 	ReasonUnchanged       = "unchanged"
 	ReasonStale           = "stale"
@@ -387,7 +402,7 @@ var (
 	admissionOperations = []string{OperationCreate, OperationUpdate, OperationDelete, OperationConnect, OperationOther}
 	admissionResults    = []string{AdmissionAllowed, AdmissionDenied, AdmissionError}
 
-	progressRejectReasons = []string{ReasonTooLarge, ReasonTooManyRequests, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal}
+	progressRejectReasons = []string{ReasonTooLarge, ReasonTooManyRequests, ReasonPendingBytes, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound, ReasonInvalid, ReasonInternal}
 	progressDropReasons   = []string{ReasonUnchanged, ReasonStale, ReasonGone}
 	tokenReviewResults    = []string{TokenReviewAllowed, TokenReviewUnauthenticated, TokenReviewForbidden, TokenReviewNotFound, TokenReviewError}
 	progressWriteResults  = []string{ProgressWriteSuccess, ProgressWriteError}

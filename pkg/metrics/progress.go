@@ -19,6 +19,8 @@ type progressMetrics struct {
 	coalesced    prometheus.Counter
 	dropped      *prometheus.CounterVec
 	writes       *prometheus.CounterVec
+	pendingBytes prometheus.Gauge
+	maxPending   prometheus.Gauge
 }
 
 func newProgressMetrics() progressMetrics {
@@ -29,7 +31,7 @@ func newProgressMetrics() progressMetrics {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ProgressReportsRejectedTotal,
-			Help: "Progress reports answered with an error, by reason (too_large, unauthenticated, forbidden, not_found, invalid, internal).",
+			Help: "Progress reports answered with an error, by reason (too_large, too_many_requests, pending_bytes, unauthenticated, forbidden, not_found, invalid, internal).",
 		}, []string{LabelReason}),
 		duration: prometheus.NewHistogram(histogramOpts(ProgressReportDurationSeconds,
 			"Time from receiving a progress report to writing the answer, in seconds.", progressBuckets)),
@@ -49,6 +51,14 @@ func newProgressMetrics() progressMetrics {
 			Name: ProgressWritesTotal,
 			Help: "Server-side applies of TrainJob status.trainerStatus, by result (success, error).",
 		}, []string{LabelResult}),
+		pendingBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: ProgressPendingReportBytes,
+			Help: "Bytes the progress reports accepted and not yet written hold in memory, those being written included; at the maximum a report that does not fit is answered 429.",
+		}),
+		maxPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: ProgressMaxPendingReportBytes,
+			Help: "Bound on the bytes pending progress reports hold (statusServer.maxPendingReportBytes); 0 means unbounded.",
+		}),
 	}
 	// Every child at zero, so rates and ratios have series before the first report.
 	for _, r := range progressRejectReasons {
@@ -70,12 +80,12 @@ func newProgressMetrics() progressMetrics {
 }
 
 func (p progressMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.reports, p.rejected, p.duration, p.tokenReviews, p.coalesced, p.dropped, p.writes}
+	return []prometheus.Collector{p.reports, p.rejected, p.duration, p.tokenReviews, p.coalesced, p.dropped, p.writes, p.pendingBytes, p.maxPending}
 }
 
 // ObserveProgressReport records one progress report answered after elapsed: rejected is
 // "" for an accepted report (200), else why it was refused, one of ReasonTooLarge,
-// ReasonTooManyRequests, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound,
+// ReasonTooManyRequests, ReasonPendingBytes, ReasonUnauthenticated, ReasonForbidden, ReasonNotFound,
 // ReasonInvalid, ReasonInternal (any other value is recorded as ReasonInternal, so the series stay bounded). It
 // implements part of the Observer interface of package progress.
 func (m *Metrics) ObserveProgressReport(rejected string, elapsed time.Duration) {
@@ -120,4 +130,16 @@ func (m *Metrics) ObserveProgressWrite(err error) {
 		result = ProgressWriteError
 	}
 	m.progress.writes.WithLabelValues(result).Inc()
+}
+
+// SetProgressPendingReportBytes sets the bytes pending progress reports hold. It
+// implements part of the PendingBytesObserver interface of package progress.
+func (m *Metrics) SetProgressPendingReportBytes(bytes int64) {
+	m.progress.pendingBytes.Set(float64(bytes))
+}
+
+// SetProgressMaxPendingReportBytes sets the bound on the bytes pending progress reports
+// hold; 0 means unbounded.
+func (m *Metrics) SetProgressMaxPendingReportBytes(bytes int64) {
+	m.progress.maxPending.Set(float64(bytes))
 }

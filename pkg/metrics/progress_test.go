@@ -18,12 +18,14 @@ func TestProgressPreinitialized(t *testing.T) {
 	metrics.New(reg)
 	for name, want := range map[string]int{
 		metrics.ProgressReportsTotal:          1,
-		metrics.ProgressReportsRejectedTotal:  7, // too_large, too_many_requests, unauthenticated, forbidden, not_found, invalid, internal
+		metrics.ProgressReportsRejectedTotal:  8, // too_large, too_many_requests, pending_bytes, unauthenticated, forbidden, not_found, invalid, internal
 		metrics.ProgressReportDurationSeconds: 1,
 		metrics.ProgressTokenReviewsTotal:     5 + 4, // every result uncached, all but error cached
 		metrics.ProgressReportsCoalescedTotal: 1,
 		metrics.ProgressReportsDroppedTotal:   3, // unchanged, stale, gone
 		metrics.ProgressWritesTotal:           2, // success, error
+		metrics.ProgressPendingReportBytes:    1,
+		metrics.ProgressMaxPendingReportBytes: 1,
 	} {
 		if got, err := testutil.GatherAndCount(reg, name); err != nil || got != want {
 			t.Errorf("%s: got %d series (err %v), want %d", name, got, err, want)
@@ -97,5 +99,20 @@ func TestObserveProgress(t *testing.T) {
 	}
 	if b := h.GetBucket()[0]; b.GetUpperBound() != 0.0001 || b.GetCumulativeCount() != 3 {
 		t.Errorf("first bucket le=%v count=%d, want le=0.0001 count=3", b.GetUpperBound(), b.GetCumulativeCount())
+	}
+}
+
+func TestSetProgressPendingReportBytes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.SetProgressMaxPendingReportBytes(32 << 20)
+	m.SetProgressPendingReportBytes(41056)
+	for name, want := range map[string]float64{
+		metrics.ProgressPendingReportBytes:    41056,
+		metrics.ProgressMaxPendingReportBytes: 32 << 20,
+	} {
+		if got := family(t, reg, name)[0].GetGauge().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // CA ConfigMap ownership.
@@ -247,9 +248,15 @@ func (p *CAPublisher) processNext(ctx context.Context) bool {
 	return true
 }
 
-// sync brings the CA ConfigMap of namespace in order.
+// sync brings the CA ConfigMap of namespace in order. It writes nothing in a system
+// namespace (trainjob.SystemNamespaces): no TrainJob runs there (stage 1 refuses it),
+// so no pod mounts the ConfigMap.
 func (p *CAPublisher) sync(ctx context.Context, namespace string) error {
 	logger := klog.FromContext(ctx)
+	if trainjob.IsSystemNamespace(namespace) {
+		logger.V(4).Info("Not publishing the progress server's CA in a system namespace", "namespace", namespace)
+		return nil
+	}
 	cached, err := p.cached(namespace)
 	if err != nil {
 		return err

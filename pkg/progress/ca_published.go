@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // publishedBundle remembers since when a CAPublisher has seen one bundle in every CA
@@ -45,16 +46,21 @@ func (p *CAPublisher) Published(bundle []byte) (since time.Time, ok bool) {
 }
 
 // carries reports whether the cache shows bundle in the CA ConfigMap of every
-// namespace with TrainJobs and in every CA ConfigMap it holds.
+// namespace with TrainJobs and in every CA ConfigMap it holds, system namespaces
+// (trainjob.SystemNamespaces) aside: it keeps none there, so a TrainJob or an old CA
+// ConfigMap in one must not hold a rotation back.
 func (p *CAPublisher) carries(bundle []byte) bool {
 	for _, ns := range p.opts.TrainJobs.Namespaces() {
+		if trainjob.IsSystemNamespace(ns) {
+			continue
+		}
 		if cm, err := p.cached(ns); err != nil || cm == nil || !upToDate(cm, bundle) {
 			return false
 		}
 	}
 	for _, key := range p.informer.GetStore().ListKeys() {
 		ns, name, err := cache.SplitMetaNamespaceKey(key)
-		if err != nil || name != wire.CAConfigMapName {
+		if err != nil || name != wire.CAConfigMapName || trainjob.IsSystemNamespace(ns) {
 			continue
 		}
 		if cm, err := p.cached(ns); err != nil || cm == nil || !upToDate(cm, bundle) {

@@ -5,8 +5,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/trainyard/trainyard/pkg/progress/wire"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // Issue 25, item 1: Published says whether every CA ConfigMap carries a bundle, and
@@ -73,5 +78,34 @@ func TestCAPublisherPublished(t *testing.T) {
 	f.stop()
 	if _, ok := publishedSince(caB); ok {
 		t.Error("Published after Run returned = true, want false")
+	}
+}
+
+// TestCAPublisherSkipsSystemNamespaces: TrainJobs in kube-system, kube-public and
+// kube-node-lease get no CA ConfigMap (the controller writes nothing there; stage 1
+// refuses such TrainJobs), a CA ConfigMap found in one (left by an older version) is
+// neither rewritten on a new bundle nor deleted, and neither holds a rotation back:
+// Published is true once the ordinary namespaces carry the bundle.
+func TestCAPublisherSkipsSystemNamespaces(t *testing.T) {
+	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-public", Name: wire.CAConfigMapName}, Data: map[string]string{wire.CAConfigMapKey: caA}}
+	client := fake.NewClientset(old)
+	b := &bundle{pem: []byte(caB)}
+	f := startPublisher(t, client, newFakeNamespaces("team-a", "kube-system", "kube-public", "kube-node-lease"), b)
+	f.waitFor("team-a", "published", published(caB))
+	for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease"} {
+		f.publisher.EnqueueNamespace(ns)
+	}
+	f.publisher.CAChanged()
+	settle()
+	for _, a := range writes(client) {
+		if trainjob.IsSystemNamespace(a.GetNamespace()) {
+			t.Errorf("wrote in a system namespace: %s %s", a.GetVerb(), a.GetNamespace())
+		}
+	}
+	if cm := f.get("kube-public"); cm == nil || cm.Data[wire.CAConfigMapKey] != caA {
+		t.Errorf("the old CA ConfigMap in kube-public became %+v, want it left alone", cm)
+	}
+	if _, ok := f.publisher.Published([]byte(caB)); !ok {
+		t.Error("Published = false: a system namespace holds the rotation back")
 	}
 }

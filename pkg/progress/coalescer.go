@@ -1,6 +1,7 @@
 package progress
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,22 +17,38 @@ import (
 // one, so however often a trainer reports, a TrainJob costs one write per period. It is
 // safe for concurrent use.
 //
-// Memory: one small entry per TrainJob that reported (the pending report's pointer, the
-// TrainJob's uid, the time and lastUpdatedTime of this process's last write), dropped
-// by Forget or when the Stage finds the TrainJob gone. Recording allocates nothing
+// Memory: one small entry per TrainJob that reported (the pending report's pointer and
+// size, the TrainJob's uid, the time and lastUpdatedTime of this process's last write),
+// dropped by Forget or when the Stage finds the TrainJob gone; and the pending reports,
+// bounded in bytes (MaxPendingBytes, ReportBytes: what the decoded reports retain, the
+// reports being written included). At the bound a newer report of a TrainJob still
+// replaces its pending one when the difference fits, and any other report is refused
+// (Record returns ErrPendingFull; the handler answers 429 with Retry-After), never
+// accepted and then lost: the reports already pending are written, which frees their
+// bytes, and the trainer's next report is kept. Dropping another TrainJob's pending
+// report to make room would lose a report answered 200. Recording allocates nothing
 // beyond the entry's first creation; the report is the one the handler decoded.
 type Coalescer struct {
 	enqueue  func(key cache.ObjectName)
 	observer Observer
 
+	// maxBytes bounds bytes; 0 means no bound. bytesObserver, when the observer
+	// implements it, is told bytes.
+	maxBytes      int64
+	bytesObserver PendingBytesObserver
+
 	mu      sync.Mutex
 	entries map[cache.ObjectName]*entry
+	// bytes is what the pending reports and the reports being written hold
+	// (ReportBytes), by the sizes their entries and the Stage's writes recorded.
+	bytes int64
 }
 
 // entry is one TrainJob's state.
 type entry struct {
 	uid     types.UID              // the TrainJob the state belongs to
 	pending *trainer.TrainerStatus // the report to write; nil when none
+	size    int64                  // ReportBytes(pending), counted in Coalescer.bytes
 	// lastWrite is when this process last applied the TrainJob's trainerStatus (zero
 	// before the first write): the start of the period.
 	lastWrite time.Time
@@ -52,12 +69,23 @@ type entry struct {
 // requeue), and by Flush: wire it to the progress pipeline, func(key) {
 // pipeline.Enqueue(progress.Name, key) }. It must not block; nil enqueues nothing
 // (tests). observer, which may be nil, is told about coalesced and dropped reports and
-// about writes; the Stage uses it too.
-func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer) *Coalescer {
+// about writes, and, when it implements PendingBytesObserver, about the pending bytes;
+// the Stage uses it too. Without options the pending reports are bounded at
+// DefaultMaxPendingBytes.
+func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer, opts ...CoalescerOption) *Coalescer {
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	return &Coalescer{enqueue: enqueue, observer: observer, entries: map[cache.ObjectName]*entry{}}
+	c := &Coalescer{enqueue: enqueue, observer: observer, maxBytes: DefaultMaxPendingBytes, entries: map[cache.ObjectName]*entry{}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	if o, ok := observer.(PendingBytesObserver); ok {
+		c.bytesObserver = o
+		o.SetProgressMaxPendingReportBytes(c.maxBytes)
+		o.SetProgressPendingReportBytes(0)
+	}
+	return c
 }
 
 // Record makes status the pending report of the TrainJob at key, whose uid is uid (from
@@ -69,17 +97,40 @@ func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer) *Coales
 // State kept for another uid (a deleted TrainJob of the same name) is discarded first.
 // Record keeps status: the caller must not change it afterwards.
 //
+// Record returns an error wrapping ErrPendingFull, and keeps nothing, when keeping
+// status would take the pending reports over the Coalescer's bound in bytes: its
+// ReportBytes, less those of the TrainJob's pending report it replaces, must fit. The
+// caller must then tell the trainer its report was not kept (the handler answers 429).
+// A report dropped as stale is not refused: it would not be written anyway.
+//
 // A report costs no sync of the Stage unless it may be written sooner than the one
 // already scheduled: the issue-14 benchmark saw 438,638 syncs for 1,675 writes when
 // every report of a TrainJob waiting for its period or its rate-limit tokens requeued
 // it.
-func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.TrainerStatus) {
+func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.TrainerStatus) error {
+	size := ReportBytes(status)
+	c.mu.Lock()
+	e := c.entries[key]
+	if e != nil && e.uid == uid && isStale(e, status) {
+		c.mu.Unlock()
+		c.observer.ObserveProgressDropped(metrics.ReasonStale)
+		return nil
+	}
+	var replaced int64 // the bytes of the pending report status replaces
+	if e != nil {
+		replaced = e.size
+	}
+	if c.maxBytes > 0 && c.bytes-replaced+size > c.maxBytes {
+		held := c.bytes
+		c.mu.Unlock()
+		return fmt.Errorf("%w: a report of %d bytes would take the %d bytes held over %d (statusServer.maxPendingReportBytes)",
+			ErrPendingFull, size, held, c.maxBytes)
+	}
 	var schedule, coalesced bool
 	var dropped string
-	c.mu.Lock()
-	switch e := c.entries[key]; {
+	switch {
 	case e == nil:
-		c.entries[key] = &entry{uid: uid, pending: status}
+		c.entries[key] = &entry{uid: uid, pending: status, size: size}
 		schedule = true
 	case e.uid != uid:
 		// State of an earlier TrainJob of this name. Its pending report (if any) is
@@ -90,18 +141,15 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		} else {
 			schedule = e.due.IsZero()
 		}
-		c.entries[key] = &entry{uid: uid, pending: status, due: e.due}
-	case !e.written.IsZero() && !reportTime(status).After(e.written):
-		dropped = metrics.ReasonStale
+		c.entries[key] = &entry{uid: uid, pending: status, size: size, due: e.due}
 	case e.pending == nil:
-		e.pending = status
+		e.pending, e.size = status, size
 		schedule = e.due.IsZero()
-	case reportTime(status).Before(reportTime(e.pending)):
-		dropped = metrics.ReasonStale
 	default:
-		e.pending = status
+		e.pending, e.size = status, size
 		coalesced = true
 	}
+	c.addBytes(size - replaced)
 	c.mu.Unlock()
 	switch {
 	case dropped != "":
@@ -112,14 +160,69 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 	if schedule && c.enqueue != nil {
 		c.enqueue(key)
 	}
+	return nil
+}
+
+// isStale reports whether status is not newer than e's last write, or older than e's
+// pending report: Record drops it (metrics.ReasonStale). Called with mu held.
+func isStale(e *entry, status *trainer.TrainerStatus) bool {
+	return !e.written.IsZero() && !reportTime(status).After(e.written) ||
+		e.pending != nil && reportTime(status).Before(reportTime(e.pending))
+}
+
+// addBytes adds delta (negative to free) to the bytes held and tells the
+// PendingBytesObserver. Called with mu held.
+func (c *Coalescer) addBytes(delta int64) {
+	if delta == 0 {
+		return
+	}
+	c.bytes += delta
+	if c.bytesObserver != nil {
+		c.bytesObserver.SetProgressPendingReportBytes(c.bytes)
+	}
+}
+
+// removeEntry deletes key's entry e and frees its pending report's bytes. Called with
+// mu held.
+func (c *Coalescer) removeEntry(key cache.ObjectName, e *entry) {
+	delete(c.entries, key)
+	c.addBytes(-e.size)
+}
+
+// clearPending drops e's pending report and frees its bytes. Called with mu held.
+func (c *Coalescer) clearPending(e *entry) {
+	e.pending = nil
+	c.addBytes(-e.size)
+	e.size = 0
+}
+
+// releaseWrite frees the size bytes of a report the Stage took for writing once its
+// write is over, or makes the report e's pending one again (keeping its bytes) when
+// restore is set: the write is to be retried and no newer report replaced it.
+func (c *Coalescer) releaseWrite(e *entry, report *trainer.TrainerStatus, size int64, restore bool) {
+	if restore {
+		e.pending, e.size = report, size
+		return
+	}
+	c.addBytes(-size)
 }
 
 // Forget drops the TrainJob's state, its pending report included; call it when the
 // TrainJob is deleted. A report arriving later starts afresh.
 func (c *Coalescer) Forget(key cache.ObjectName) {
 	c.mu.Lock()
-	delete(c.entries, key)
+	if e := c.entries[key]; e != nil {
+		c.removeEntry(key, e)
+	}
 	c.mu.Unlock()
+}
+
+// PendingBytes returns the bytes (ReportBytes) the pending reports and the reports being
+// written hold, and the bound on them (0: none).
+func (c *Coalescer) PendingBytes() (held, bound int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes, c.maxBytes
 }
 
 // Flush schedules the write of the TrainJob's pending report, if any, now, even when a

@@ -12,15 +12,17 @@
 //     size, the bearer token (Authorizer), that the TrainJob exists, and the report's
 //     values (ValidateTrainerStatus, the CRD's rules), answers with upstream's status
 //     codes and metav1.Status bodies, and hands an accepted report to the Coalescer. It never
-//     writes to the API server, so a flood of reports costs memory for one report per
-//     TrainJob, not API calls.
+//     writes to the API server, so a flood of reports costs memory for at most one
+//     report per TrainJob, within the Coalescer's bound in bytes, not API calls.
 //   - TokenReviewAuthorizer: who may report. Upstream accepts any token of the TrainJob's
 //     namespace issued for its audience; Trainyard also requires the token to be bound
 //     to a pod of the TrainJob (its JobSet's, controlled by a Job), so one TrainJob's
 //     pods cannot write another's progress. Decisions are cached, and concurrent
 //     requests with the same token share one review.
 //   - Coalescer: the latest report of each TrainJob, in memory, until it is written; a
-//     newer report replaces a pending one.
+//     newer report replaces a pending one. The pending reports are bounded in bytes
+//     (ReportBytes, statusServer.maxPendingReportBytes, 32 MiB by default): a report
+//     that does not fit is answered 429 with Retry-After, never accepted and dropped.
 //   - Stage: the write, an engine.Stage named "progress" run in its own single-stage
 //     pipeline. It applies status.trainerStatus at most once per TrainJob per
 //     WriteLimits.Period, under global and per-namespace rate limits.

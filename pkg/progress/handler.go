@@ -112,7 +112,8 @@ type HandlerConfig struct {
 //     field error;
 //  5. the report is recorded in the Coalescer (written later by the Stage), and the
 //     answer is 200 with the decoded request re-encoded as JSON (upstream's echo). A
-//     request without trainerStatus ({}) is answered 200 and records nothing.
+//     request without trainerStatus ({}) is answered 200 and records nothing. A report
+//     the Coalescer cannot keep within its bound in bytes is 429 with Retry-After.
 //
 // Every error body is a metav1.Status (kind Status, apiVersion v1, status Failure,
 // message, reason, code). Other paths and methods, e.g. GET on the endpoint, are 404
@@ -284,7 +285,9 @@ func (h *handler) record(w http.ResponseWriter, r *http.Request, key cache.Objec
 			writeStatus(w, int(st.Code), st.Reason, st.Message, st.Details)
 			return metrics.ReasonInvalid
 		}
-		h.cfg.Coalescer.Record(key, uid, ts)
+		if err := h.cfg.Coalescer.Record(key, uid, ts); err != nil {
+			return refusePendingFull(w, err) // 429: the pending reports hold the most bytes allowed
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)

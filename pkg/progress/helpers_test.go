@@ -29,6 +29,22 @@ type observer struct {
 	coalesced int
 	dropped   []string
 	writes    []string // "success" or "error"
+	// pendingBytes and maxPendingBytes are the last and the largest bytes of pending
+	// reports the Coalescer reported; bound the bound it reported.
+	pendingBytes, maxPendingBytes, bound int64
+}
+
+func (o *observer) SetProgressPendingReportBytes(bytes int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pendingBytes = bytes
+	o.maxPendingBytes = max(o.maxPendingBytes, bytes)
+}
+
+func (o *observer) SetProgressMaxPendingReportBytes(bytes int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bound = bytes
 }
 
 func (o *observer) ObserveProgressReport(rejected string, _ time.Duration) {
@@ -65,7 +81,10 @@ func (o *observer) ObserveProgressWrite(err error) {
 	}
 }
 
-var _ progress.Observer = (*observer)(nil)
+var (
+	_ progress.Observer             = (*observer)(nil)
+	_ progress.PendingBytesObserver = (*observer)(nil)
+)
 
 // enqueued records the keys a Coalescer enqueues.
 type enqueued struct {

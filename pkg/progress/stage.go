@@ -194,7 +194,9 @@ func (s *Stage) forgetGone(key cache.ObjectName, now time.Time) {
 	c := s.coalescer
 	c.mu.Lock()
 	e := c.entries[key]
-	delete(c.entries, key)
+	if e != nil {
+		c.removeEntry(key, e)
+	}
 	c.mu.Unlock()
 	s.limits.release(key, now)
 	if e != nil && e.pending != nil {
@@ -233,7 +235,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	}
 	if e.uid != tj.UID {
 		// The report is an earlier TrainJob's of this name.
-		delete(c.entries, key)
+		c.removeEntry(key, e)
 		c.mu.Unlock()
 		s.limits.release(key, now)
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
@@ -242,7 +244,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	report := e.pending
 	stored := tj.Status.TrainerStatus
 	if at := reportTime(report); !at.After(reportTime(stored)) || !at.After(e.written) {
-		e.pending = nil
+		c.clearPending(e)
 		c.mu.Unlock()
 		s.limits.release(key, now)
 		reason := metrics.ReasonStale
@@ -260,7 +262,9 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	if wait := s.limits.reserve(key, now); wait > 0 {
 		return deferWrite(wait)
 	}
-	e.pending = nil // taken; a report arriving during the write schedules the key again
+	// Taken; a report arriving during the write schedules the key again. Its bytes stay
+	// counted until the write is over (write, Coalescer.releaseWrite).
+	e.pending, e.size = nil, 0
 	c.mu.Unlock()
 	return e, report, 0
 }
@@ -270,13 +274,16 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 // report was written, when the TrainJob is gone (dropped, metrics.ReasonGone) or when
 // the API server refused it as invalid (422 or 400, logged); Retry when the
 // precondition failed (409); otherwise the write's error. On a retry the report is
-// pending again, unless a newer one replaced it meanwhile.
+// pending again, unless a newer one replaced it meanwhile; otherwise its bytes are freed.
 func (s *Stage) write(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, e *entry, report *trainer.TrainerStatus, now time.Time) (engine.Result, error) {
 	c := s.coalescer
 	err := s.apply(ctx, tj, report)
 	c.observer.ObserveProgressWrite(err)
+	size := ReportBytes(report) // as take counted it: report is not changed meanwhile
 	c.mu.Lock()
 	current := c.entries[key] == e
+	retry := err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err)
+	c.releaseWrite(e, report, size, retry && current && e.pending == nil)
 	switch {
 	case err == nil:
 		if current {
@@ -295,10 +302,7 @@ func (s *Stage) write(ctx context.Context, key cache.ObjectName, tj *trainer.Tra
 		utilruntime.HandleErrorWithContext(ctx, err, "The API server refused a trainerStatus report; dropping it")
 		return engine.WaitForEvent(), nil
 	}
-	if current && e.pending == nil {
-		e.pending = report // not replaced meanwhile: retry it
-	}
-	c.mu.Unlock()
+	c.mu.Unlock() // the report is pending again unless a newer one replaced it (releaseWrite)
 	if apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(4).Info("TrainJob changed since the cached copy; retrying the trainerStatus write", "err", err)
 		return engine.Retry(), nil

@@ -60,6 +60,11 @@ type stageFixture struct {
 }
 
 func newStageFixture(t testing.TB, limits progress.WriteLimits, tjs ...*trainer.TrainJob) *stageFixture {
+	return newStageFixtureWith(t, limits, nil, tjs...)
+}
+
+// newStageFixtureWith is newStageFixture with options for its Coalescer.
+func newStageFixtureWith(t testing.TB, limits progress.WriteLimits, opts []progress.CoalescerOption, tjs ...*trainer.TrainJob) *stageFixture {
 	f := &stageFixture{
 		t:         t,
 		clock:     testingclock.NewFakePassiveClock(t0),
@@ -85,7 +90,7 @@ func newStageFixture(t testing.TB, limits progress.WriteLimits, tjs ...*trainer.
 		}
 		return true, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}, nil
 	})
-	f.coalescer = progress.NewCoalescer(f.enq.add, f.obs)
+	f.coalescer = progress.NewCoalescer(f.enq.add, f.obs, opts...)
 	stage, err := progress.NewStage(progress.StageConfig{
 		Client:    client,
 		TrainJobs: trainerlisters.NewTrainJobLister(f.trainJobs),

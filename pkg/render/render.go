@@ -207,6 +207,8 @@ func (r *renderer) render(ctx context.Context, tj *trainer.TrainJob) (*Result, e
 		return nil, fail(fmt.Errorf("spec.managedBy: %s manages this TrainJob, so Trainyard builds nothing for it", *tj.Spec.ManagedBy))
 	case trainjob.IsFinished(tj):
 		return nil, fail(errors.New("status.conditions: the TrainJob has finished, so Trainyard builds nothing for it"))
+	case trainjob.IsSystemNamespace(tj.Namespace): // stage 1 refuses it
+		return nil, fail(errors.New("metadata.namespace: " + trainjob.SystemNamespaceMessage(tj.Namespace)))
 	}
 
 	rt, err := resolveruntime.Resolve(tj, r.trs, r.ctrs)

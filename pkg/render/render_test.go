@@ -243,6 +243,24 @@ spec: {runtimeRef: {name: rt, kind: TrainingRuntime}}
 	}
 }
 
+// A TrainJob in a system namespace is refused as stage 1 refuses it: the error names the
+// namespace and the fix, and nothing is rendered.
+func TestRenderRefusesSystemNamespaces(t *testing.T) {
+	in, err := render.Load([]render.Source{{Name: "jobs.yaml", Data: []byte(`apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: a, namespace: kube-system}
+spec: {runtimeRef: {name: torch-distributed}}
+`)}}, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := render.Render(context.Background(), in, render.Options{})
+	if err == nil || !strings.Contains(err.Error(), `metadata.namespace: the TrainJob is in namespace "kube-system"`) ||
+		!strings.Contains(err.Error(), "create it in another namespace") || len(results) != 0 {
+		t.Errorf("Render = %d results, %v; want an error naming kube-system and the fix", len(results), err)
+	}
+}
+
 // The status stage sends JobSetApplyBody, encoded from the typed JobSet; render prints
 // JobSetObject, a map. They must be the same object for every upstream runtime.
 func TestJobSetApplyBodyIsJobSetObject(t *testing.T) {

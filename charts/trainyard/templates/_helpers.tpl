@@ -368,6 +368,11 @@ shutdownDelay: {{ .Values.shutdownDelay | quote }}
 sideObjects:
   secretNameKeySecret: {{ include "trainyard.secretNameKeySecretName" . | quote }}
 {{- with .Values.watchNamespaces }}
+{{- range $i, $ns := . }}
+{{- if has $ns (list "kube-system" "kube-public" "kube-node-lease") }}
+{{- fail (printf "watchNamespaces[%d] %q is a system namespace (kube-system, kube-public, kube-node-lease): Trainyard builds no TrainJob there and grants itself no write there; remove it" $i $ns) }}
+{{- end }}
+{{- end }}
 watchNamespaces:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -405,6 +410,7 @@ statusServer:
   maxConnections: {{ .Values.statusServer.maxConnections }}
   maxKeepAliveConnections: {{ .Values.statusServer.maxKeepAliveConnections }}
   maxReportsInFlight: {{ .Values.statusServer.maxReportsInFlight }}
+  maxPendingReportBytes: {{ int64 .Values.statusServer.maxPendingReportBytes }}
 featureGates:
   {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}

@@ -23,6 +23,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/stages"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // Options are the command-line flags. Flags that the operator sets override the same
@@ -237,6 +238,10 @@ func validateStatusServer(cfg *configv1alpha1.Configuration) []string {
 		problems = append(problems, fmt.Sprintf("statusServer.maxReportsInFlight (%d) and statusServer.maxKeepAliveConnections (%d) must be at least 1, "+
 			"and statusServer.maxConnections (%d) above maxKeepAliveConnections", *ss.MaxReportsInFlight, *ss.MaxKeepAliveConnections, *ss.MaxConnections))
 	}
+	if *ss.MaxPendingReportBytes < configv1alpha1.MinStatusMaxPendingReportBytes {
+		problems = append(problems, fmt.Sprintf("statusServer.maxPendingReportBytes (%d) must be at least %d (1 MiB): a smaller bound could refuse every large report",
+			*ss.MaxPendingReportBytes, configv1alpha1.MinStatusMaxPendingReportBytes))
+	}
 	return problems
 }
 
@@ -248,6 +253,10 @@ func validateWatchNamespaces(watched []string) []string {
 	for i, ns := range watched {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("watchNamespaces[%d] (--watch-namespaces) %q must be a namespace name: %s", i, ns, strings.Join(errs, ", ")))
+		}
+		if trainjob.IsSystemNamespace(ns) {
+			problems = append(problems, fmt.Sprintf("watchNamespaces[%d] (--watch-namespaces) %q is a system namespace (%s): Trainyard builds no TrainJob there; remove it",
+				i, ns, strings.Join(trainjob.SystemNamespaces, ", ")))
 		}
 		if seen[ns] {
 			problems = append(problems, fmt.Sprintf("watchNamespaces[%d] (--watch-namespaces) %q is listed twice", i, ns))

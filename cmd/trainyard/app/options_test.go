@@ -79,6 +79,7 @@ func defaults() *configv1alpha1.Configuration {
 			MaxConnections:          ptr.To[int32](5120),
 			MaxKeepAliveConnections: ptr.To[int32](4096),
 			MaxReportsInFlight:      ptr.To[int32](256),
+			MaxPendingReportBytes:   ptr.To[int64](32 << 20),
 		},
 		SideObjects:   configv1alpha1.SideObjectsConfiguration{SecretNameKeySecret: "trainyard-secret-name-key"},
 		ShutdownDelay: &metav1.Duration{},
@@ -403,6 +404,10 @@ func TestConfigErrors(t *testing.T) {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxReportsInFlight: 0\n")},
 			wantIn: []string{"statusServer.maxReportsInFlight (0)"},
 		},
+		"status server bounding pending reports below one MiB": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nstatusServer:\n  maxPendingReportBytes: 65536\n")},
+			wantIn: []string{"statusServer.maxPendingReportBytes (65536)", "at least 1048576"},
+		},
 		"metrics auth over plain HTTP from flags": {
 			args:   []string{"--metrics-secure=false", "--metrics-auth"},
 			wantIn: []string{"metrics.auth.enabled", "--metrics-auth", "metrics.secureServing", "--metrics-secure", "plain HTTP"},
@@ -422,6 +427,10 @@ func TestConfigErrors(t *testing.T) {
 		"a watched namespace listed twice": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [team-a, team-b, team-a]\n")},
 			wantIn: []string{"watchNamespaces[2]", `"team-a"`, "listed twice"},
+		},
+		"watching a system namespace": {
+			args:   []string{"--watch-namespaces=team-a,kube-system"},
+			wantIn: []string{"watchNamespaces[1]", `"kube-system"`, "system namespace", "remove it"},
 		},
 		"an empty watched namespace": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwatchNamespaces: [\"\"]\n")},

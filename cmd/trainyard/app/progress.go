@@ -60,8 +60,9 @@ func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertifica
 		return nil, nil
 	}
 	s := &progressServer{cert: cert}
-	s.coalescer = progress.NewCoalescer(func(key cache.ObjectName) { s.pipeline.Enqueue(progress.Name, key) }, m)
 	sc := cfg.StatusServer
+	s.coalescer = progress.NewCoalescer(func(key cache.ObjectName) { s.pipeline.Enqueue(progress.Name, key) }, m,
+		progress.MaxPendingBytes(ptrDeref(sc.MaxPendingReportBytes)))
 	stage, err := progress.NewStage(progress.StageConfig{
 		Client: trainers, TrainJobs: inf.TrainJobLister, Coalescer: s.coalescer,
 		Limits: progress.WriteLimits{

@@ -3,6 +3,10 @@
 //
 // Outcomes (docs/compatibility.md#one-pass):
 //   - TrainJob gone, being deleted, finished, or managed by MultiKueue: nothing to do.
+//   - TrainJob in a system namespace (trainjob.SystemNamespaces: kube-system,
+//     kube-public, kube-node-lease): condition JobSetReady=False, reason
+//     InvalidTrainJobSpec, the message naming the namespace and the fix (create it
+//     elsewhere); terminal, so no JobSet or side object is ever written there.
 //   - runtimeRef names an unsupported kind or group: condition Failed=True with reason
 //     TrainingRuntimeNotSupported and message "unsupported runtime: <Kind>.<group>";
 //     terminal. (Upstream computes the same condition but never persists it.)
@@ -80,12 +84,16 @@ func (s *Stage) Name() string { return Name }
 
 // Sync resolves the runtime of the TrainJob at key. It returns Continue with the plan
 // stored, WaitForEvent when there is nothing to do or the runtime is missing, Terminal
-// for an unsupported runtime kind, a corrupt snapshot or a runtime too large to record
-// (each with a condition), and an error (retried) when an API call fails.
+// for a TrainJob in a system namespace, an unsupported runtime kind, a corrupt snapshot
+// or a runtime too large to record (each with a condition), and an error (retried) when an API call fails.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	tj, res, err := step.Buildable(s.TrainJobs, s.Plans, key)
 	if tj == nil {
 		return res, err
+	}
+	if trainjob.IsSystemNamespace(tj.Namespace) {
+		// Nothing is built, so nothing is written there (trainjob.SystemNamespaces).
+		return s.reject(ctx, key, tj, &plan.InvalidInputError{Field: "metadata.namespace", Message: trainjob.SystemNamespaceMessage(tj.Namespace)})
 	}
 
 	kind, err := trainjob.RuntimeKind(tj)
@@ -102,11 +110,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	case apierrors.IsNotFound(err):
 		return s.waitForRuntime(ctx, tj, kind)
 	case plan.IsInputError(err):
-		res, err := step.Reject(ctx, s.Status, s.Recorder, tj, err)
-		if err == nil {
-			step.DropBuild(s.Plans, key, tj)
-		}
-		return res, err
+		return s.reject(ctx, key, tj, err)
 	case err != nil:
 		return engine.Retry(), err
 	}
@@ -118,6 +122,15 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		Stage:   s.Index,
 	})
 	return engine.Continue(), nil
+}
+
+// reject gives tj the condition of input, bad input (step.Reject), and drops its build.
+func (s *Stage) reject(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, input error) (engine.Result, error) {
+	res, err := step.Reject(ctx, s.Status, s.Recorder, tj, input)
+	if err == nil {
+		step.DropBuild(s.Plans, key, tj)
+	}
+	return res, err
 }
 
 // snapshot returns the runtime recorded on the JobSet of tj, or nil when tj has no

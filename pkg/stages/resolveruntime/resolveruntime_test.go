@@ -3,6 +3,7 @@ package resolveruntime_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -562,5 +563,47 @@ func TestSyncRuntimeAppears(t *testing.T) {
 	}
 	if w := utiltesting.Writes(f.client.Actions()); len(w) != 2 {
 		t.Errorf("writes = %v, want two status patches (False, then True)", w)
+	}
+}
+
+// TestSyncRefusesSystemNamespaces: a TrainJob in kube-system, kube-public or
+// kube-node-lease, whose runtime exists, gets JobSetReady=False naming the namespace
+// and the fix, one event, and no plan: nothing is built, so the status stage writes no
+// JobSet, ConfigMap or Secret there. A TrainJob of the same spec elsewhere goes on.
+func TestSyncRefusesSystemNamespaces(t *testing.T) {
+	ctr := utiltesting.MakeClusterTrainingRuntime("torch")
+	for _, namespace := range []string{"kube-system", "kube-public", "kube-node-lease"} {
+		t.Run(namespace, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			tj := utiltesting.MakeTrainJob(namespace, tjName).Generation(2).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+			f := newFixture(t, tj, ctr)
+			k := cache.ObjectName{Namespace: namespace, Name: tjName}
+			got, err := f.stage.Sync(ctx, k)
+			if err != nil || got != engine.Terminal() {
+				t.Fatalf("Sync = %+v, %v; want Terminal, nil", got, err)
+			}
+			stored, err := f.client.TrainerV1alpha1().TrainJobs(namespace).Get(ctx, tjName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []metav1.Condition{{Type: trainjob.ConditionJobSetReady, Status: metav1.ConditionFalse, Reason: trainjob.ReasonInvalidSpec, ObservedGeneration: 2,
+				Message: `metadata.namespace: the TrainJob is in namespace "` + namespace + `", one of the cluster's system namespaces (kube-system, kube-public, kube-node-lease), ` +
+					`where Trainyard creates no JobSet, ConfigMap or Secret: delete it and create it in another namespace`}}
+			if diff := cmp.Diff(want, stored.Status.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			if e := utiltesting.Events(f.recorder); len(e) != 1 || !strings.Contains(e[0], namespace) {
+				t.Errorf("events %v, want one naming %s", e, namespace)
+			}
+			if p, ok := f.plans.Get(k, tj.UID, tj.Generation); ok && p.Stage != 0 {
+				t.Errorf("a plan that reached stage %d, want none built", p.Stage)
+			}
+		})
+	}
+	// The same TrainJob in an ordinary namespace is built.
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t, utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(), ctr)
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.Continue() {
+		t.Errorf("Sync in %s = %+v, %v; want Continue", ns, got, err)
 	}
 }

@@ -61,6 +61,10 @@ const (
 	DefaultStatusMaxConnections          = 5120
 	DefaultStatusMaxKeepAliveConnections = 4096
 	DefaultStatusMaxReportsInFlight      = 256
+	// DefaultStatusMaxPendingReportBytes and MinStatusMaxPendingReportBytes:
+	// statusServer.maxPendingReportBytes, 32 MiB and at least 1 MiB.
+	DefaultStatusMaxPendingReportBytes = 32 << 20
+	MinStatusMaxPendingReportBytes     = 1 << 20
 )
 
 // SetDefaults_Configuration fills every unset field of c with its documented default.
@@ -228,6 +232,9 @@ func defaultStatusServer(ss *StatusServerConfiguration) {
 	}
 	if ss.MaxReportsInFlight == nil {
 		ss.MaxReportsInFlight = ptr.To[int32](DefaultStatusMaxReportsInFlight)
+	}
+	if ss.MaxPendingReportBytes == nil {
+		ss.MaxPendingReportBytes = ptr.To[int64](DefaultStatusMaxPendingReportBytes)
 	}
 }
 

@@ -169,6 +169,17 @@ type StatusServerConfiguration struct {
 	// At least 1. Defaults to 256.
 	// +optional
 	MaxReportsInFlight *int32 `json:"maxReportsInFlight,omitempty"`
+	// maxPendingReportBytes bounds, in bytes, the memory the reports a replica has
+	// accepted and not yet written hold together (each measured as the decoded report
+	// retains it: ~42 KiB for the largest, 256 metrics of 64-character names and
+	// values; ~930 bytes for ten short metrics). At the bound a report that does not
+	// fit is answered 429 Too Many Requests with Retry-After: 1 and not kept, while a
+	// newer report of a TrainJob still replaces its pending one when it fits; no report
+	// answered 200 is dropped to make room. At least 1048576 (1 MiB). Defaults to
+	// 33554432 (32 MiB): more of the largest reports than the default write limits
+	// write in a period, and tens of thousands of typical ones.
+	// +optional
+	MaxPendingReportBytes *int64 `json:"maxPendingReportBytes,omitempty"`
 }
 
 // MetricsConfiguration configures the metrics endpoint (and /debug/pprof with

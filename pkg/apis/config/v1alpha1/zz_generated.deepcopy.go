@@ -311,6 +311,11 @@ func (in *StatusServerConfiguration) DeepCopyInto(out *StatusServerConfiguration
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MaxPendingReportBytes != nil {
+		in, out := &in.MaxPendingReportBytes, &out.MaxPendingReportBytes
+		*out = new(int64)
+		**out = **in
+	}
 	return
 }
 
