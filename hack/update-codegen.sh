@@ -41,3 +41,7 @@ rm -f "${ROOT}"/charts/trainyard/crds/*.yaml
   crd:generateEmbeddedObjectMeta=true \
   paths=./pkg/apis/trainer/... \
   output:crd:artifacts:config=charts/trainyard/crds)
+
+# The OptimizationJob CRD carries the whole TrainJob spec in its template: its field
+# descriptions stay in the TrainJob CRD only, so the chart's release fits a Secret.
+(cd "${ROOT}" && go run ./hack/crdtrim charts/trainyard/crds/trainer.kubeflow.org_optimizationjobs.yaml spec.trainJobTemplate.spec)

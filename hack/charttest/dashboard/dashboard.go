@@ -349,6 +349,8 @@ func (l *layout) admissionRow() {
 		target(quantile("0.5", "trainyard_admission_duration_seconds", sel, "webhook, kind"), "p50 {{webhook}} {{kind}}"),
 		target(quantile("0.99", "trainyard_admission_duration_seconds", sel, "webhook, kind"), "p99 {{webhook}} {{kind}}")),
 		Step{Color: "green"}, Step{Color: "red", Value: ptr(5.0)}))
+	l.add(8, 8, timeseries("Admission requests refused for the server's bounds", "Requests the admission server answered 429 (Retry-After: 1) or 413 without reviewing them, per second, by reason: too_many_requests (64 reviews being decided, 2,048 requests open, or the 32 MiB budget of request bodies in use), too_large (a body over 7 MiB). The API server retries a 429 until the webhook's timeout; only then does failurePolicy Fail refuse the write. A flood or slow clients, not the API server, fill these bounds.", "reqps",
+		target(`sum by (reason) (`+rate(`trainyard_admission_requests_rejected_total{`+sel+`}`)+`)`, "{{reason}}")))
 	l.add(12, 8, timeseries("Admission requests by pod", "AdmissionReviews answered per second by each pod. Every replica answers, leader or not: a pod at 0 while the others serve is out of the Service's endpoints.", "reqps",
 		target(`sum by (pod) (`+rate(admission(""))+`)`, "{{pod}}")))
 }
