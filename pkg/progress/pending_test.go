@@ -225,7 +225,7 @@ func TestCoalescerPendingBytes(t *testing.T) {
 	}
 }
 
-// TestReportBytesIsWhatADecodedReportHolds: ReportBytes is within 20% of the heap that
+// TestReportBytesIsWhatADecodedReportHolds: ReportBytes is within 10% of the heap that
 // decoded reports retain, measured by decoding a thousand of them, for the largest
 // report and a typical one.
 func TestReportBytesIsWhatADecodedReportHolds(t *testing.T) {
@@ -234,9 +234,7 @@ func TestReportBytesIsWhatADecodedReportHolds(t *testing.T) {
 			body := mustJSON(t, wire.UpdateTrainJobStatusRequest{TrainerStatus: ts})
 			const n = 1000
 			kept := make([]*trainer.TrainerStatus, n)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+			before := settledHeap()
 			for i := range kept {
 				req := new(wire.UpdateTrainJobStatusRequest)
 				if err := json.Unmarshal(body, req); err != nil {
@@ -244,17 +242,29 @@ func TestReportBytesIsWhatADecodedReportHolds(t *testing.T) {
 				}
 				kept[i] = req.TrainerStatus
 			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			measured := float64(after.HeapAlloc-before.HeapAlloc) / n
+			measured := float64(settledHeap()-before) / n
 			estimate := float64(progress.ReportBytes(kept[0]))
 			runtime.KeepAlive(kept)
 			t.Logf("%s report: body %d bytes, ReportBytes %.0f, measured %.0f bytes per decoded report", name, len(body), estimate, measured)
-			if estimate < 0.8*measured || estimate > 1.2*measured {
-				t.Errorf("ReportBytes = %.0f, measured %.0f bytes per decoded report: more than 20%% apart", estimate, measured)
+			if estimate < 0.9*measured || estimate > 1.1*measured {
+				t.Errorf("ReportBytes = %.0f, measured %.0f bytes per decoded report: more than 10%% apart", estimate, measured)
 			}
 		})
 	}
+}
+
+// settledHeap returns the bytes of live heap once the garbage of earlier tests is freed:
+// two collections, since the first only moves sync.Pool contents (the JSON and HTTP
+// buffers of the tests before) to the pools' victim caches and the second frees them.
+// With one, memory counted before the decoding and freed during it made a typical
+// report measure 880 bytes run alone and 749 after TestPendingBytesBounded (a failure),
+// against 919 either way with two.
+func settledHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // TestReportBytesNil: nothing pending holds nothing.
