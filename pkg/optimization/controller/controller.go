@@ -109,7 +109,7 @@ func (s *Stage) trials(ctx context.Context, job *trainer.OptimizationJob) (map[i
 		}
 		rec, err := trial.Read(tj)
 		if err != nil {
-			klog.FromContext(ctx).Info("Ignoring a trial whose record does not read", "trainJob", klog.KObj(tj), "err", err)
+			klog.FromContext(ctx).V(2).Info("Ignoring a trial whose record does not read", "trainJob", klog.KObj(tj), "err", err)
 			continue
 		}
 		out[rec.Index] = tj
@@ -118,8 +118,8 @@ func (s *Stage) trials(ctx context.Context, job *trainer.OptimizationJob) (map[i
 }
 
 // create creates the trials p says may start now, in index order. A trial that exists
-// already (the cache had not shown it yet) counts as created. It returns the first
-// other error.
+// already as job's (the cache had not shown it yet) counts as created; a TrainJob of its
+// name that is not job's is an error (checkOwnTrial). It returns the first error.
 func (s *Stage) create(ctx context.Context, job *trainer.OptimizationJob, srch *search.Search, p *progress) error {
 	for _, index := range p.next {
 		assignment, err := srch.Assignment(index)
@@ -131,7 +131,10 @@ func (s *Stage) create(ctx context.Context, job *trainer.OptimizationJob, srch *
 			return err
 		}
 		_, err = s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Create(ctx, tj, metav1.CreateOptions{FieldManager: "trainyard"})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			err = s.checkOwnTrial(ctx, job, tj.Name)
+		}
+		if err != nil {
 			return fmt.Errorf("creating trial %s of OptimizationJob %s/%s: %w", tj.Name, job.Namespace, job.Name, err)
 		}
 		p.created++
@@ -139,6 +142,22 @@ func (s *Stage) create(ctx context.Context, job *trainer.OptimizationJob, srch *
 		klog.FromContext(ctx).V(2).Info("Created a trial", "trainJob", klog.KObj(tj), "index", index, "parameters", assignment)
 	}
 	return nil
+}
+
+// checkOwnTrial is called when trial name already exists: nil when job controls it (an
+// earlier pass created it and the cache has not shown it yet), else an error naming it
+// and the fix — a TrainJob of that name someone else made, or a trial of a deleted
+// OptimizationJob of the same name not yet garbage-collected, would otherwise stand in
+// for the trial and stall the search. One read, only on a name clash.
+func (s *Stage) checkOwnTrial(ctx context.Context, job *trainer.OptimizationJob, name string) error {
+	existing, err := s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if trial.IsTrialOf(existing, job) {
+		return nil
+	}
+	return fmt.Errorf("TrainJob %s/%s exists and is not a trial of this OptimizationJob (uid %s): delete or rename it", job.Namespace, name, job.UID)
 }
 
 // writeStatus writes st as job's status when it differs from the cached one (an

@@ -298,3 +298,24 @@ func TestMaximizeKeepsTheHighest(t *testing.T) {
 		t.Errorf("result %+v; want digits-0 (loss 0.9 maximized)", res)
 	}
 }
+
+// TestForeignTrainJobInTheWayIsReported: a TrainJob named as a trial that the
+// OptimizationJob does not control (someone else's, or a trial of a deleted
+// OptimizationJob of the same name) is not taken for the trial: Created=False names it
+// and the fix, and the sync is retried.
+func TestForeignTrainJobInTheWayIsReported(t *testing.T) {
+	f := newFixture(t, optimizationJob(2, 1, random, lr))
+	squatter := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "digits-0"}}
+	if _, err := f.client.TrainerV1alpha1().TrainJobs("team-a").Create(context.Background(), squatter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.creates = 0
+	_, err := f.stage.Sync(context.Background(), cache.ObjectName{Namespace: "team-a", Name: "digits"})
+	if err == nil || !strings.Contains(err.Error(), "digits-0 exists and is not a trial") {
+		t.Fatalf("Sync error %v; want one naming the TrainJob in the way", err)
+	}
+	c := f.condition(trainer.OptimizationJobCreated)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != trainer.OptimizationJobTrainJobsCreationFailedReason || !strings.Contains(c.Message, "delete or rename it") {
+		t.Errorf("Created = %+v; want False, TrainJobsCreationFailed, with the fix", c)
+	}
+}
