@@ -61,6 +61,9 @@ type entry struct {
 	// tokens); zero when that Sync did not defer it. While it is set, the engine holds
 	// a delayed add of the key for that time, so a new report needs no enqueue.
 	due time.Time
+	// wroteFinal is set once this process has written a report of progressPercentage
+	// 100: only the first final report skips the period (isFinal).
+	wroteFinal bool
 }
 
 // NewCoalescer returns an empty Coalescer. enqueue is called with a TrainJob's key when
@@ -144,10 +147,11 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		c.entries[key] = &entry{uid: uid, pending: status, size: size, due: e.due}
 	case e.pending == nil:
 		e.pending, e.size = status, size
-		schedule = e.due.IsZero()
+		schedule = e.due.IsZero() || isFinal(status) && !e.wroteFinal
 	default:
 		e.pending, e.size = status, size
 		coalesced = true
+		schedule = !e.due.IsZero() && isFinal(status) && !e.wroteFinal
 	}
 	c.addBytes(size - replaced)
 	c.mu.Unlock()
@@ -161,6 +165,16 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		c.enqueue(key)
 	}
 	return nil
+}
+
+// isFinal reports whether status says training is over (progressPercentage 100). The
+// first such report of a TrainJob is written without waiting for the period: it is
+// the trainer's last word, sent just before its process exits, and readers that act
+// on completion (an OptimizationJob taking a trial's objective metric) must find it
+// stored by the time the TrainJob is Complete (docs/design/progress.md). It costs a
+// TrainJob one write at most that the period would have merged.
+func isFinal(status *trainer.TrainerStatus) bool {
+	return status != nil && status.ProgressPercentage != nil && *status.ProgressPercentage == 100
 }
 
 // isStale reports whether status is not newer than e's last write, or older than e's

@@ -39,7 +39,8 @@ const Name = "progress"
 type WriteLimits struct {
 	// Period is the least time between two writes of one TrainJob's trainerStatus by
 	// this replica; reports arriving in between are coalesced into the next write. A
-	// finished TrainJob is written without waiting. Default 10s.
+	// finished TrainJob, and a TrainJob's first report of progressPercentage 100 (the
+	// trainer's last), are written without waiting. Default 10s.
 	Period time.Duration
 	// QPS and Burst size the token bucket shared by every write of the replica,
 	// protecting the API server from many TrainJobs reporting at once. Defaults 50
@@ -254,7 +255,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 		c.observer.ObserveProgressDropped(reason)
 		return e, nil, 0
 	}
-	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) && !s.draining.Load() {
+	if !e.lastWrite.IsZero() && !trainjob.IsFinished(tj) && !s.draining.Load() && !(isFinal(report) && !e.wroteFinal) {
 		if wait := e.lastWrite.Add(s.period).Sub(now); wait > 0 {
 			return deferWrite(wait)
 		}
@@ -289,6 +290,7 @@ func (s *Stage) write(ctx context.Context, key cache.ObjectName, tj *trainer.Tra
 		if current {
 			e.lastWrite = now
 			e.written = reportTime(report)
+			e.wroteFinal = e.wroteFinal || isFinal(report)
 		}
 		c.mu.Unlock()
 		klog.FromContext(ctx).V(4).Info("Wrote trainerStatus", "lastUpdatedTime", report.LastUpdatedTime)

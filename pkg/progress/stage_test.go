@@ -287,7 +287,7 @@ func TestStageFinishedTrainJobIsWrittenAtOnce(t *testing.T) {
 			f.record(llm, status(90, t0))
 			f.mustSync(llm, engine.WaitForEvent())
 			f.advance(time.Second)
-			f.record(llm, status(100, t0.Add(time.Second)))
+			f.record(llm, status(95, t0.Add(time.Second)))
 			tj := trainJob("team-a", "llm", status(90, t0))
 			tj.Status.Conditions = []metav1.Condition{tc.condition}
 			f.setTrainJob(tj)
@@ -301,6 +301,45 @@ func TestStageFinishedTrainJobIsWrittenAtOnce(t *testing.T) {
 				t.Errorf("writes %v, want %d", got, wantWrites)
 			}
 		})
+	}
+}
+
+// TestStageFirstFinalReportIsWrittenAtOnce: a trainer's report of progressPercentage
+// 100 is its last, sent as its process exits; the period must not hold it back past
+// the TrainJob's completion, when readers such as an OptimizationJob take the trial's
+// metric. Only the first such report skips the period: a trainer that keeps reporting
+// 100 costs no more writes than one that reports anything else.
+func TestStageFirstFinalReportIsWrittenAtOnce(t *testing.T) {
+	llm := key("team-a", "llm")
+	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
+	f.record(llm, status(10, t0))
+	f.mustSync(llm, engine.WaitForEvent())
+	f.advance(time.Second)
+	f.record(llm, status(50, t0.Add(time.Second)))
+	f.mustSync(llm, engine.RequeueAfter(9*time.Second))
+
+	f.advance(time.Second)
+	f.record(llm, status(100, t0.Add(2*time.Second), trainer.Metric{Name: "loss", Value: "0.12"}))
+	// Enqueued by the reports of 10 and 50 (none pending, none deferred), then by this one.
+	if got := keyStrings(f.enq.get()); len(got) != 3 {
+		t.Fatalf("enqueued %v: the final report must schedule its write though a deferred one is due", got)
+	}
+	f.mustSync(llm, engine.WaitForEvent())
+	if diff := cmp.Diff([]string{"team-a/llm=10", "team-a/llm=100"}, f.written()); diff != "" {
+		t.Fatalf("writes (-want +got):\n%s", diff)
+	}
+
+	f.advance(time.Second)
+	f.setTrainJob(trainJob("team-a", "llm", status(100, t0.Add(2*time.Second))))
+	f.record(llm, status(100, t0.Add(3*time.Second)))
+	f.mustSync(llm, engine.RequeueAfter(9*time.Second))
+	f.advance(time.Second)
+	f.record(llm, status(100, t0.Add(4*time.Second)))
+	if got := keyStrings(f.enq.get()); len(got) != 4 {
+		t.Errorf("enqueued %v: a second final report waits for the deferred write like any other", got)
+	}
+	if got := f.written(); len(got) != 2 {
+		t.Errorf("writes %v: a second final report must wait for the period", got)
 	}
 }
 
