@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -30,7 +32,11 @@ import (
 // Name is the stage's name: its queue's and its metrics' "stage" label.
 const Name = "optimization"
 
-// Config configures a Stage; every field is required.
+// DefaultSettle is Config.Settle's default: time enough for a progress server to see
+// a TrainJob complete (an informer event) and write the report it was deferring.
+const DefaultSettle = 5 * time.Second
+
+// Config configures a Stage; Client and the caches are required.
 type Config struct {
 	// Client creates trial TrainJobs and writes OptimizationJob status (RBAC: create
 	// trainjobs, update optimizationjobs/status); the leader's fenced client.
@@ -38,6 +44,12 @@ type Config struct {
 	// OptimizationJobs and TrainJobs are the informer caches.
 	OptimizationJobs trainerlisters.OptimizationJobLister
 	TrainJobs        trainerlisters.TrainJobLister
+	// Settle is how long after a trial completes its objective metric is taken, when
+	// the trainer's last stored report is not its final one (trial.Unsettled); 0 means
+	// DefaultSettle.
+	Settle time.Duration
+	// Clock times Settle; nil means the real clock.
+	Clock clock.PassiveClock
 }
 
 // Stage syncs one OptimizationJob per key.
@@ -50,6 +62,12 @@ func New(cfg Config) (*Stage, error) {
 	if cfg.Client == nil || cfg.OptimizationJobs == nil || cfg.TrainJobs == nil {
 		return nil, errors.New("optimization controller: Client, OptimizationJobs and TrainJobs are required")
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Stage{cfg: cfg}, nil
 }
 
@@ -59,7 +77,8 @@ func (s *Stage) Name() string { return Name }
 // Sync brings the OptimizationJob at key one step on: it creates the trials the search
 // may run now, and writes status (conditions, result) when it changed. Results:
 // WaitForEvent when there is nothing more to do until a trial changes (its events
-// enqueue the OptimizationJob) or the OptimizationJob has finished; Terminal when its
+// enqueue the OptimizationJob) or the OptimizationJob has finished; RequeueAfter when a
+// completed trial's metric is not settled yet (Config.Settle); Terminal when its
 // spec cannot be searched (Failed, reason InvalidSpec, saying why); an error, retried
 // with backoff, when a create or the status write failed.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
@@ -84,13 +103,16 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if err != nil {
 		return engine.Result{}, err
 	}
-	p := plan(job, srch, trials)
+	p := plan(job, srch, trials, s.cfg.Clock.Now(), s.cfg.Settle)
 	createErr := s.create(ctx, job, srch, p)
 	if err := s.writeStatus(ctx, job, p.status(job, createErr)); err != nil {
 		return engine.Result{}, err
 	}
 	if createErr != nil {
 		return engine.Result{}, createErr
+	}
+	if p.settleWait > 0 {
+		return engine.RequeueAfter(p.settleWait), nil
 	}
 	return engine.WaitForEvent(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,17 +26,29 @@ type progress struct {
 	succeeded, failed, noMetric int
 	best                        *trainer.OptimizationResult
 	bestValue                   float64
+
+	// settling counts completed trials whose metric may still change
+	// (trial.Unsettled): neither ranked nor unfinished, they hold the search's end
+	// back for settleWait at most.
+	settling   int
+	settleWait time.Duration
 }
 
-// plan tallies trials (by index) and chooses the next indexes: the lowest ones below
-// target not created yet, as many as the unfinished trials leave room for under
-// parallelTrials.
-func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*trainer.TrainJob) *progress {
+// plan tallies trials (by index) at now and chooses the next indexes: the lowest ones
+// below target not created yet, as many as the unfinished trials leave room for under
+// parallelTrials. A completed trial is ranked once settled (trial.Unsettled with
+// settle); it makes room for the next trial at once.
+func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*trainer.TrainJob, now time.Time, settle time.Duration) *progress {
 	p := &progress{target: min(numTrials(job), srch.Size()), created: len(trials)}
 	objective := job.Spec.Objectives[0]
 	for _, index := range slices.Sorted(maps.Keys(trials)) { // ascending: the first of equal bests wins
 		tj := trials[index]
 		state, value := trial.Outcome(tj, objective.Metric)
+		if wait := trial.Unsettled(tj, now, settle); wait > 0 && state != trial.Running {
+			p.settling++
+			p.settleWait = max(p.settleWait, wait)
+			continue
+		}
 		switch state {
 		case trial.Running:
 			p.running++
@@ -74,7 +87,7 @@ func (p *progress) status(job *trainer.OptimizationJob, createErr error) *traine
 	if p.best != nil {
 		st.Result = p.best
 	}
-	if p.created < p.target || p.running > 0 {
+	if p.created < p.target || p.running > 0 || p.settling > 0 {
 		return st
 	}
 	summary := p.summary(job)

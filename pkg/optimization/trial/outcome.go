@@ -3,8 +3,10 @@ package trial
 import (
 	"math"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -53,4 +55,24 @@ func Better(a, b float64, direction trainer.ObjectiveDirection) bool {
 		return a > b
 	}
 	return a < b
+}
+
+// Unsettled returns how much longer tj's objective metric may still change though tj is
+// Complete: the rest of settle after its Complete condition's lastTransitionTime, or 0
+// when tj is not Complete, when that time has passed, or when its trainerStatus says
+// progressPercentage 100. A trainer's last report can reach status.trainerStatus after
+// the TrainJob completes — a progress server defers reports within its period and
+// writes the pending one when it sees the TrainJob finish — except a report of 100,
+// which is written at once (docs/design/progress.md). A search that took the metric
+// before then would rank the trial by an earlier epoch's value.
+func Unsettled(tj *trainer.TrainJob, now time.Time, settle time.Duration) time.Duration {
+	c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobComplete)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return 0
+	}
+	if ts := tj.Status.TrainerStatus; ts != nil && ts.ProgressPercentage != nil && *ts.ProgressPercentage == 100 {
+		return 0
+	}
+	// lastTransitionTime has the API's second precision: the wait is at most a second short.
+	return max(0, c.LastTransitionTime.Add(settle).Sub(now))
 }

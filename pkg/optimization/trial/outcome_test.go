@@ -2,8 +2,10 @@ package trial_test
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/optimization/trial"
@@ -53,5 +55,33 @@ func TestBetter(t *testing.T) {
 	}
 	if !trial.Better(1, 2, "") {
 		t.Error("an unset direction must minimize (the CRD's default)")
+	}
+}
+
+func TestUnsettled(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	completeAt := func(progress *int32) *trainer.TrainJob {
+		tj := finished(trainer.TrainJobComplete, trainer.Metric{Name: "loss", Value: "0.5"})
+		tj.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at)
+		tj.Status.TrainerStatus.ProgressPercentage = progress
+		return tj
+	}
+	for name, tc := range map[string]struct {
+		tj   *trainer.TrainJob
+		now  time.Time
+		want time.Duration
+	}{
+		"just complete, last report not final": {tj: completeAt(ptr.To[int32](90)), now: at.Add(time.Second), want: 4 * time.Second},
+		"just complete, no progressPercentage": {tj: completeAt(nil), now: at, want: 5 * time.Second},
+		"just complete, final report stored":   {tj: completeAt(ptr.To[int32](100)), now: at, want: 0},
+		"complete for longer than settle":      {tj: completeAt(ptr.To[int32](90)), now: at.Add(6 * time.Second), want: 0},
+		"running":                              {tj: finished(""), now: at, want: 0},
+		"failed":                               {tj: finished(trainer.TrainJobFailed), now: at, want: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := trial.Unsettled(tc.tj, tc.now, 5*time.Second); got != tc.want {
+				t.Errorf("Unsettled = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
