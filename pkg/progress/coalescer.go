@@ -52,10 +52,9 @@ type entry struct {
 	// lastWrite is when this process last applied the TrainJob's trainerStatus (zero
 	// before the first write): the start of the period.
 	lastWrite time.Time
-	// written is the lastUpdatedTime of that write, at the second precision the API
-	// server stores: the Stage never writes a report that is not newer, even before the
-	// informer cache shows the write.
-	written time.Time
+	// written is the order of that write (orderOf): the Stage never writes a report
+	// that comes before it, even before the informer cache shows the write.
+	written order
 	// due is when the Stage's last Sync of the key deferred the write to (its
 	// RequeueAfter: the end of the period, or the turn of the write's rate-limit
 	// tokens); zero when that Sync did not defer it. While it is set, the engine holds
@@ -177,11 +176,12 @@ func isFinal(status *trainer.TrainerStatus) bool {
 	return status != nil && status.ProgressPercentage != nil && *status.ProgressPercentage == 100
 }
 
-// isStale reports whether status is not newer than e's last write, or older than e's
-// pending report: Record drops it (metrics.ReasonStale). Called with mu held.
+// isStale reports whether status comes before e's last write or e's pending report
+// (order.before): Record drops it (metrics.ReasonStale). Called with mu held.
 func isStale(e *entry, status *trainer.TrainerStatus) bool {
-	return !e.written.IsZero() && !reportTime(status).After(e.written) ||
-		e.pending != nil && reportTime(status).Before(reportTime(e.pending))
+	o := orderOf(status)
+	return !e.written.at.IsZero() && o.before(e.written) ||
+		e.pending != nil && o.before(orderOf(e.pending))
 }
 
 // addBytes adds delta (negative to free) to the bytes held and tells the
@@ -274,6 +274,32 @@ func (c *Coalescer) Len() int {
 
 // reportTime returns ts.lastUpdatedTime at the second precision the API server stores
 // (metav1.Time serialises as RFC 3339 seconds), or the zero time when unset.
+// order is where a report stands among a TrainJob's reports: its lastUpdatedTime at the
+// second precision the API server stores, then its progressPercentage (-1 without one).
+type order struct {
+	at       time.Time
+	progress int32
+}
+
+func orderOf(ts *trainer.TrainerStatus) order {
+	o := order{at: reportTime(ts), progress: -1}
+	if ts != nil && ts.ProgressPercentage != nil {
+		o.progress = *ts.ProgressPercentage
+	}
+	return o
+}
+
+// before reports whether a report of order o must not replace one of order p: it is
+// older, or of the same second with less progress. Reports of the same second and
+// progress replace each other in the order they arrive: a trainer that reports more
+// often than once a second (every epoch of a small model) must not lose the rest of
+// that second's reports — its last one among them — to the first, as it did when the
+// same second was stale (the real-node OptimizationJob e2e saw trials ranked by their
+// first epoch's loss).
+func (o order) before(p order) bool {
+	return o.at.Before(p.at) || o.at.Equal(p.at) && o.progress < p.progress
+}
+
 func reportTime(ts *trainer.TrainerStatus) time.Time {
 	if ts == nil || ts.LastUpdatedTime == nil {
 		return time.Time{}

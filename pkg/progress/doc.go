@@ -41,9 +41,12 @@
 //     manager "trainyard") never touch trainerStatus, and trainerStatus writes touch
 //     nothing else, so neither can undo the other.
 //   - lastUpdatedTime only moves forward: a replica writes a report only when its
-//     lastUpdatedTime (at the second precision the API server stores) is strictly newer
-//     than the TrainJob's, as its informer cache shows it, and than its own last write.
-//     A report older than or equal to what is stored is dropped, not written.
+//     lastUpdatedTime (at the second precision the API server stores) is not older than
+//     the TrainJob's, as its informer cache shows it, and than its own last write, and
+//     within the same second its progressPercentage is not lower. A report equal to what
+//     is stored, or coming before it, is dropped, not written. Reports of one second
+//     are not dropped for sharing it: a trainer that reports every epoch of a model
+//     that trains in a second sends its final report in the second of its first.
 //   - The apply carries the resourceVersion of the cached TrainJob as a precondition, so
 //     a replica whose cache has not yet seen the other replica's newer write gets 409
 //     Conflict instead of regressing the field; it retries once its cache has caught up,
@@ -60,7 +63,8 @@
 // written, unless a newer one replaced it. A finished TrainJob (Complete or Failed) is
 // written at once, ignoring the period, so the report a trainer sends just before it
 // exits is not left waiting behind a period; call Coalescer.Flush when a TrainJob
-// finishes. A report equal to the stored trainerStatus, or not newer, is dropped; so is
+// finishes. A TrainJob's first report of progressPercentage 100, the trainer's last, is
+// written at once too. A report equal to the stored trainerStatus, or older, is dropped; so is
 // a report whose TrainJob left the informer cache or was re-created under the same name.
 // A write that the rate limits would delay is not made to wait in a worker: it reserves
 // its tokens (its namespace's, then the global one) and the key is requeued for when

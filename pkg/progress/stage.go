@@ -210,8 +210,9 @@ func (s *Stage) forgetGone(key cache.ObjectName, now time.Time) {
 // spent. It returns no report and a positive wait when the period or a rate limit
 // defers the write by wait (the entry is due then), and neither report nor wait when
 // there is nothing to write: no entry or no pending report, an earlier TrainJob's
-// report (dropped, metrics.ReasonGone), or one no newer than what is stored or was
-// written (dropped, metrics.ReasonStale or ReasonUnchanged); the tokens key holds are
+// report (dropped, metrics.ReasonGone), or one equal to what is stored or coming before
+// it or what was written (order.before; dropped, metrics.ReasonUnchanged or
+// ReasonStale); the tokens key holds are
 // released then.
 func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) (*entry, *trainer.TrainerStatus, time.Duration) {
 	c := s.coalescer
@@ -244,7 +245,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	}
 	report := e.pending
 	stored := tj.Status.TrainerStatus
-	if at := reportTime(report); !at.After(reportTime(stored)) || !at.After(e.written) {
+	if o := orderOf(report); o.before(orderOf(stored)) || !e.written.at.IsZero() && o.before(e.written) || sameStatus(report, stored) {
 		c.clearPending(e)
 		c.mu.Unlock()
 		s.limits.release(key, now)
@@ -289,7 +290,7 @@ func (s *Stage) write(ctx context.Context, key cache.ObjectName, tj *trainer.Tra
 	case err == nil:
 		if current {
 			e.lastWrite = now
-			e.written = reportTime(report)
+			e.written = orderOf(report)
 			e.wroteFinal = e.wroteFinal || isFinal(report)
 		}
 		c.mu.Unlock()

@@ -214,7 +214,9 @@ func TestStageWritesOnlyNewerReports(t *testing.T) {
 		"newer, same values":              {stored: stored, report: status(40, t0.Add(time.Second), trainer.Metric{Name: "loss", Value: "0.5"}), wantWritten: true},
 		"unchanged":                       {stored: stored, report: status(40, t0, trainer.Metric{Name: "loss", Value: "0.5"}), wantDropped: metrics.ReasonUnchanged},
 		"unchanged, with sub-second time": {stored: stored, report: status(40, t0.Add(900*time.Millisecond), trainer.Metric{Name: "loss", Value: "0.5"}), wantDropped: metrics.ReasonUnchanged},
-		"same second, other values":       {stored: stored, report: status(45, t0.Add(500*time.Millisecond)), wantDropped: metrics.ReasonStale},
+		"same second, more progress":      {stored: stored, report: status(45, t0.Add(500*time.Millisecond)), wantWritten: true},
+		"same second, other metrics":      {stored: stored, report: status(40, t0, trainer.Metric{Name: "loss", Value: "0.4"}), wantWritten: true},
+		"same second, less progress":      {stored: stored, report: status(35, t0.Add(500*time.Millisecond)), wantDropped: metrics.ReasonStale},
 		"older":                           {stored: stored, report: status(90, t0.Add(-time.Second)), wantDropped: metrics.ReasonStale},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -340,6 +342,28 @@ func TestStageFirstFinalReportIsWrittenAtOnce(t *testing.T) {
 	}
 	if got := f.written(); len(got) != 2 {
 		t.Errorf("writes %v: a second final report must wait for the period", got)
+	}
+}
+
+// TestStageFastTrainerLosesNoReport: a trainer whose whole run fits in one second (the
+// digits example's 30 epochs train in 0.7 s on the real node) sends every report with
+// the same lastUpdatedTime. Its last one is written, not dropped as no newer than the
+// first: the real-node OptimizationJob e2e saw trials ranked by their first epoch's
+// loss when it was. A report of that second with less progress is still stale.
+func TestStageFastTrainerLosesNoReport(t *testing.T) {
+	llm := key("team-a", "llm")
+	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "llm", nil))
+	f.record(llm, status(3, t0, trainer.Metric{Name: "loss", Value: "2.30"}))
+	f.mustSync(llm, engine.WaitForEvent())
+	f.record(llm, status(50, t0.Add(300*time.Millisecond), trainer.Metric{Name: "loss", Value: "0.40"}))
+	f.record(llm, status(40, t0.Add(400*time.Millisecond), trainer.Metric{Name: "loss", Value: "0.50"})) // another rank, behind
+	f.record(llm, status(100, t0.Add(700*time.Millisecond), trainer.Metric{Name: "loss", Value: "0.09"}))
+	f.mustSync(llm, engine.WaitForEvent())
+	if diff := cmp.Diff([]string{"team-a/llm=3", "team-a/llm=100"}, f.written()); diff != "" {
+		t.Fatalf("writes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{metrics.ReasonStale}, f.obs.dropped); diff != "" {
+		t.Errorf("dropped (-want +got):\n%s", diff)
 	}
 }
 
