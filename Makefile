@@ -145,8 +145,8 @@ run: build cluster-ensure ## The controller in the foreground against the local 
 	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 
 .PHONY: dev
-dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run).
-	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS)
+dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
+	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS) $(if $(filter 1,$(OPTIMIZE)),--optimize)
 
 ##@ Benchmarks
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -83,6 +84,54 @@ func DigitsTrainJob(repoRoot, namespace, name string, opts DigitsOptions) (*trai
 		corev1.EnvVar{Name: "EPOCHS", Value: fmt.Sprint(opts.Epochs)})
 	tj.Spec.Trainer.NumProcPerNode = ptr.To[int32](1)
 	return tj, nil
+}
+
+// DigitsSearchExample is the OptimizationJob over the DDP example, relative to the
+// repository root.
+const DigitsSearchExample = "examples/digits-search/optimizationjob.yaml"
+
+// DigitsSearchOptions shapes DigitsSearch; zero values keep the example's.
+type DigitsSearchOptions struct {
+	// NumTrials and ParallelTrials override the example's spec.numTrials (8) and
+	// spec.parallelTrials (2).
+	NumTrials, ParallelTrials int32
+	// Epochs each trial trains (the script's EPOCHS); default 30.
+	Epochs int
+}
+
+// DigitsSearch returns OptimizationJob namespace/name read from DigitsSearchExample,
+// its trainJobTemplate's trainer completed as DigitsTrainJob's of the template's
+// numNodes: DigitsScript inline, run by torchrun, with the same requests. Each trial
+// trains with the search's KUBEFLOW_TRAINER_OPT_LR and KUBEFLOW_TRAINER_OPT_HIDDEN_SIZE
+// and reports its loss, the objective. Errors: the example or the script cannot be
+// read from repoRoot, or the example does not decode strictly as an OptimizationJob.
+func DigitsSearch(repoRoot, namespace, name string, opts DigitsSearchOptions) (*trainer.OptimizationJob, error) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, DigitsSearchExample))
+	if err != nil {
+		return nil, fmt.Errorf("reading the search: %w", err)
+	}
+	job := &trainer.OptimizationJob{}
+	if err := yaml.UnmarshalStrict(data, job); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", DigitsSearchExample, err)
+	}
+	job.Name, job.Namespace = name, namespace
+	if opts.NumTrials > 0 {
+		job.Spec.NumTrials = ptr.To(opts.NumTrials)
+	}
+	if opts.ParallelTrials > 0 {
+		job.Spec.ParallelTrials = ptr.To(opts.ParallelTrials)
+	}
+	spec := &job.Spec.TrainJobTemplate.Spec
+	nodes := int32(1)
+	if spec.Trainer != nil && spec.Trainer.NumNodes != nil {
+		nodes = *spec.Trainer.NumNodes
+	}
+	tj, err := DigitsTrainJob(repoRoot, namespace, name, DigitsOptions{Nodes: nodes, Epochs: opts.Epochs})
+	if err != nil {
+		return nil, err
+	}
+	spec.Trainer = tj.Spec.Trainer
+	return job, nil
 }
 
 // MPIAllreduceTrainJob returns TrainJob namespace/name on the upstream

@@ -3,7 +3,9 @@
 Run by torchrun on every node of a TrainJob on the torch-distributed runtime: torchrun
 reads the rendezvous from the PET_* variables the controller injects (PET_NNODES,
 PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_NPROC_PER_NODE). The digits data
-set ships inside scikit-learn, so nothing is downloaded. Rank 0 reports
+set ships inside scikit-learn, so nothing is downloaded. The learning rate and the
+hidden layer's size come from KUBEFLOW_TRAINER_OPT_LR and KUBEFLOW_TRAINER_OPT_HIDDEN_SIZE
+when an OptimizationJob's trial sets them (examples/digits-search). Rank 0 reports
 progressPercentage, estimatedRemainingSeconds and the loss and accuracy after every
 epoch to KUBEFLOW_TRAINER_SERVER_URL with the projected token and CA the controller
 mounts (upstream Kubeflow Trainer's contract); a report that fails is logged and
@@ -27,6 +29,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 EPOCHS = int(os.environ.get("EPOCHS", "30"))
 BATCH = 64
+# Hyperparameters. A trial of an OptimizationJob (examples/digits-search) gets the
+# search's choice for each parameter as KUBEFLOW_TRAINER_OPT_<NAME>.
+LR = float(os.environ.get("KUBEFLOW_TRAINER_OPT_LR", "0.1"))
+HIDDEN_SIZE = int(os.environ.get("KUBEFLOW_TRAINER_OPT_HIDDEN_SIZE", "64"))
 
 
 def report(progress, remaining, loss, accuracy):
@@ -57,7 +63,8 @@ def report(progress, remaining, loss, accuracy):
 def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank} of {world}: rendezvous at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}", flush=True)
+    print(f"rank {rank} of {world}: rendezvous at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}, "
+          f"lr {LR:g}, hidden size {HIDDEN_SIZE}", flush=True)
     torch.manual_seed(0)
     x, y = load_digits(return_X_y=True)
     x = torch.tensor(x / 16.0, dtype=torch.float32)
@@ -65,8 +72,8 @@ def main():
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     test, train = perm[:360], perm[360:]
     shard = train[rank::world]  # each rank trains on its own part of the data
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, HIDDEN_SIZE), nn.ReLU(), nn.Linear(HIDDEN_SIZE, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     start = time.time()
     for epoch in range(1, EPOCHS + 1):

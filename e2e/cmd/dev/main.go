@@ -12,6 +12,11 @@
 // TrainJob and a LocalQueue "dev" in namespace default are created, the TrainJob is
 // submitted to it, and Kueue's steps are printed beside Trainyard's (suspended at
 // creation, Workload pending, admitted, resumed).
+//
+// With --optimize (`make dev OPTIMIZE=1`, on a cluster with a real node) it runs a
+// hyperparameter search instead: the OptimizationJob of examples/digits-search, 8
+// trials of the digits model, 2 at a time, searching the learning rate and the
+// hidden size; it prints each trial's parameters and final loss, and the winner.
 package main
 
 import (
@@ -57,17 +62,25 @@ func main() {
 	root := flag.String("repo", ".", "the Trainyard checkout")
 	timeout := flag.Duration("timeout", 5*time.Minute, "how long to wait for the TrainJob to finish")
 	withKueue := flag.Bool("kueue", false, "submit the TrainJob through Kueue (the cluster must run it: make cluster-up KUEUE=1)")
+	optimize := flag.Bool("optimize", false, "run the hyperparameter search of examples/digits-search instead of one TrainJob (needs the real node)")
 	flag.Parse()
+	if *optimize && *withKueue {
+		fmt.Fprintln(os.Stderr, "dev: --optimize and --kueue do not go together: run one, then the other")
+		os.Exit(2)
+	}
+	if *optimize && *timeout == 5*time.Minute {
+		*timeout = 20 * time.Minute // 8 trials, 2 at a time, on 2 cores
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *root, *kubeconfig, *timeout, *withKueue); err != nil {
+	if err := run(ctx, *root, *kubeconfig, *timeout, *withKueue, *optimize); err != nil {
 		fmt.Fprintln(os.Stderr, "dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, withKueue bool) error {
+func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, withKueue, optimize bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading %s (is the cluster up? make cluster-up): %w", kubeconfig, err)
@@ -92,6 +105,12 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	local, err := cluster.Attach(ctx, kubeconfig)
 	if err != nil {
 		return err
+	}
+	if optimize {
+		if !local.HasRealNode() {
+			return errors.New("--optimize trains for real and the cluster has no real node: make cluster-down, then make dev OPTIMIZE=1")
+		}
+		return search(ctx, root, kubeconfig, local, trainers, timeout, say)
 	}
 	tj, statusAddr, err := exampleTrainJob(ctx, root, local, say)
 	if err != nil {
@@ -130,6 +149,27 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, kueueState, say)
+}
+
+// search runs the digits search on the real node: the progress server on the host's
+// bridge address (the trials report their loss there), the controller, then runSearch.
+func search(ctx context.Context, root, kubeconfig string, local *cluster.Cluster, trainers trainerclient.Interface, timeout time.Duration, say func(string, ...any)) error {
+	if err := local.ExposeHostService(ctx, ctrlproc.ControllerNamespace, ctrlproc.WebhookServiceName, 10443); err != nil {
+		return err
+	}
+	ctrl, logs, err := startController(ctx, root, kubeconfig, local.HostAddress()+":10443")
+	if err != nil {
+		return err
+	}
+	go func() { _, _ = io.Copy(io.Discard, logs) }() // the log file keeps it; the pipe must not block the controller
+	defer func() {
+		_ = ctrl.Process.Signal(syscall.SIGTERM)
+		_ = ctrl.Wait()
+	}()
+	say("real node %s: every trial trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return runSearch(ctx, root, trainers, "default", fmt.Sprintf("digits-search-%d", time.Now().Unix()%100000), say)
 }
 
 // exampleTrainJob returns the TrainJob to run and the address the controller's
