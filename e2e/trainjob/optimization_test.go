@@ -22,7 +22,8 @@ import (
 // a TrainJob whose trainer gets its parameters as KUBEFLOW_TRAINER_OPT_* variables; its
 // pod reports a loss to the progress server, as a trainer does, and completes. Never
 // more than 2 trials run at once, the third starts when one ends, and the
-// OptimizationJob completes naming the trial with the lowest reported loss.
+// OptimizationJob completes naming the trial with the lowest reported loss. Deleting it
+// then deletes its trials.
 func TestOptimizationJobFindsTheBestTrial(t *testing.T) {
 	e := newEnv(t)
 	ctrl := startController(t, e.c)
@@ -78,6 +79,19 @@ func TestOptimizationJobFindsTheBestTrial(t *testing.T) {
 		t.Errorf("result %+v; want %s, the lowest loss (0.2)", r, trial.Name("digits", 1))
 	}
 	t.Logf("complete: %s", meta.FindStatusCondition(done.Status.Conditions, trainer.OptimizationJobComplete).Message)
+
+	// Deleting the OptimizationJob deletes its trials (the garbage collector follows
+	// their controller ownerReference), and their JobSets with them.
+	if err := e.trainers.TrainerV1alpha1().OptimizationJobs(e.ns).Delete(context.Background(), "digits", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Eventually(t, time.Minute, "the trials garbage collected", func(ctx context.Context) (bool, string) {
+		list, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).List(ctx, metav1.ListOptions{LabelSelector: trial.LabelOptimizationJob + "=digits"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d trials left", len(list.Items))
+	})
 }
 
 // unfinishedTrials counts the namespace's TrainJobs without Complete or Failed.
