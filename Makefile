@@ -185,6 +185,14 @@ BENCH_PEER_FLAGS       ?=
 bench-peer: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=peer --sizes=$(BENCH_PEER_SIZES) --lifecycle-n=$(BENCH_PEER_LIFECYCLE_N) --rounds=$(BENCH_PEER_ROUNDS) $(BENCH_PEER_FLAGS)
 
+BENCH_PEER_KUEUE_N      ?= 2000
+BENCH_PEER_KUEUE_QUOTA  ?= 200
+BENCH_PEER_KUEUE_ROUNDS ?= 1
+
+.PHONY: bench-peer-kueue
+bench-peer-kueue: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 through real Kueue v0.19.1 (issue 27): BENCH_PEER_KUEUE_N TrainJobs through a ClusterQueue with quota for BENCH_PEER_KUEUE_QUOTA at a time, to Complete, each controller BENCH_PEER_KUEUE_ROUNDS times, alternating; writes per TrainJob by client, verb and object (audit log), Kueue's unsuspend → JobSet unsuspended p50/p99, end-to-end time, controller, API-server and Kueue CPU; ratios in result.json. Results: bench/results/peer-kueue-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=peer --kueue-n=$(BENCH_PEER_KUEUE_N) --quota=$(BENCH_PEER_KUEUE_QUOTA) --lifecycle-n=-1 --rounds=$(BENCH_PEER_KUEUE_ROUNDS) $(BENCH_PEER_FLAGS)
+
 BENCH_WRITES_N      ?= 500
 BENCH_WRITES_ROUNDS ?= 3
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
@@ -48,7 +49,7 @@ func (r *runner) runKueue(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	quotaPods := r.cfg.Quota * int(r.cfg.NumNodes)
-	if err := r.createKueueQueue(ctx, quotaPods); err != nil {
+	if err := r.createKueueQueue(ctx, benchNamespace, kueueQueue, quotaPods); err != nil {
 		return nil, err
 	}
 	r.say("Kueue %s: ClusterQueue %s with quota %d pods (%d TrainJobs of %d pods), LocalQueue %s/%s",
@@ -90,22 +91,22 @@ func (r *runner) runKueue(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
-// createKueueQueue creates the ResourceFlavor, the ClusterQueue (quotaPods pods, for
-// benchNamespace) and the LocalQueue, all named kueueQueue, and waits until Kueue
-// admits from them.
-func (r *runner) createKueueQueue(ctx context.Context, quotaPods int) error {
+// createKueueQueue creates the ResourceFlavor kueueQueue (unless it exists), the
+// ClusterQueue clusterQueue (quotaPods pods, for namespace ns) and, in ns, the
+// LocalQueue kueueQueue pointing at it, and waits until Kueue admits from them.
+func (r *runner) createKueueQueue(ctx context.Context, ns, clusterQueue string, quotaPods int) error {
 	c := r.cluster
-	spec := cluster.KueueClusterQueueSpec(benchNamespace, kueueQueue, corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(quotaPods), resource.DecimalSI)})
-	if _, err := c.CreateKueueObject(ctx, cluster.KueueResourceFlavorGVR, "", kueueQueue, map[string]any{"spec": map[string]any{}}); err != nil {
+	spec := cluster.KueueClusterQueueSpec(ns, kueueQueue, corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(quotaPods), resource.DecimalSI)})
+	if _, err := c.CreateKueueObject(ctx, cluster.KueueResourceFlavorGVR, "", kueueQueue, map[string]any{"spec": map[string]any{}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if _, err := c.CreateKueueObject(ctx, cluster.KueueClusterQueueGVR, "", kueueQueue, map[string]any{"spec": spec}); err != nil {
+	if _, err := c.CreateKueueObject(ctx, cluster.KueueClusterQueueGVR, "", clusterQueue, map[string]any{"spec": spec}); err != nil {
 		return err
 	}
-	if _, err := c.CreateKueueObject(ctx, cluster.KueueLocalQueueGVR, benchNamespace, kueueQueue, map[string]any{"spec": map[string]any{"clusterQueue": kueueQueue}}); err != nil {
+	if _, err := c.CreateKueueObject(ctx, cluster.KueueLocalQueueGVR, ns, kueueQueue, map[string]any{"spec": map[string]any{"clusterQueue": clusterQueue}}); err != nil {
 		return err
 	}
-	return c.WaitKueueQueueActive(ctx, kueueQueue, benchNamespace, kueueQueue, time.Minute)
+	return c.WaitKueueQueueActive(ctx, clusterQueue, ns, kueueQueue, time.Minute)
 }
 
 // kueueTrainJob is what the watches saw of one TrainJob, as receive times (zero: not

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -46,14 +47,25 @@ type PeerConfig struct {
 	LifecycleN int
 	// Rounds is how often each controller meets each load (default DefaultPeerRounds).
 	Rounds int
+	// KueueN is the Kueue load (issue 27): TrainJobs through real Kueue, one
+	// ClusterQueue with quota for Config.Quota of them at a time (default
+	// DefaultKueueQuota), each run to Complete; 0 or negative: none. With KueueN set
+	// and no Sizes, the run has no admission loads.
+	KueueN int
 	// Note is written at the head of the report and into result.json, e.g. that
 	// a run is a smoke run on a shared machine.
 	Note string
 }
 
 func (c *PeerConfig) defaults() error {
-	if len(c.Sizes) == 0 {
+	if len(c.Sizes) == 0 && c.KueueN <= 0 {
 		c.Sizes = DefaultPeerSizes
+	}
+	if c.KueueN > 0 {
+		c.Quota = cmp.Or(c.Quota, DefaultKueueQuota)
+		if c.Quota < 0 {
+			return fmt.Errorf("quota %d: want a positive number of TrainJobs", c.Quota)
+		}
 	}
 	if c.LifecycleN == 0 {
 		c.LifecycleN = DefaultPeerLifecycleN
@@ -69,7 +81,7 @@ func (c *PeerConfig) defaults() error {
 	if c.Rounds < 0 {
 		return fmt.Errorf("rounds %d: want at least 1", c.Rounds)
 	}
-	c.Mode, c.N = ModeAdmission, max(slices.Max(c.Sizes), c.LifecycleN)
+	c.Mode, c.N = ModeAdmission, max(slices.Max(append([]int{0}, c.Sizes...)), c.LifecycleN, c.KueueN)
 	return c.Config.defaults()
 }
 
@@ -97,9 +109,16 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (*PeerResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The JobSet controller starts only for the lifecycle load, after the admission loads.
-	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, ModePeer, cfg.LifecycleN*int(cfg.NumNodes))
+	// The JobSet controller starts only for the lifecycle and Kueue loads, after the
+	// admission loads. The Kueue load runs at most Quota TrainJobs at a time.
+	pods := cfg.LifecycleN
+	if cfg.KueueN > 0 {
+		pods = max(pods, cfg.Quota)
+	}
+	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, ModePeer, pods*int(cfg.NumNodes))
 	opts.WithoutJobSetController = true
+	// The Kueue load: Kueue, and the audit log that says who wrote what (kueueWrites).
+	opts.Kueue, opts.AuditLog = cfg.KueueN > 0, cfg.KueueN > 0
 	c, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -122,7 +141,7 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (*PeerResult, error) {
 		ControllerQPS: cfg.QPS, ControllerBurst: cfg.Burst,
 		StartedAt: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
-	p := &peerRunner{runner: r, upstream: upstream, rounds: cfg.Rounds, timelines: map[string]*timeline{}}
+	p := &peerRunner{runner: r, upstream: upstream, rounds: cfg.Rounds, timelines: map[string]*timeline{}, quota: cfg.Quota}
 	for _, n := range cfg.Sizes {
 		load, err := p.load(ctx, ModeAdmission, n)
 		if err != nil {
@@ -130,12 +149,21 @@ func RunPeer(ctx context.Context, cfg PeerConfig) (*PeerResult, error) {
 		}
 		res.Loads = append(res.Loads, *load)
 	}
-	if cfg.LifecycleN > 0 {
-		say("starting the JobSet controller for the lifecycle load")
+	if cfg.LifecycleN > 0 || cfg.KueueN > 0 {
+		say("starting the JobSet controller for the lifecycle and Kueue loads")
 		if err := c.StartJobSetController(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.LifecycleN > 0 {
 		load, err := p.load(ctx, ModeLifecycle, cfg.LifecycleN)
+		if err != nil {
+			return nil, err
+		}
+		res.Loads = append(res.Loads, *load)
+	}
+	if cfg.KueueN > 0 {
+		load, err := p.load(ctx, ModeKueue, cfg.KueueN)
 		if err != nil {
 			return nil, err
 		}
@@ -157,6 +185,8 @@ type peerRunner struct {
 	rounds   int
 	// timelines are the first round's timelines, keyed "<load>/<controller>", for the plot.
 	timelines map[string]*timeline
+	// quota is the Kueue load's ClusterQueue quota, in TrainJobs.
+	quota int
 }
 
 // load runs one load Rounds times against each controller, alternating.
@@ -210,6 +240,9 @@ func (p *peerRunner) run(ctx context.Context, name, ns, mode string, n int) (*Pe
 		return nil, nil, err
 	}
 	defer ctrl.Stop()
+	if mode == ModeKueue {
+		return p.runKueue(ctx, name, ns, ctrl, n)
+	}
 	m, err := p.measure(ctx, ctrl, ns, n, mode == ModeLifecycle, peerIdleLimit)
 	if err != nil {
 		return nil, nil, err
@@ -220,6 +253,45 @@ func (p *peerRunner) run(ctx context.Context, name, ns, mode string, n int) (*Pe
 		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 	}
 	m.fill(res)
+	return &PeerRun{Controller: name, Namespace: ns, Idle: m.idle, Result: res}, m.timeline, nil
+}
+
+// runKueue is the Kueue load's run of controller name (running as ctrl): a
+// ClusterQueue of its own with quota for p.quota TrainJobs, admitting from namespace
+// ns only, a LocalQueue in ns, then n TrainJobs submitted to it and run to Complete
+// while kueueRecorder watches what Kueue and the controller do; who wrote what comes
+// from the audit log, cut to ns.
+func (p *peerRunner) runKueue(ctx context.Context, name, ns string, ctrl *controllerProcess, n int) (*PeerRun, *timeline, error) {
+	if err := p.createKueueQueue(ctx, ns, ns, p.quota*int(p.cfg.NumNodes)); err != nil {
+		return nil, nil, err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	rec, err := p.watchKueue(watchCtx, ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.queueName = kueueQueue
+	defer func() { p.queueName = "" }()
+	m, err := p.measure(ctx, ctrl, ns, n, true, peerIdleLimit)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopWatch()
+	res := &Result{
+		Mode: ModeKueue, N: n, Parallelism: p.cfg.Parallelism, NumNodes: p.cfg.NumNodes,
+		ControllerQPS: p.cfg.QPS, ControllerBurst: p.cfg.Burst, StartedAt: time.Now().UTC(),
+		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+	}
+	m.fill(res)
+	res.Kueue = kueueFigures(m.created, rec.record(), p.quota, p.cfg.NumNodes)
+	events, err := cluster.ReadAuditLog(p.cluster.AuditLogPath())
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the audit log: %w", err)
+	}
+	res.Kueue.WritesPerTrainJob = kueueWrites(events, ns, n)
+	p.say("%s through Kueue: %d finished in %.1f s; %.2f writes per TrainJob; unsuspend → JobSet unsuspended %s",
+		name, res.Kueue.Finished, res.Kueue.Seconds, res.Controller.WritesPerTrainJob, res.Kueue.UnsuspendToJobSetUnsuspended)
 	return &PeerRun{Controller: name, Namespace: ns, Idle: m.idle, Result: res}, m.timeline, nil
 }
 

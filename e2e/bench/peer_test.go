@@ -157,3 +157,64 @@ func TestPeerFiguresAndRatios(t *testing.T) {
 		t.Errorf("result.json lacks the ratios object:\n%s", data)
 	}
 }
+
+// peerKueueRun is a run of n TrainJobs through Kueue: writes per TrainJob by the
+// controller, Kueue's unsuspend → JobSet unsuspended p99, end-to-end seconds, and who
+// wrote what (the audit log's figures).
+func peerKueueRun(n int, writes, resumeP99, seconds float64, byClient map[string]map[string]float64) Result {
+	return Result{
+		Mode: ModeKueue, N: n,
+		Lifecycle:  &Lifecycle{Seconds: seconds, Finished: n},
+		Controller: Controller{WritesPerTrainJob: writes, CPUSecondsPer1000: writes},
+		Components: map[string]float64{"kube-apiserver": 100, "kueue": 50},
+		Kueue: &Kueue{Quota: 200, Seconds: seconds, UnsuspendToJobSetUnsuspended: Latency{P50: resumeP99 / 4, P99: resumeP99},
+			WritesPerTrainJob: byClient},
+	}
+}
+
+// TestPeerKueueLoad: the Kueue load's figures are means over each controller's runs
+// (who wrote what included), its ratios are keyed kueue_*, and issue 27's target on
+// writes through Kueue holds only when both the bound and the ratio do.
+func TestPeerKueueLoad(t *testing.T) {
+	load := PeerLoad{Name: "kueue-1000", Mode: ModeKueue, N: 1000, Runs: []PeerRun{
+		peerRun("trainyard", 1, peerKueueRun(1000, 4, 0.2, 500, map[string]map[string]float64{"trainyard": {"patch jobsets": 2, "patch trainjobs/status": 2}})),
+		peerRun("upstream", 1, peerKueueRun(1000, 9, 0.5, 520, map[string]map[string]float64{"manager": {"update jobsets": 3, "update trainjobs/status": 6}})),
+		peerRun("trainyard", 2, peerKueueRun(1000, 5, 0.4, 510, map[string]map[string]float64{"trainyard": {"patch jobsets": 2, "patch trainjobs/status": 3}})),
+		peerRun("upstream", 2, peerKueueRun(1000, 9, 0.7, 530, map[string]map[string]float64{"manager": {"update jobsets": 3, "update trainjobs/status": 6}})),
+	}}
+	load.Trainyard = peerFigures(load.Runs, controllerTrainyard)
+	load.Upstream = peerFigures(load.Runs, controllerUpstream)
+	ty := load.Trainyard
+	if ty.WritesPerTrainJob != 4.5 || ty.UnsuspendToJobSetUnsuspendedP99 != 0.3 || ty.EndToEndSeconds != 505 || ty.KueueCPU != 50 {
+		t.Errorf("Trainyard's figures %+v: want means over its two runs", ty)
+	}
+	if got := ty.WritesByClient["trainyard"]["patch trainjobs/status"]; got != 2.5 {
+		t.Errorf("Trainyard's status patches per TrainJob %v, want 2.5 (the mean)", got)
+	}
+	r := &PeerResult{Loads: []PeerLoad{load}}
+	r.Ratios = peerRatios(r.Loads)
+	if got := r.Ratios["kueue_writes_per_trainjob"]; got != 0.5 {
+		t.Errorf("kueue_writes_per_trainjob %v, want 4.5 ÷ 9 = 0.5", got)
+	}
+	if got := r.Ratios["kueue_unsuspend_to_jobset_unsuspended_p99"]; got != 0.5 {
+		t.Errorf("kueue_unsuspend_to_jobset_unsuspended_p99 %v, want 0.3 ÷ 0.6 = 0.5", got)
+	}
+	targets := evaluatePeerTargets(r)
+	if len(targets) != 1 || !targets[0].Met {
+		t.Fatalf("targets %+v: want the writes target met (4.5 ≤ 5, 0.5× ≤ 0.6×)", targets)
+	}
+	report := PeerReport(r)
+	for _, want := range []string{"Through Kueue", "Who writes", "**4.500**: patch jobsets 2.000, patch trainjobs/status 2.500", "kueue_writes_per_trainjob"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+
+	load.Runs[2] = peerRun("trainyard", 2, peerKueueRun(1000, 7, 0.4, 510, nil)) // 6 writes on average: over the bound
+	load.Trainyard = peerFigures(load.Runs, controllerTrainyard)
+	r = &PeerResult{Loads: []PeerLoad{load}}
+	r.Ratios = peerRatios(r.Loads)
+	if targets := evaluatePeerTargets(r); targets[0].Met {
+		t.Errorf("targets %+v: 5.5 writes per TrainJob must miss the bound of 5", targets)
+	}
+}

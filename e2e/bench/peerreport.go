@@ -14,6 +14,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/trainyard/trainyard/e2e/cluster"
 )
 
 // writePeerOutputs writes result.json, report.md and plot.svg (and .png) of a
@@ -54,7 +56,8 @@ func PeerReport(r *PeerResult) string {
 		r.StartedAt.Format(time.RFC3339), r.CPUs, r.GoVersion, r.Upstream, r.Rounds, r.Parallelism, r.ControllerQPS, r.ControllerBurst, r.NumNodes)
 	w("One local control plane; each run starts a fresh controller process and creates its TrainJobs in a namespace of its own, " +
 		"deleted (and gone) before the next run. Admission: TrainJob created → JobSet exists, the JobSet controller off; " +
-		"lifecycle: TrainJob created → Complete, everything on. Neither controller's webhooks are registered. Ratios are Trainyard ÷ upstream; " +
+		"lifecycle: TrainJob created → Complete, everything on; through Kueue: the same to Complete, every TrainJob submitted to a LocalQueue of real Kueue " +
+		"whose ClusterQueue (one per run) admits a quota of them at a time. Neither controller's webhooks are registered (Kueue's are). Ratios are Trainyard ÷ upstream; " +
 		"figures are means over the rounds, peaks the highest.\n\n")
 	w("![admission throughput by run, and latency](plot.svg)\n\n")
 	targetsTable(w, r.Targets)
@@ -83,20 +86,27 @@ func peerLoadReport(w func(string, ...any), r *PeerResult, l PeerLoad) {
 	ty, up := l.Trainyard, l.Upstream
 	suffix, rate, lat := "_"+fmt.Sprint(l.N), "admission_throughput", "admission"
 	title := fmt.Sprintf("Admission, N = %d (TrainJob created → JobSet exists)", l.N)
-	if l.Mode == ModeLifecycle {
+	switch l.Mode {
+	case ModeLifecycle:
 		suffix, rate, lat = "", "lifecycle_throughput", "lifecycle"
 		title = fmt.Sprintf("Lifecycle, N = %d (TrainJob created → Complete)", l.N)
+	case ModeKueue:
+		suffix, rate, lat = "", "kueue_throughput", "kueue"
+		title = fmt.Sprintf("Through Kueue %s, N = %d (TrainJob created → Complete, quota %d TrainJobs)", cluster.KueueSource.Version, l.N, kueueQuota(l))
 	}
 	key := func(figure string) string {
-		if l.Mode == ModeLifecycle {
+		switch l.Mode {
+		case ModeLifecycle:
 			return "lifecycle_" + figure
+		case ModeKueue:
+			return "kueue_" + figure
 		}
 		return figure + suffix
 	}
 	w("\n## %s\n\n| figure | Trainyard | upstream | Trainyard ÷ upstream |\n|---|---|---|---|\n", title)
 	row := func(name, a, b, ratio string) { w("| %s | %s | %s | %s |\n", name, a, b, ratio) }
 	unit := "admitted"
-	if l.Mode == ModeLifecycle {
+	if l.Mode != ModeAdmission {
 		unit = "finished"
 	}
 	row("**throughput** (TrainJobs "+unit+"/s)", fmt.Sprintf("%.1f", ty.Throughput), fmt.Sprintf("%.1f", up.Throughput), ratio(r, rate+suffix))
@@ -129,12 +139,66 @@ func peerLoadReport(w func(string, ...any), r *PeerResult, l PeerLoad) {
 	row("**peak RSS**", mib(ty.PeakRSSBytes), mib(up.PeakRSSBytes), ratio(r, key("peak_rss")))
 	row("peak Go heap in use", mib(ty.PeakHeapBytes), mib(up.PeakHeapBytes), ratio(r, key("peak_heap")))
 	row("machine busy CPU per 1,000 (every process)", fmt.Sprintf("%.2f s", ty.MachineBusyCPU), fmt.Sprintf("%.2f s", up.MachineBusyCPU), "–")
+	if l.Mode == ModeKueue {
+		row("**Kueue's unsuspend → JobSet unsuspended p50**", fmt.Sprintf("%.3f s", ty.UnsuspendToJobSetUnsuspendedP50), fmt.Sprintf("%.3f s", up.UnsuspendToJobSetUnsuspendedP50), ratio(r, "kueue_unsuspend_to_jobset_unsuspended_p50"))
+		row("**Kueue's unsuspend → JobSet unsuspended p99**", fmt.Sprintf("%.3f s", ty.UnsuspendToJobSetUnsuspendedP99), fmt.Sprintf("%.3f s", up.UnsuspendToJobSetUnsuspendedP99), ratio(r, "kueue_unsuspend_to_jobset_unsuspended_p99"))
+		row("end to end (first create → last Complete)", fmt.Sprintf("%.1f s", ty.EndToEndSeconds), fmt.Sprintf("%.1f s", up.EndToEndSeconds), ratio(r, "kueue_end_to_end_seconds"))
+		row("Kueue's CPU per 1,000", fmt.Sprintf("%.2f s", ty.KueueCPU), fmt.Sprintf("%.2f s", up.KueueCPU), ratio(r, "kueue_kueue_cpu_per_1000"))
+		writesByClientTable(w, ty.WritesByClient, up.WritesByClient)
+	}
 	if lim := l.Limit; lim != nil {
 		w("\nAPI server alone (no controller, after Trainyard's last run): %d TrainJob creates %.0f/s, the JobSets created %.0f/s, server-side applied %.0f/s; "+
 			"**limit %.0f TrainJobs/s** with the applies (%.0f/s with creates).\n",
 			l.N, lim.TrainJobCreatesPerSecond, lim.JobSetCreatesPerSecond, lim.JobSetAppliesPerSecond, lim.TrainJobsPerSecondWithApply, lim.TrainJobsPerSecond)
 	}
 	peerRunsTable(w, l)
+}
+
+// kueueQuota is the quota of the Kueue load l's runs, in TrainJobs (0 before any run).
+func kueueQuota(l PeerLoad) int {
+	for _, run := range l.Runs {
+		if run.Result != nil && run.Result.Kueue != nil {
+			return run.Result.Kueue.Quota
+		}
+	}
+	return 0
+}
+
+// writesByClientTable renders who wrote the TrainJobs and JobSets of the Kueue load,
+// per TrainJob, by client and by verb and resource, under each controller (the audit
+// log; each controller's client appears under its own name).
+func writesByClientTable(w func(string, ...any), ty, up map[string]map[string]float64) {
+	w("\nWho writes a TrainJob and its JobSet through Kueue, per TrainJob (the API server's audit log; events and other kinds are not in it):\n\n")
+	w("| client | with Trainyard | with upstream |\n|---|---|---|\n")
+	var clients []string
+	for _, m := range []map[string]map[string]float64{ty, up} {
+		for c := range m {
+			if !slices.Contains(clients, c) {
+				clients = append(clients, c)
+			}
+		}
+	}
+	sort.Strings(clients)
+	cell := func(byWhat map[string]float64) string {
+		if len(byWhat) == 0 {
+			return "–"
+		}
+		total := 0.0
+		whats := make([]string, 0, len(byWhat))
+		for what, v := range byWhat {
+			total += v
+			whats = append(whats, what)
+		}
+		sort.Strings(whats)
+		parts := make([]string, len(whats))
+		for i, what := range whats {
+			parts[i] = fmt.Sprintf("%s %.3f", what, byWhat[what])
+		}
+		return fmt.Sprintf("**%.3f**: %s", total, strings.Join(parts, ", "))
+	}
+	for _, c := range clients {
+		w("| %s | %s | %s |\n", c, cell(ty[c]), cell(up[c]))
+	}
 }
 
 // peerRunsTable renders every run of load l in the order run, one row each.
@@ -248,6 +312,10 @@ func peerLatencyPanel(r *PeerResult, timelines map[string]*timeline) (*plot.Plot
 		if l.Mode == ModeAdmission {
 			largest = l.Name
 		}
+	}
+	if largest == "" && len(r.Loads) > 0 { // a run of the Kueue load alone: its latency to Complete
+		largest = r.Loads[len(r.Loads)-1].Name
+		lat.Title.Text = largest + " latency to Complete (first round)"
 	}
 	for i, name := range []string{controllerTrainyard, controllerUpstream} {
 		tl := timelines[largest+"/"+name]

@@ -120,6 +120,16 @@ type PeerFigures struct {
 	PeakHeapBytes      int64   `json:"peakHeapInuseBytes"`
 	MachineBusyCPU     float64 `json:"machineBusyCPUPer1000"`
 	MachineUtilisation float64 `json:"machineUtilisation"`
+	// Through Kueue (the Kueue load only): Kueue's unsuspend → the JobSet seen
+	// unsuspended, seconds; the run's end-to-end seconds (first create → last
+	// Complete); Kueue's own CPU per 1,000; and every client's successful writes to the
+	// run's TrainJobs and JobSets per TrainJob, by client, then verb and resource (the
+	// audit log).
+	UnsuspendToJobSetUnsuspendedP50 float64                       `json:"unsuspendToJobSetUnsuspendedP50,omitempty"`
+	UnsuspendToJobSetUnsuspendedP99 float64                       `json:"unsuspendToJobSetUnsuspendedP99,omitempty"`
+	EndToEndSeconds                 float64                       `json:"endToEndSeconds,omitempty"`
+	KueueCPU                        float64                       `json:"kueueCPUPer1000,omitempty"`
+	WritesByClient                  map[string]map[string]float64 `json:"writesByClientPerTrainJob,omitempty"`
 }
 
 // peerFigures summarises the runs of controller name in runs.
@@ -160,17 +170,40 @@ func peerFigures(runs []PeerRun, name string) PeerFigures {
 		f.MachineUtilisation += r.Machine.Utilisation
 		f.PeakRSSBytes = max(f.PeakRSSBytes, r.Controller.PeakRSSBytes)
 		f.PeakHeapBytes = max(f.PeakHeapBytes, r.Controller.PeakHeapBytes)
+		if kq := r.Kueue; kq != nil {
+			f.UnsuspendToJobSetUnsuspendedP50 += kq.UnsuspendToJobSetUnsuspended.P50
+			f.UnsuspendToJobSetUnsuspendedP99 += kq.UnsuspendToJobSetUnsuspended.P99
+			f.EndToEndSeconds += kq.Seconds
+			f.KueueCPU += r.Components[cluster.Kueue] * per1000
+			if f.WritesByClient == nil {
+				f.WritesByClient = map[string]map[string]float64{}
+			}
+			for client, byWhat := range kq.WritesPerTrainJob {
+				if f.WritesByClient[client] == nil {
+					f.WritesByClient[client] = map[string]float64{}
+				}
+				for what, v := range byWhat {
+					f.WritesByClient[client][what] += v
+				}
+			}
+		}
 	}
 	if f.Runs == 0 {
 		return f
 	}
 	k := float64(f.Runs)
 	for _, p := range []*float64{&f.Throughput, &f.LatencyP50, &f.LatencyP99, &f.WritesPerTrainJob, &f.FailedSyncs, &f.Errors,
-		&f.ControllerCPU, &f.APIServerCPU, &f.EtcdCPU, &f.MachineBusyCPU, &f.MachineUtilisation} {
+		&f.ControllerCPU, &f.APIServerCPU, &f.EtcdCPU, &f.MachineBusyCPU, &f.MachineUtilisation,
+		&f.UnsuspendToJobSetUnsuspendedP50, &f.UnsuspendToJobSetUnsuspendedP99, &f.EndToEndSeconds, &f.KueueCPU} {
 		*p = round3(*p / k)
 	}
 	for verb, v := range f.RequestsPerTrainJob {
 		f.RequestsPerTrainJob[verb] = round3(v / k)
+	}
+	for _, byWhat := range f.WritesByClient {
+		for what, v := range byWhat {
+			byWhat[what] = round3(v / k)
+		}
 	}
 	f.ControlPlaneCPU = round3(f.APIServerCPU + f.EtcdCPU)
 	return f
@@ -194,6 +227,22 @@ func peerRatios(loads []PeerLoad) map[string]float64 {
 	var admitted [2]float64
 	for _, l := range loads {
 		ty, up := l.Trainyard, l.Upstream
+		if l.Mode == ModeKueue {
+			put("kueue_writes_per_trainjob", ty.WritesPerTrainJob, up.WritesPerTrainJob)
+			put("kueue_throughput", ty.Throughput, up.Throughput)
+			put("kueue_end_to_end_seconds", ty.EndToEndSeconds, up.EndToEndSeconds)
+			put("kueue_p50", ty.LatencyP50, up.LatencyP50)
+			put("kueue_p99", ty.LatencyP99, up.LatencyP99)
+			put("kueue_unsuspend_to_jobset_unsuspended_p50", ty.UnsuspendToJobSetUnsuspendedP50, up.UnsuspendToJobSetUnsuspendedP50)
+			put("kueue_unsuspend_to_jobset_unsuspended_p99", ty.UnsuspendToJobSetUnsuspendedP99, up.UnsuspendToJobSetUnsuspendedP99)
+			put("kueue_controller_cpu_per_1000", ty.ControllerCPU, up.ControllerCPU)
+			put("kueue_apiserver_cpu_per_1000", ty.APIServerCPU, up.APIServerCPU)
+			put("kueue_etcd_cpu_per_1000", ty.EtcdCPU, up.EtcdCPU)
+			put("kueue_control_plane_cpu_per_1000", ty.ControlPlaneCPU, up.ControlPlaneCPU)
+			put("kueue_kueue_cpu_per_1000", ty.KueueCPU, up.KueueCPU)
+			put("kueue_peak_rss", float64(ty.PeakRSSBytes), float64(up.PeakRSSBytes))
+			continue
+		}
 		if l.Mode == ModeLifecycle {
 			put("lifecycle_throughput", ty.Throughput, up.Throughput)
 			put("lifecycle_p50", ty.LatencyP50, up.LatencyP50)
@@ -244,6 +293,9 @@ const (
 	targetPeerRSSAtN          = 10000
 	targetPeerP99AtN          = 2000
 	targetPeerLifecycleWrites = 3.0
+	// Issue 27's targets through Kueue: the controller's writes per TrainJob.
+	targetPeerKueueWrites      = 5.0
+	targetPeerKueueWritesRatio = 0.6 // × upstream
 )
 
 // evaluatePeerTargets states issue 17's targets against r's loads and ratios.
@@ -255,6 +307,14 @@ func evaluatePeerTargets(r *PeerResult) []Target {
 	for _, l := range r.Loads {
 		ty, up := l.Trainyard, l.Upstream
 		n := fmt.Sprint(l.N)
+		if l.Mode == ModeKueue {
+			w := r.Ratios["kueue_writes_per_trainjob"]
+			add("writes per TrainJob through Kueue, N = "+n, fmt.Sprintf("≤ %.0f and ≤ %.1f× upstream", targetPeerKueueWrites, targetPeerKueueWritesRatio),
+				fmt.Sprintf("%.2f vs %.2f: %.2f×", ty.WritesPerTrainJob, up.WritesPerTrainJob, w),
+				ty.WritesPerTrainJob <= targetPeerKueueWrites && w <= targetPeerKueueWritesRatio,
+				"the controller's own writes (its client's requests); Kueue's, JobSet's and the bench's are under \"Who writes\"")
+			continue
+		}
 		if l.Mode == ModeLifecycle {
 			add("lifecycle writes per TrainJob to Complete", fmt.Sprintf("≤ %.0f", targetPeerLifecycleWrites),
 				fmt.Sprintf("%.2f (upstream %.2f)", ty.WritesPerTrainJob, up.WritesPerTrainJob), ty.WritesPerTrainJob <= targetPeerLifecycleWrites, "")

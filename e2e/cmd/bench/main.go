@@ -8,6 +8,7 @@
 //	go run ./cmd/bench --mode=admission --n=10000 --baseline=../bench/results/admission-n2000/result.json
 //	go run ./cmd/bench --mode=progress --n=1000 --duration=60s --admission-n=500
 //	go run ./cmd/bench --mode=peer --sizes=2000,10000 --lifecycle-n=500 --rounds=2
+//	go run ./cmd/bench --mode=peer --kueue-n=2000 --quota=200 --lifecycle-n=-1 --rounds=1
 //	go run ./cmd/bench --mode=writes --n=500 --rounds=3
 //	go run ./cmd/bench --mode=kueue --n=2000 --quota=200
 //
@@ -15,7 +16,8 @@
 // `make bench-progress` the progress mode (issue 14); `make bench-peer` the
 // peer mode (issue 17): the admission and lifecycle loads against Trainyard and
 // upstream Kubeflow Trainer v2.3.0 in turn, on one control plane, into
-// bench/results/peer-<date>; `make bench-kueue` the kueue mode (issue 16): N
+// bench/results/peer-<date>; `make bench-peer-kueue` the peer mode's Kueue load
+// alone (issue 27), into bench/results/peer-kueue-<date>; `make bench-kueue` the kueue mode (issue 16): N
 // TrainJobs through real Kueue with quota for some at a time, into
 // bench/results/kueue-n<N>-<date>.
 package main
@@ -122,6 +124,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.peer.LifecycleN, "lifecycle-n", bench.DefaultPeerLifecycleN, "peer mode: TrainJobs of the lifecycle load (negative: none)")
 	flag.IntVar(&o.peer.Rounds, "rounds", bench.DefaultPeerRounds, "peer mode: runs of each load per controller, alternating (2: Trainyard, upstream, Trainyard, upstream); writes mode: runs of each method, interleaved (default there 3)")
 	flag.StringVar(&o.peer.Note, "note", "", "peer mode: a note at the head of the report, e.g. that this is a smoke run")
+	flag.IntVar(&o.peer.KueueN, "kueue-n", 0, "peer mode: TrainJobs of the Kueue load, through real Kueue with --quota of them at a time, to Complete (issue 27; 0: none); with no --sizes, the only load besides --lifecycle-n")
 	flag.Parse()
 	o.set = map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
@@ -165,7 +168,11 @@ func runWrites(ctx context.Context, o *options, root string) {
 func runPeer(ctx context.Context, o *options, root string) {
 	cfg := o.cfg
 	if !o.set["out"] {
-		cfg.OutDir = filepath.Join(root, "bench", "results", "peer-"+time.Now().UTC().Format("2006-01-02"))
+		name := "peer-"
+		if o.peer.KueueN > 0 && len(o.peer.Sizes) == 0 && o.peer.LifecycleN < 0 {
+			name = "peer-kueue-"
+		}
+		cfg.OutDir = filepath.Join(root, "bench", "results", name+time.Now().UTC().Format("2006-01-02"))
 	}
 	peer := o.peer
 	peer.Config = cfg
