@@ -23,6 +23,7 @@ var optimizationJobSeeds = []string{
 	`{metadata: {name: bad, namespace: default}, spec: {objectives: [{metric: ""}], parameters: [{name: lr, searchSpace: {uniform: {min: "1e999", max: NaN}}}, {name: LR, searchSpace: {categorical: {choices: []}}}], numTrials: 1, parallelTrials: 3, trainJobTemplate: {spec: {runtimeRef: {name: test-runtime, apiGroup: example.com}}}}}`,
 	`{metadata: {name: 9.bad, namespace: default}, spec: {objectives: [{metric: loss}], searchAlgorithm: {grid: {}}, parameters: [{name: x, searchSpace: {uniform: {min: "0", max: "1"}}}], trainJobTemplate: {spec: {runtimeRef: {name: nowhere}, trainer: {env: [{name: PET_NNODES, value: "1"}]}, runtimePatches: [{manager: kueue}]}}}}`,
 	`{metadata: {name: long-long-long-long-long-long-long-long-long-long-long-long-long-name, namespace: default}, spec: {objectives: [{metric: loss}], parameters: [{name: "0", searchSpace: {uniform: {min: "-9007199254740992", max: "9007199254740992", type: Int}}}], numTrials: 100, trainJobTemplate: {spec: {runtimeRef: {name: test-runtime}}}}}`,
+	`{metadata: {name: labelled, namespace: default}, spec: {objectives: [{metric: loss}], parameters: [{name: x, searchSpace: {categorical: {choices: [a]}}}], trainJobTemplate: {metadata: {labels: {"kueue.x-k8s.io/queue-name": q, "bad key": v}, annotations: {"a/b": c}, finalizers: [example.com/f]}, spec: {runtimeRef: {name: test-runtime}}}}}`,
 	`{metadata: {name: empty}, spec: {}}`,
 }
 

@@ -8,6 +8,9 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -38,6 +41,8 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 //   - spec.parallelTrials at most spec.numTrials (both default 1);
 //   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
 //     TrainJob's name must be (at metadata.name);
+//   - spec.trainJobTemplate.metadata's labels, annotations and finalizers are valid for
+//     a TrainJob (validateTemplateMetadata);
 //   - spec.trainJobTemplate.spec is a valid TrainJob spec: the trial TrainJob of index 0
 //     (trial.New, with the search's first assignment) passes ValidateTrainJob, its
 //     findings and warnings reported at spec.trainJobTemplate.spec.… (a missing runtime
@@ -60,6 +65,7 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 			"must not exceed numTrials (%d): lower parallelTrials, or raise numTrials", numTrials)))
 	}
 	errs = append(errs, validateTrialNames(job.Name, int(max(numTrials, 1)))...)
+	errs = append(errs, validateTemplateMetadata(&job.Spec.TrainJobTemplate.ObjectMeta)...)
 
 	var assignment []trainer.ParameterAssignment
 	if len(errs) == 0 {
@@ -112,6 +118,18 @@ func validateTrialNames(name string, numTrials int) field.ErrorList {
 		}
 	}
 	return nil
+}
+
+// validateTemplateMetadata checks what the trials copy from
+// spec.trainJobTemplate.metadata as the API server checks a TrainJob's metadata, which
+// it does not check in an OptimizationJob (an embedded object's metadata is not
+// validated): label keys and values, annotation keys and total size, finalizer names.
+// Each trial's create would be refused otherwise.
+func validateTemplateMetadata(meta *metav1.ObjectMeta) field.ErrorList {
+	path := field.NewPath("spec", "trainJobTemplate", "metadata")
+	errs := metavalidation.ValidateLabels(meta.Labels, path.Child("labels"))
+	errs = append(errs, apivalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
+	return append(errs, apivalidation.ValidateFinalizers(meta.Finalizers, path.Child("finalizers"))...)
 }
 
 // templateFields matches the TrainJob spec's field paths in a rule's field or message
