@@ -59,6 +59,7 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 		return nil, nil
 	}
 	errs = search.ValidateSpec(&job.Spec)
+	searchRuns := len(errs) == 0
 	numTrials, parallel := ptr.Deref(job.Spec.NumTrials, 1), ptr.Deref(job.Spec.ParallelTrials, 1)
 	if parallel > numTrials {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "parallelTrials"), parallel, fmt.Sprintf(
@@ -68,7 +69,7 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 	errs = append(errs, validateTemplateMetadata(&job.Spec.TrainJobTemplate.ObjectMeta)...)
 
 	var assignment []trainer.ParameterAssignment
-	if len(errs) == 0 {
+	if searchRuns {
 		srch, err := search.New(&job.Spec, search.Seed(job))
 		if err != nil { // ValidateSpec found nothing: New cannot fail
 			return nil, append(errs, field.InternalError(field.NewPath("spec"), err))

@@ -193,6 +193,14 @@ func TestValidateOptimizationJob(t *testing.T) {
 			}),
 			errs: []string{"FieldValueInvalid: spec.parameters[0].searchSpace.uniform.min", "FieldValueInvalid: spec.trainJobTemplate.spec.trainer.env"},
 		},
+		"grid smaller than numTrials, and a bad name": {
+			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "hidden", SearchSpace: trainer.SearchSpace{
+				Categorical: &trainer.CategoricalSpace{Choices: []string{"32", "64", "128"}}}}), func(j *trainer.OptimizationJob) {
+				j.Name = "digits.v2"
+			}),
+			errs:     []string{"FieldValueInvalid: metadata.name"},
+			warnings: []string{"the search will stop at 3 trials"},
+		},
 		"grid smaller than numTrials": {
 			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "hidden", SearchSpace: trainer.SearchSpace{
 				Categorical: &trainer.CategoricalSpace{Choices: []string{"32", "64"}}}}), func(j *trainer.OptimizationJob) {
