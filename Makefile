@@ -78,6 +78,7 @@ FUZZ_TARGETS := \
   FuzzRender:./pkg/render:8000 \
   FuzzAdmissionReview:./pkg/admission:15000 \
   FuzzAdmissionObjects:./pkg/admission:8000 \
+  FuzzOptimizationJobAdmission:./pkg/admission:8000 \
   FuzzProgressReport:./pkg/progress:15000
 # fuzz-short runs each target's count × FUZZ_SHORT_FACTOR, fuzz × FUZZ_LONG_FACTOR (~10 min
 # each). A new input is minimized for at most FUZZ_*_MINIMIZE executions (about the 2 s

@@ -49,7 +49,8 @@ type wantWebhook struct {
 	runtime              bool // carries upstream's webhook-validation objectSelector
 }
 
-// Upstream's webhooks and paths (docs/compatibility.md, Admission).
+// Upstream's webhooks and paths (docs/compatibility.md, Admission), and Trainyard's
+// OptimizationJob validator (docs/compatibility.md#optimizationjob-validation).
 var (
 	wantMutating = []wantWebhook{
 		{"defaulter.trainjob.trainer.kubeflow.org", "/mutate-trainer-kubeflow-org-v1alpha1-trainjob", "trainjobs", admissionregistrationv1.NamespacedScope, false},
@@ -58,6 +59,8 @@ var (
 		{"validator.trainjob.trainer.kubeflow.org", "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "trainjobs", admissionregistrationv1.NamespacedScope, false},
 		{"validator.trainingruntime.trainer.kubeflow.org", "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime", "trainingruntimes", admissionregistrationv1.NamespacedScope, true},
 		{"validator.clustertrainingruntime.trainer.kubeflow.org", "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime", "clustertrainingruntimes", admissionregistrationv1.ClusterScope, true},
+		// Trainyard's own, named by upstream's convention.
+		{"validator.optimizationjob.trainer.kubeflow.org", "/validate-trainer-kubeflow-org-v1alpha1-optimizationjob", "optimizationjobs", admissionregistrationv1.NamespacedScope, false},
 	}
 )
 
@@ -575,8 +578,8 @@ func TestUpgradeKeepsControllerWrites(t *testing.T) {
 	for _, w := range m.Webhooks {
 		hooks = append(hooks, hook{w.ClientConfig, w.TimeoutSeconds, w.NamespaceSelector})
 	}
-	if len(hooks) != 4 {
-		t.Fatalf("%d webhooks after the upgrade, want 4", len(hooks))
+	if want := len(wantMutating) + len(wantValidating); len(hooks) != want {
+		t.Fatalf("%d webhooks after the upgrade, want %d", len(hooks), want)
 	}
 	for _, h := range hooks {
 		want, _ := base64.StdEncoding.DecodeString(testCABundle)

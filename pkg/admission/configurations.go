@@ -15,6 +15,9 @@ const (
 	WebhookValidateTrainJob               = "validator.trainjob.trainer.kubeflow.org"
 	WebhookValidateTrainingRuntime        = "validator.trainingruntime.trainer.kubeflow.org"
 	WebhookValidateClusterTrainingRuntime = "validator.clustertrainingruntime.trainer.kubeflow.org"
+	// WebhookValidateOptimizationJob is Trainyard's, named by upstream's convention
+	// (docs/compatibility.md#optimizationjob-validation).
+	WebhookValidateOptimizationJob = "validator.optimizationjob.trainer.kubeflow.org"
 
 	// TimeoutSeconds is how long the API server waits for a review; the rules read only
 	// caches, so a review takes milliseconds.
@@ -22,14 +25,20 @@ const (
 )
 
 // WebhookConfigurations returns the MutatingWebhookConfiguration mutatingName and the
-// ValidatingWebhookConfiguration validatingName that send TrainJob, TrainingRuntime and
-// ClusterTrainingRuntime creations and updates to the four endpoints of NewHandler,
-// each endpoint reached at clientConfig(path) (a Service or a URL; its caBundle is the
-// caller's). Every webhook fails closed (failurePolicy Fail, as upstream: an object that
-// skipped validation could strand every TrainJob using it), has no side effects,
-// matches equivalent API versions, and never sees kube-system; the runtime validators
-// skip runtimes labelled LabelWebhookValidation=disabled. The Helm chart renders the
-// same objects for a Service.
+// ValidatingWebhookConfiguration validatingName that send TrainJob, TrainingRuntime,
+// ClusterTrainingRuntime and OptimizationJob creations and updates to the five
+// endpoints of NewHandler, each endpoint reached at clientConfig(path) (a Service or a
+// URL; its caBundle is the caller's). Every webhook fails closed (failurePolicy Fail, as
+// upstream: an object that skipped validation could strand every TrainJob using it),
+// has no side effects, matches equivalent API versions, and never sees kube-system; the
+// runtime validators skip runtimes labelled LabelWebhookValidation=disabled. The Helm
+// chart renders the same objects for a Service.
+//
+// The OptimizationJob webhook is registered whether or not the API server serves
+// optimizationjobs, as the chart does (its CRDs ship together): the API server accepts
+// a rule for a resource it does not serve and calls nothing for it, and an
+// OptimizationJob CRD installed later is validated from its first object on. Its rules
+// read only the runtime caches every replica keeps.
 func WebhookConfigurations(mutatingName, validatingName string, clientConfig func(path string) admissionregistrationv1.WebhookClientConfig,
 ) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
 	notKubeSystem := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
@@ -77,6 +86,7 @@ func WebhookConfigurations(mutatingName, validatingName string, clientConfig fun
 			validating(WebhookValidateTrainJob, PathValidateTrainJob, "trainjobs", admissionregistrationv1.NamespacedScope, nil),
 			validating(WebhookValidateTrainingRuntime, PathValidateTrainingRuntime, "trainingruntimes", admissionregistrationv1.NamespacedScope, validatedRuntimes),
 			validating(WebhookValidateClusterTrainingRuntime, PathValidateClusterTrainingRuntime, "clustertrainingruntimes", admissionregistrationv1.ClusterScope, validatedRuntimes),
+			validating(WebhookValidateOptimizationJob, PathValidateOptimizationJob, "optimizationjobs", admissionregistrationv1.NamespacedScope, nil),
 		},
 	}
 	return mutating, validatingConfig

@@ -37,6 +37,7 @@ func TestWebhookConfigurations(t *testing.T) {
 		WebhookValidateTrainJob:               {PathValidateTrainJob, "trainjobs"},
 		WebhookValidateTrainingRuntime:        {PathValidateTrainingRuntime, "trainingruntimes"},
 		WebhookValidateClusterTrainingRuntime: {PathValidateClusterTrainingRuntime, "clustertrainingruntimes"},
+		WebhookValidateOptimizationJob:        {PathValidateOptimizationJob, "optimizationjobs"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d webhooks, want %d", len(got), len(want))
@@ -64,9 +65,9 @@ func TestWebhookConfigurations(t *testing.T) {
 				t.Errorf("%s: namespaceSelector %v must exclude kube-system only", w.name, w.namespaces)
 			}
 		}
-		isRuntime := w.resource != "trainjobs"
+		isRuntime := w.resource == "trainingruntimes" || w.resource == "clustertrainingruntimes"
 		if sel, err := metav1.LabelSelectorAsSelector(w.objects); err != nil || (isRuntime && sel.Matches(optedOut)) || (!isRuntime && w.objects != nil) {
-			t.Errorf("%s: objectSelector %v; want runtimes labelled %s=disabled skipped, TrainJobs all reviewed", w.name, w.objects, LabelWebhookValidation)
+			t.Errorf("%s: objectSelector %v; want runtimes labelled %s=disabled skipped, TrainJobs and OptimizationJobs all reviewed", w.name, w.objects, LabelWebhookValidation)
 		}
 	}
 }

@@ -1,10 +1,15 @@
 // Package admission is Trainyard's admission webhook: the validating and mutating
 // handlers upstream Kubeflow Trainer v2.3 serves for TrainJob, TrainingRuntime and
-// ClusterTrainingRuntime (docs/compatibility.md#admission-rules), over net/http and
+// ClusterTrainingRuntime (docs/compatibility.md#admission-rules), and Trainyard's
+// validating handler for OptimizationJob
+// (docs/compatibility.md#optimizationjob-validation), over net/http and
 // admission.k8s.io/v1, without controller-runtime.
 //
 // The rules are pure functions returning field.ErrorList and warnings, one file per
-// kind (trainjob.go, trainingruntime.go, clustertrainingruntime.go). Where the
+// kind (trainjob.go, trainingruntime.go, clustertrainingruntime.go,
+// optimizationjob.go). An OptimizationJob's search rules are search.ValidateSpec, the
+// OptimizationJob controller's own check, and its trials' TrainJob is held to the
+// TrainJob rules (ValidateTrainJob). Where the
 // controller's stages check the same rule, both call one function of the stage's own
 // package (mergepatches.ValidateSteps and ValidateRuntimePatches,
 // mlpolicy.ValidateRuntime and ValidateTrainJob, volcano.ValidateQueue,
@@ -37,13 +42,15 @@ import (
 	"github.com/trainyard/trainyard/pkg/metrics"
 )
 
-// Paths of the four webhooks, upstream's (controller-runtime's naming convention), so
-// webhook configurations written for upstream keep working.
+// Paths of the five webhooks: upstream's four (controller-runtime's naming convention),
+// so webhook configurations written for upstream keep working, and the OptimizationJob
+// validator's, named by the same convention (upstream serves none for it).
 const (
 	PathMutateTrainJob                 = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob"
 	PathValidateTrainJob               = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
 	PathValidateTrainingRuntime        = "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime"
 	PathValidateClusterTrainingRuntime = "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime"
+	PathValidateOptimizationJob        = "/validate-trainer-kubeflow-org-v1alpha1-optimizationjob"
 )
 
 // MaxRequestBytes bounds an AdmissionReview request body, answered 413 beyond it. It
@@ -158,7 +165,7 @@ type Observer interface {
 	ObserveAdmissionRejected(reason string)
 }
 
-// NewHandler returns a mux serving the four webhooks at their paths (PathMutateTrainJob,
+// NewHandler returns a mux serving the five webhooks at their paths (PathMutateTrainJob,
 // ...) with the rules of deps, within deps.Limits. It is plain http.Handler: the caller
 // serves it over TLS (httpserver.New with ServerLimits). Each path answers only POSTs
 // of an admission.k8s.io/v1 AdmissionReview as application/json of at most
@@ -178,10 +185,11 @@ func NewHandler(deps *Deps) http.Handler {
 	mux.Handle(PathValidateTrainJob, &endpoint{webhook: "validate", kind: trainer.TrainJobKind, bounds: b, review: deps.validateTrainJob})
 	mux.Handle(PathValidateTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.TrainingRuntimeKind, bounds: b, review: deps.validateTrainingRuntime})
 	mux.Handle(PathValidateClusterTrainingRuntime, &endpoint{webhook: "validate", kind: trainer.ClusterTrainingRuntimeKind, bounds: b, review: deps.validateClusterTrainingRuntime})
+	mux.Handle(PathValidateOptimizationJob, &endpoint{webhook: "validate", kind: trainer.OptimizationJobKind, bounds: b, review: deps.validateOptimizationJob})
 	return mux
 }
 
-// bounds are what the four endpoints of one handler share: the caps of Limits.
+// bounds are what the five endpoints of one handler share: the caps of Limits.
 type bounds struct {
 	requests, reviews *httpserver.InFlight
 	bodies            *httpserver.BodyBudget

@@ -31,6 +31,7 @@ func TestMetricsObserveReviews(t *testing.T) {
 		trainJob("test-runtime", &trainer.Trainer{Env: envs("PET_NNODES")}), nil)) // denied
 	post(t, srv, PathMutateTrainJob, review(t, "TrainJob", admissionv1.Update, trainJob("test-runtime", nil), trainJob("test-runtime", nil)))
 	post(t, srv, PathValidateTrainingRuntime, review(t, "ClusterTrainingRuntime", admissionv1.Create, skeleton(nil), nil)) // another kind
+	post(t, srv, PathValidateOptimizationJob, review(t, "OptimizationJob", admissionv1.Create, optJob(), nil))
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -54,14 +55,16 @@ func TestMetricsObserveReviews(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"trainyard_admission_requests_total TrainJob CREATE allowed validate":      1,
-		"trainyard_admission_requests_total TrainJob CREATE denied validate":       1,
-		"trainyard_admission_requests_total TrainJob UPDATE allowed mutate":        1,
-		"trainyard_admission_requests_total TrainingRuntime CREATE error validate": 1,
-		"trainyard_admission_duration_seconds TrainJob CREATE validate":            2,
-		"trainyard_admission_duration_seconds TrainJob UPDATE mutate":              1,
-		"trainyard_admission_duration_seconds TrainingRuntime CREATE validate":     1,
-		"trainyard_admission_warnings_total TrainJob CREATE validate":              1,
+		"trainyard_admission_requests_total TrainJob CREATE allowed validate":        1,
+		"trainyard_admission_requests_total TrainJob CREATE denied validate":         1,
+		"trainyard_admission_requests_total TrainJob UPDATE allowed mutate":          1,
+		"trainyard_admission_requests_total TrainingRuntime CREATE error validate":   1,
+		"trainyard_admission_duration_seconds TrainJob CREATE validate":              2,
+		"trainyard_admission_duration_seconds TrainJob UPDATE mutate":                1,
+		"trainyard_admission_duration_seconds TrainingRuntime CREATE validate":       1,
+		"trainyard_admission_warnings_total TrainJob CREATE validate":                1,
+		"trainyard_admission_requests_total OptimizationJob CREATE allowed validate": 1,
+		"trainyard_admission_duration_seconds OptimizationJob CREATE validate":       1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("admission metrics (-want +got):\n%s", diff)

@@ -41,6 +41,7 @@ func TestRuleTable(t *testing.T) {
 		trainer.TrainJobKind:               PathValidateTrainJob,
 		trainer.TrainingRuntimeKind:        PathValidateTrainingRuntime,
 		trainer.ClusterTrainingRuntimeKind: PathValidateClusterTrainingRuntime,
+		trainer.OptimizationJobKind:        PathValidateOptimizationJob,
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {

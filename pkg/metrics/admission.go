@@ -16,6 +16,7 @@ var admissionEndpoints = [][2]string{
 	{WebhookValidate, AdmissionKindTrainJob},
 	{WebhookValidate, AdmissionKindTrainingRuntime},
 	{WebhookValidate, AdmissionKindClusterTrainingRuntime},
+	{WebhookValidate, AdmissionKindOptimizationJob},
 }
 
 type admissionMetrics struct {

@@ -44,11 +44,11 @@ func TestAdmissionResult(t *testing.T) {
 func TestAdmissionPreinitialized(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics.New(reg)
-	// Four webhook × kind pairs, CREATE and UPDATE.
+	// Five webhook × kind pairs, CREATE and UPDATE.
 	for name, want := range map[string]int{
-		metrics.AdmissionRequestsTotal:   4 * 2 * 3, // × result
-		metrics.AdmissionDurationSeconds: 4 * 2,
-		metrics.AdmissionWarningsTotal:   4 * 2,
+		metrics.AdmissionRequestsTotal:   5 * 2 * 3, // × result
+		metrics.AdmissionDurationSeconds: 5 * 2,
+		metrics.AdmissionWarningsTotal:   5 * 2,
 	} {
 		if got, err := testutil.GatherAndCount(reg, name); err != nil || got != want {
 			t.Errorf("%s: got %d series (err %v), want %d", name, got, err, want)
@@ -84,6 +84,8 @@ func TestObserveReview(t *testing.T) {
 # TYPE trainyard_admission_warnings_total counter
 trainyard_admission_warnings_total{kind="ClusterTrainingRuntime",operation="CREATE",webhook="validate"} 0
 trainyard_admission_warnings_total{kind="ClusterTrainingRuntime",operation="UPDATE",webhook="validate"} 0
+trainyard_admission_warnings_total{kind="OptimizationJob",operation="CREATE",webhook="validate"} 0
+trainyard_admission_warnings_total{kind="OptimizationJob",operation="UPDATE",webhook="validate"} 0
 trainyard_admission_warnings_total{kind="TrainJob",operation="CREATE",webhook="mutate"} 0
 trainyard_admission_warnings_total{kind="TrainJob",operation="CREATE",webhook="validate"} 2
 trainyard_admission_warnings_total{kind="TrainJob",operation="UPDATE",webhook="mutate"} 0

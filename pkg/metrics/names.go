@@ -135,7 +135,7 @@ const (
 	// AdmissionRequestsTotal is a counter (reviews): AdmissionReviews the
 	// admission webhooks answered, on every replica, by outcome; a denial is
 	// result "denied". The webhooks are validate and mutate for TrainJob and
-	// validate for TrainingRuntime and ClusterTrainingRuntime; the CREATE and
+	// validate for TrainingRuntime, ClusterTrainingRuntime and OptimizationJob; the CREATE and
 	// UPDATE series exist from start-up. Requests refused at the HTTP level
 	// (not a POSTed AdmissionReview) are not counted. Labels: webhook
 	// (Webhook* values), kind (AdmissionKind* values), operation (Operation*
@@ -361,6 +361,7 @@ const (
 	AdmissionKindTrainJob               = "TrainJob"
 	AdmissionKindTrainingRuntime        = "TrainingRuntime"
 	AdmissionKindClusterTrainingRuntime = "ClusterTrainingRuntime"
+	AdmissionKindOptimizationJob        = "OptimizationJob"
 	AdmissionKindOther                  = "other"
 )
 
@@ -398,7 +399,7 @@ var (
 	phases       = []string{PhasePending, PhaseSuspended, PhaseRunning, PhaseComplete, PhaseFailed}
 
 	webhooks            = []string{WebhookValidate, WebhookMutate, WebhookOther}
-	admissionKinds      = []string{AdmissionKindTrainJob, AdmissionKindTrainingRuntime, AdmissionKindClusterTrainingRuntime, AdmissionKindOther}
+	admissionKinds      = []string{AdmissionKindTrainJob, AdmissionKindTrainingRuntime, AdmissionKindClusterTrainingRuntime, AdmissionKindOptimizationJob, AdmissionKindOther}
 	admissionOperations = []string{OperationCreate, OperationUpdate, OperationDelete, OperationConnect, OperationOther}
 	admissionResults    = []string{AdmissionAllowed, AdmissionDenied, AdmissionError}
 

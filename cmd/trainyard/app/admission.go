@@ -109,7 +109,12 @@ func (s *admissionServer) serve(ln net.Listener) error {
 // registerURL + path and the current CA bundle, retrying until it succeeds: what a
 // controller running outside the cluster (make run, the e2e tests) needs, and what the
 // Helm chart does for a controller inside it. The certificate manager keeps the bundle
-// current afterwards.
+// current afterwards. The OptimizationJob validator is registered even when the API
+// server does not serve optimizationjobs (unlike the OptimizationJob controller, which
+// needs a cache that would never sync): its rules read only the runtime caches, a rule
+// for a resource not served is never called, and a CRD installed later is validated
+// from its first object on, as with the chart, which renders it unconditionally
+// (admission.WebhookConfigurations).
 func (s *admissionServer) register(ctx context.Context) {
 	_ = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if !s.ready() {

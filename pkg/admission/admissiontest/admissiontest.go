@@ -1,8 +1,10 @@
 // Package admissiontest is the table of admission rules: for every rule of the
 // TrainJob, TrainingRuntime and ClusterTrainingRuntime webhooks (upstream's,
-// docs/compatibility.md#admission-rules, and Trainyard's own), an object that breaks
-// it, the objects that must exist first, and what the answer must say; and for every
-// admission warning, an object that earns it.
+// docs/compatibility.md#admission-rules, and Trainyard's own), and for the
+// OptimizationJob webhook's rules the CRD does not enforce itself
+// (docs/compatibility.md#optimizationjob-validation), an object that breaks it, the
+// objects that must exist first, and what the answer must say; and for every admission
+// warning, an object that earns it.
 //
 // The same table is proven twice: package admission's unit tests run each case through
 // the rules with caches holding Existing, and the e2e tests (e2e/trainjob) send each
@@ -27,7 +29,7 @@ import (
 )
 
 // Object is an API object of the table: a TrainJob, TrainingRuntime,
-// ClusterTrainingRuntime, PriorityClass or ResourceClaim, with its TypeMeta set (so it
+// ClusterTrainingRuntime, OptimizationJob, PriorityClass or ResourceClaim, with its TypeMeta set (so it
 // serialises to what `kubectl apply -f` reads).
 type Object interface {
 	runtime.Object

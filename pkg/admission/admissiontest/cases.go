@@ -11,9 +11,9 @@ import (
 
 // Cases returns the table, its namespaced objects in namespace and its cluster-scoped
 // ones (ClusterTrainingRuntimes, PriorityClasses) named "<namespace>-<name>":
-// TrainJobCases, then RuntimeCases.
+// TrainJobCases, then RuntimeCases, then OptimizationJobCases.
 func Cases(namespace string) []Case {
-	return append(TrainJobCases(namespace), RuntimeCases(namespace)...)
+	return append(append(TrainJobCases(namespace), RuntimeCases(namespace)...), OptimizationJobCases(namespace)...)
 }
 
 // TrainJobCases are the rules and warnings of the TrainJob webhook (package admission's

@@ -4,6 +4,12 @@
 // numTrials in all, and records the trial whose reported objective metric is best. The
 // search runs in process: no suggestion service, no state outside the API. It is one
 // engine.Stage, run in a pipeline of its own on the leader.
+//
+// Trials are made from trainJobTemplate as is: with spec.suspend true (Kueue-managed
+// trials) each is created suspended, and counts as unfinished, against parallelTrials,
+// until it finishes (docs/compatibility.md#suspended-trials). The controller never
+// deletes a trial: they go with the OptimizationJob, through their controller owner
+// reference.
 package controller
 
 import (

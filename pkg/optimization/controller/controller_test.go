@@ -319,3 +319,125 @@ func TestForeignTrainJobInTheWayIsReported(t *testing.T) {
 		t.Errorf("Created = %+v; want False, TrainJobsCreationFailed, with the fix", c)
 	}
 }
+
+// resume clears spec.suspend of trial name, as Kueue does when it admits it.
+func (f *fixture) resume(name string) {
+	f.t.Helper()
+	obj, ok, _ := f.tjs.GetByKey("team-a/" + name)
+	if !ok {
+		f.t.Fatalf("no trial %s", name)
+	}
+	tj := obj.(*trainer.TrainJob).DeepCopy()
+	tj.Spec.Suspend = ptr.To(false)
+	if err := f.tjs.Update(tj); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// suspended returns the names of the cached trials whose spec.suspend is true.
+func (f *fixture) suspended() []string {
+	var out []string
+	for _, tj := range f.trials() {
+		if ptr.Deref(tj.Spec.Suspend, false) {
+			out = append(out, tj.Name)
+		}
+	}
+	return out
+}
+
+// TestSuspendedTemplateMakesSuspendedTrials (issue 26, item 3): with
+// trainJobTemplate.spec.suspend true (Kueue-managed trials), every trial is created
+// suspended; suspended trials are unfinished and hold parallelTrials, so passes while
+// they wait create nothing more; as they are resumed and finish, the search creates
+// the next trials, suspended too, and completes.
+func TestSuspendedTemplateMakesSuspendedTrials(t *testing.T) {
+	job := optimizationJob(4, 2, random, lr)
+	job.Spec.TrainJobTemplate.Spec.Suspend = ptr.To(true)
+	f := newFixture(t, job)
+
+	f.sync(engine.WaitForEvent())
+	if got := f.suspended(); !slices.Equal(got, []string{"digits-0", "digits-1"}) {
+		t.Fatalf("suspended trials %v; want digits-0 and digits-1, created suspended", got)
+	}
+	for range 3 { // passes while they wait in the queue
+		f.sync(engine.WaitForEvent())
+	}
+	if f.creates != 2 || len(f.trials()) != 2 {
+		t.Fatalf("%d creates, %d trials while 2 suspended trials wait; parallelTrials is 2", f.creates, len(f.trials()))
+	}
+	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created" {
+		t.Errorf("Created = %+v; want 2 of 4 trials created", c)
+	}
+
+	f.resume("digits-0")
+	f.sync(engine.WaitForEvent())
+	if f.creates != 2 {
+		t.Fatalf("a resumed but unfinished trial let %d more trials start", f.creates-2)
+	}
+	f.finish("digits-0", false, "0.4")
+	f.sync(engine.WaitForEvent())
+	if got := f.suspended(); !slices.Equal(got, []string{"digits-1", "digits-2"}) {
+		t.Fatalf("suspended trials %v after digits-0 finished; want digits-1 still waiting and digits-2 created suspended", got)
+	}
+	if n := f.unfinished(); n != 2 {
+		t.Fatalf("%d trials unfinished, want parallelTrials (2)", n)
+	}
+
+	for _, name := range []string{"digits-1", "digits-2", "digits-3"} {
+		f.resume(name)
+		f.finish(name, false, "0.3")
+		f.sync(engine.WaitForEvent())
+	}
+	if f.creates != 4 {
+		t.Errorf("%d creates, want numTrials (4)", f.creates)
+	}
+	if c := f.condition(trainer.OptimizationJobComplete); c == nil || c.Reason != trainer.OptimizationJobMaxTrialsReachedReason {
+		t.Errorf("Complete = %+v; want MaxTrialsReached once the resumed trials finished", c)
+	}
+}
+
+// TestDeletedOptimizationJobLeavesTrialsToTheGarbageCollector: every trial carries a
+// controller owner reference to the OptimizationJob with blockOwnerDeletion, so the
+// garbage collector deletes the trials with it (foreground deletion waits for them);
+// a sync after the OptimizationJob is gone neither creates nor deletes anything.
+func TestDeletedOptimizationJobLeavesTrialsToTheGarbageCollector(t *testing.T) {
+	f := newFixture(t, optimizationJob(4, 2, random, lr))
+	f.sync(engine.WaitForEvent())
+	for _, tj := range f.trials() {
+		ref := metav1.GetControllerOf(tj)
+		if ref == nil || ref.UID != "digits-uid" || ref.Kind != trainer.OptimizationJobKind || ref.Name != "digits" ||
+			ref.APIVersion != trainer.SchemeGroupVersion.String() || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+			t.Errorf("trial %s owner references %+v; want the OptimizationJob as controller, blockOwnerDeletion true", tj.Name, tj.OwnerReferences)
+		}
+	}
+
+	if err := f.jobs.Delete(f.job()); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	f.sync(engine.WaitForEvent())
+	if actions := f.client.Actions(); len(actions) != 0 {
+		t.Errorf("a sync of a deleted OptimizationJob made API calls %v; want none (the garbage collector deletes the trials)", actions)
+	}
+	if n := len(f.trials()); n != 2 {
+		t.Errorf("%d trials left, want the 2 created", n)
+	}
+}
+
+// TestCollidingVariablesFailInvalidSpec: two parameters that would set one trainer
+// variable (trial.EnvName) fail the search at once, InvalidSpec naming the parameter,
+// instead of a create that can never succeed being retried.
+func TestCollidingVariablesFailInvalidSpec(t *testing.T) {
+	a := trainer.Parameter{Name: "learning-rate", SearchSpace: trainer.SearchSpace{Categorical: &trainer.CategoricalSpace{Choices: []string{"1"}}}}
+	b := trainer.Parameter{Name: "learning_rate", SearchSpace: trainer.SearchSpace{Categorical: &trainer.CategoricalSpace{Choices: []string{"2"}}}}
+	f := newFixture(t, optimizationJob(2, 1, random, a, b))
+	f.sync(engine.Terminal())
+	c := f.condition(trainer.OptimizationJobFailed)
+	if c == nil || c.Reason != trainer.OptimizationJobInvalidSpecReason || !strings.Contains(c.Message, "spec.parameters[1].name") ||
+		!strings.Contains(c.Message, "KUBEFLOW_TRAINER_OPT_LEARNING_RATE") {
+		t.Fatalf("Failed = %+v; want InvalidSpec naming spec.parameters[1].name and the variable", c)
+	}
+	if f.creates != 0 {
+		t.Errorf("%d trials created", f.creates)
+	}
+}

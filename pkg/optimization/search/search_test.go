@@ -14,6 +14,9 @@ import (
 	"github.com/trainyard/trainyard/pkg/optimization/search"
 )
 
+// loss is the objective of the specs the tests build.
+var loss = []trainer.Objective{{Metric: "loss"}}
+
 func uniform(name, lo, hi string, typ trainer.ParameterType) trainer.Parameter {
 	return trainer.Parameter{Name: name, SearchSpace: trainer.SearchSpace{Uniform: &trainer.UniformSpace{Min: trainer.Double(lo), Max: trainer.Double(hi), Type: typ}}}
 }
@@ -27,11 +30,11 @@ func categorical(name string, choices ...string) trainer.Parameter {
 }
 
 func random(seed *int64, params ...trainer.Parameter) *trainer.OptimizationJobSpec {
-	return &trainer.OptimizationJobSpec{Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Random: &trainer.RandomAlgorithm{Seed: seed}}}
+	return &trainer.OptimizationJobSpec{Objectives: loss, Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Random: &trainer.RandomAlgorithm{Seed: seed}}}
 }
 
 func grid(params ...trainer.Parameter) *trainer.OptimizationJobSpec {
-	return &trainer.OptimizationJobSpec{Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Grid: &trainer.GridAlgorithm{}}}
+	return &trainer.OptimizationJobSpec{Objectives: loss, Parameters: params, SearchAlgorithm: &trainer.SearchAlgorithm{Grid: &trainer.GridAlgorithm{}}}
 }
 
 func mustNew(t *testing.T, spec *trainer.OptimizationJobSpec, seed int64) *search.Search {
@@ -207,6 +210,19 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 		"duplicate name":      {random(nil, categorical("x", "a"), categorical("x", "b")), []string{"spec.parameters[1].name", "Duplicate"}},
 		"two spaces": {random(nil, trainer.Parameter{Name: "x", SearchSpace: trainer.SearchSpace{
 			Categorical: &trainer.CategoricalSpace{Choices: []string{"a"}}, Uniform: &trainer.UniformSpace{Min: "0", Max: "1"}}}), []string{"exactly one"}},
+		"NaN bound":         {random(nil, uniform("x", "NaN", "1", "")), []string{"spec.parameters[0].searchSpace.uniform.min", "decimal number"}},
+		"hexadecimal bound": {random(nil, logUniform("x", "0x1p-4", "1", "")), []string{"spec.parameters[0].searchSpace.logUniform.min", "decimal number"}},
+		"overflowing bound": {random(nil, uniform("x", "0", "1e999", "")), []string{"spec.parameters[0].searchSpace.uniform.max", "float64"}},
+		"Int past 2^53":     {random(nil, uniform("x", "0", "1e17", trainer.ParameterTypeInt)), []string{"spec.parameters[0].searchSpace.uniform", "2^53"}},
+		"log-uniform Int without an integer": {random(nil, logUniform("x", "0.1", "0.9", trainer.ParameterTypeInt)),
+			[]string{"spec.parameters[0].searchSpace.logUniform", "at least one integer"}},
+		"no parameters":  {random(nil), []string{"spec.parameters: Required", "at least one parameter"}},
+		"unnamed":        {random(nil, categorical("", "a")), []string{"spec.parameters[0].name: Required"}},
+		"no choices":     {random(nil, categorical("x")), []string{"spec.parameters[0].searchSpace.categorical.choices: Required"}},
+		"colliding envs": {random(nil, categorical("learning-rate", "a"), categorical("learning_rate", "b")), []string{"spec.parameters[1].name", "KUBEFLOW_TRAINER_OPT_LEARNING_RATE", "rename one"}},
+		"no objective":   {&trainer.OptimizationJobSpec{Parameters: []trainer.Parameter{categorical("x", "a")}}, []string{"spec.objectives: Required", "metric"}},
+		"two objectives": {&trainer.OptimizationJobSpec{Objectives: []trainer.Objective{{Metric: "a"}, {Metric: "b"}}, Parameters: []trainer.Parameter{categorical("x", "a")}}, []string{"spec.objectives: Too many"}},
+		"unnamed metric": {&trainer.OptimizationJobSpec{Objectives: []trainer.Objective{{}}, Parameters: []trainer.Parameter{categorical("x", "a")}}, []string{"spec.objectives[0].metric: Required", "e.g. loss"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := search.Validate(tc.spec)
@@ -220,6 +236,23 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 			}
 			if _, err := search.New(tc.spec, 0); err == nil {
 				t.Error("New accepted it")
+			}
+		})
+	}
+}
+
+// TestValidateSpecAcceptsTheBoundaries: specs at the edge of each rule run.
+func TestValidateSpecAcceptsTheBoundaries(t *testing.T) {
+	for name, spec := range map[string]*trainer.OptimizationJobSpec{
+		"negative uniform":         random(nil, uniform("x", "-1.5e-3", "0", "")),
+		"Int range of one integer": random(nil, uniform("x", "0.5", "1.5", trainer.ParameterTypeInt)),
+		"Int at 2^53":              random(nil, uniform("x", "-9007199254740992", "9007199254740992", trainer.ParameterTypeInt)),
+		"log-uniform from 1e-9":    random(nil, logUniform("x", "1e-9", "1", "")),
+		"distinct variables":       grid(categorical("lr", "a"), categorical("lr2", "b")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if errs := search.ValidateSpec(spec); len(errs) > 0 {
+				t.Errorf("ValidateSpec = %v, want none", errs)
 			}
 		})
 	}

@@ -3,29 +3,78 @@ package search
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/trial"
 )
 
-// Validate returns what makes spec's search impossible to run, as field errors naming
-// the field and the fix: bounds that do not parse as float64 (or overflow it); min not
-// below max; a log-uniform min not above 0; an Int range holding no integer; a grid
-// over a parameter that is not categorical; two parameters of one name. The CRD's rules
-// refuse most of these already (docs/compatibility.md); Validate is the controller's
-// own check, for objects created before the CRD was installed and for `trainyard
-// render`. It returns nil for a valid spec.
+// doublePattern is the wire form of a trainer.Double, the CRD's pattern: strconv
+// alone would also take "NaN", "Inf", hexadecimal and underscores.
+var doublePattern = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// Validate returns ValidateSpec's findings as one error (a field.ErrorList aggregate),
+// nil for a valid spec.
 func Validate(spec *trainer.OptimizationJobSpec) error {
+	return ValidateSpec(spec).ToAggregate()
+}
+
+// ValidateSpec returns what makes spec's search impossible to run, as field errors at
+// spec.… naming the field and the fix:
+//
+//   - spec.objectives: none, more than one, or one whose metric is empty;
+//   - spec.parameters: none; a parameter without a name; two parameters of one name; two
+//     parameters whose trainer variables collide (trial.EnvName: "learning-rate" and
+//     "learning_rate" both set KUBEFLOW_TRAINER_OPT_LEARNING_RATE);
+//   - a search space setting not exactly one of uniform, logUniform and categorical; a
+//     categorical space without choices; a grid over a parameter that is not categorical;
+//   - bounds that are not decimal numbers in the CRD's form (e.g. 0.001 or 1e-3; not
+//     NaN, Inf or hexadecimal) or overflow float64; min not below max; a log-uniform min
+//     not above 0; an Int range holding no integer, or reaching past ±2^53.
+//
+// The CRD's schema and CEL rules refuse most of these already (docs/compatibility.md#optimizationjob-validation);
+// ValidateSpec is the controller's own check (an OptimizationJob that fails it gets
+// Failed, reason InvalidSpec, and no trial), for objects admitted without the CRD's rules
+// or the webhook and for `trainyard render`, and the admission webhook's first rule. It
+// returns nil for a valid spec.
+func ValidateSpec(spec *trainer.OptimizationJobSpec) field.ErrorList {
 	var errs field.ErrorList
+	objectives := field.NewPath("spec", "objectives")
+	switch n := len(spec.Objectives); {
+	case n == 0:
+		errs = append(errs, field.Required(objectives, "name the objective metric to optimize, e.g. [{metric: loss}]"))
+	case n > 1:
+		errs = append(errs, field.TooMany(objectives, n, 1))
+	}
+	for i, o := range spec.Objectives {
+		if o.Metric == "" {
+			errs = append(errs, field.Required(objectives.Index(i).Child("metric"),
+				"name the metric the trials report (status.trainerStatus.metrics[].name), e.g. loss"))
+		}
+	}
 	params := field.NewPath("spec", "parameters")
 	grid := spec.SearchAlgorithm != nil && spec.SearchAlgorithm.Grid != nil
 	seen := map[string]bool{}
+	envs := map[string]string{}
 	for i, p := range spec.Parameters {
 		path := params.Index(i)
-		if seen[p.Name] {
+		switch {
+		case p.Name == "":
+			errs = append(errs, field.Required(path.Child("name"), "name the parameter: the trials read it as "+trial.EnvPrefix+"<NAME>"))
+		case seen[p.Name]:
 			errs = append(errs, field.Duplicate(path.Child("name"), p.Name))
+		default:
+			env := trial.EnvName(p.Name)
+			if other, ok := envs[env]; ok {
+				errs = append(errs, field.Invalid(path.Child("name"), p.Name, fmt.Sprintf(
+					"parameters %q and %q would both set %s in the trials (upper case, characters other than letters and digits as '_'): rename one",
+					other, p.Name, env)))
+			} else {
+				envs[env] = p.Name
+			}
 		}
 		seen[p.Name] = true
 		space := path.Child("searchSpace")
@@ -47,32 +96,39 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 	if len(spec.Parameters) == 0 {
 		errs = append(errs, field.Required(params, "list at least one parameter to search over"))
 	}
-	return errs.ToAggregate()
+	return errs
 }
 
 // validateRange checks the bounds of a uniform (log false) or log-uniform space.
 func validateRange(path *field.Path, minBound, maxBound trainer.Double, typ trainer.ParameterType, log bool) field.ErrorList {
 	var errs field.ErrorList
-	lo, err := strconv.ParseFloat(string(minBound), 64)
-	if err != nil || math.IsInf(lo, 0) {
-		errs = append(errs, field.Invalid(path.Child("min"), minBound, "must be a decimal number, e.g. 0.001 or 1e-3"))
+	parse := func(d trainer.Double) (float64, bool) {
+		if !doublePattern.MatchString(string(d)) {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(string(d), 64)
+		return v, err == nil && !math.IsInf(v, 0)
 	}
-	hi, err2 := strconv.ParseFloat(string(maxBound), 64)
-	if err2 != nil || math.IsInf(hi, 0) {
-		errs = append(errs, field.Invalid(path.Child("max"), maxBound, "must be a decimal number, e.g. 0.1 or 1e-1"))
+	lo, ok := parse(minBound)
+	if !ok {
+		errs = append(errs, field.Invalid(path.Child("min"), minBound, "must be a decimal number within float64's range, written as a string, e.g. \"0.001\" or \"1e-3\""))
+	}
+	hi, ok2 := parse(maxBound)
+	if !ok2 {
+		errs = append(errs, field.Invalid(path.Child("max"), maxBound, "must be a decimal number within float64's range, written as a string, e.g. \"0.1\" or \"1e-1\""))
 	}
 	if len(errs) > 0 {
 		return errs
 	}
 	switch {
 	case lo >= hi:
-		errs = append(errs, field.Invalid(path.Child("min"), minBound, fmt.Sprintf("must be below max (%s)", maxBound)))
+		errs = append(errs, field.Invalid(path.Child("min"), minBound, fmt.Sprintf("must be below max (%s): swap them, or widen the range", maxBound)))
 	case log && lo <= 0:
-		errs = append(errs, field.Invalid(path.Child("min"), minBound, "a log-uniform range must start above 0; use uniform for ranges from 0 or below"))
+		errs = append(errs, field.Invalid(path.Child("min"), minBound, "a log-uniform range must start above 0: raise min, or use uniform for ranges from 0 or below"))
 	case typ == trainer.ParameterTypeInt && math.Ceil(lo) > math.Floor(hi):
-		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), "type Int needs at least one integer in [min, max]"))
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), "type Int needs at least one integer in [min, max]: widen the range, or use type Float"))
 	case typ == trainer.ParameterTypeInt && (math.Abs(lo) > 1<<53 || math.Abs(hi) > 1<<53):
-		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), "type Int bounds must lie within ±2^53"))
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), "type Int bounds must lie within ±2^53 (9007199254740992): narrow the range, or use type Float"))
 	}
 	return errs
 }

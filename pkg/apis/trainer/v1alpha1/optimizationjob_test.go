@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainyard/trainyard/pkg/admission/admissiontest"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -150,4 +151,24 @@ func TestOptimizationJobRules(t *testing.T) {
 			t.Errorf("update errors %v, want the spec's immutability", errs.ToAggregate())
 		}
 	})
+}
+
+// TestRuleTableOptimizationJobsPassTheCRD: every OptimizationJob of the admission rule
+// table (admissiontest.OptimizationJobCases) is accepted by the CRD's schema and CEL
+// rules, so that the e2e tests, which send them to a real API server, get the webhook's
+// answer and not the API server's 422.
+func TestRuleTableOptimizationJobsPassTheCRD(t *testing.T) {
+	c := loadCRDs(t)[trainer.OptimizationJobKind]
+	for _, tc := range admissiontest.OptimizationJobCases("ns") {
+		t.Run(tc.Name, func(t *testing.T) {
+			js, err := json.Marshal(tc.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pruned, errs := c.admit(decodeMap(t, js), nil)
+			if len(pruned) > 0 || len(errs) > 0 {
+				t.Errorf("the CRD prunes %v and refuses: %v", pruned, errs.ToAggregate())
+			}
+		})
+	}
 }

@@ -1,0 +1,157 @@
+package admission
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
+	"github.com/trainyard/trainyard/pkg/optimization/trial"
+)
+
+// trainJobTemplatePath is where an OptimizationJob keeps its trials' TrainJob spec.
+var trainJobTemplatePath = field.NewPath("spec", "trainJobTemplate", "spec")
+
+// validateOptimizationJob answers the OptimizationJob validating webhook.
+func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	job, old, resp := decodeRequest[trainer.OptimizationJob](req)
+	if resp != nil {
+		return resp
+	}
+	return verdict(d.ValidateOptimizationJob(old, job))
+}
+
+// ValidateOptimizationJob checks an OptimizationJob on CREATE (old nil) and on an
+// UPDATE that changes spec (docs/compatibility.md#optimizationjob-validation),
+// returning the admission warnings and every violation (deny when non-empty):
+//
+//   - the search's rules, search.ValidateSpec (the controller's own check: bounds,
+//     objectives, parameter names and variables, grid over categorical parameters);
+//   - spec.parallelTrials at most spec.numTrials (both default 1);
+//   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
+//     TrainJob's name must be (at metadata.name);
+//   - spec.trainJobTemplate.metadata's labels, annotations and finalizers are valid for
+//     a TrainJob (validateTemplateMetadata);
+//   - spec.trainJobTemplate.spec is a valid TrainJob spec: the trial TrainJob of index 0
+//     (trial.New, with the search's first assignment) passes ValidateTrainJob, its
+//     findings and warnings reported at spec.trainJobTemplate.spec.… (a missing runtime
+//     is a warning, as for a TrainJob).
+//
+// An UPDATE that leaves spec unchanged is admitted as is: status and metadata writes
+// are never held to rules added after the object was created. The spec itself cannot
+// change (the CRD's rule self == oldSelf refuses it before this webhook is called).
+//
+// Warnings: a grid with fewer combinations than spec.numTrials (the search stops at
+// the grid's size), and the template's TrainJob warnings.
+func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warnings []string, errs field.ErrorList) {
+	if old != nil && equality.Semantic.DeepEqual(old.Spec, job.Spec) {
+		return nil, nil
+	}
+	errs = search.ValidateSpec(&job.Spec)
+	searchRuns := len(errs) == 0
+	numTrials, parallel := ptr.Deref(job.Spec.NumTrials, 1), ptr.Deref(job.Spec.ParallelTrials, 1)
+	if parallel > numTrials {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "parallelTrials"), parallel, fmt.Sprintf(
+			"must not exceed numTrials (%d): lower parallelTrials, or raise numTrials", numTrials)))
+	}
+	errs = append(errs, validateTrialNames(job.Name, int(max(numTrials, 1)))...)
+	errs = append(errs, validateTemplateMetadata(&job.Spec.TrainJobTemplate.ObjectMeta)...)
+
+	var assignment []trainer.ParameterAssignment
+	if searchRuns {
+		srch, err := search.New(&job.Spec, search.Seed(job))
+		if err != nil { // ValidateSpec found nothing: New cannot fail
+			return nil, append(errs, field.InternalError(field.NewPath("spec"), err))
+		}
+		if size := srch.Size(); size < int(numTrials) {
+			warnings = append(warnings, fmt.Sprintf("spec.numTrials is %d but the grid has %d combinations of its parameters' choices: "+
+				"the search will stop at %d trials (condition Complete, reason %s)", numTrials, size, size, trainer.OptimizationJobSearchSpaceExhaustedReason))
+		}
+		if assignment, err = srch.Assignment(0); err != nil {
+			return nil, append(errs, field.InternalError(field.NewPath("spec"), err))
+		}
+	}
+	// With a spec the search refuses, the template is checked without the parameters'
+	// variables.
+	tj, err := trial.New(job, 0, assignment)
+	if err != nil { // the variables' collisions are ValidateSpec's
+		return warnings, append(errs, field.Invalid(field.NewPath("spec", "parameters"), field.OmitValueType{}, err.Error()))
+	}
+	tmplWarnings, tmplErrs := d.ValidateTrainJob(nil, tj)
+	for _, w := range tmplWarnings {
+		warnings = append(warnings, "spec.trainJobTemplate (every trial): "+inTemplate(w))
+	}
+	for _, e := range tmplErrs {
+		moved := *e
+		moved.Field = inTemplate(e.Field)
+		moved.Detail = inTemplate(e.Detail)
+		errs = append(errs, &moved)
+	}
+	return warnings, errs
+}
+
+// validateTrialNames checks that the names of the trials of the OptimizationJob named
+// name, indexes 0 to numTrials-1, are valid TrainJob names (RFC 1035 labels; trial.Name
+// keeps them within 63 characters). Checking the first and the last index is enough:
+// later names keep a prefix of the first's. An empty name (not generated yet) is not
+// checked.
+func validateTrialNames(name string, numTrials int) field.ErrorList {
+	if name == "" {
+		return nil
+	}
+	for _, index := range []int{0, numTrials - 1} {
+		trialName := trial.Name(name, index)
+		if msgs := validation.IsDNS1035Label(trialName); len(msgs) > 0 {
+			return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), name, fmt.Sprintf(
+				"the trials are TrainJobs named <name>-<index>, and %q is not a valid TrainJob name (%s): "+
+					"name the OptimizationJob with lower-case letters, digits and '-', starting with a letter", trialName, msgs[0]))}
+		}
+	}
+	return nil
+}
+
+// validateTemplateMetadata checks what the trials copy from
+// spec.trainJobTemplate.metadata as the API server checks a TrainJob's metadata, which
+// it does not check in an OptimizationJob (an embedded object's metadata is not
+// validated): label keys and values, annotation keys and total size, finalizer names.
+// Each trial's create would be refused otherwise.
+func validateTemplateMetadata(meta *metav1.ObjectMeta) field.ErrorList {
+	path := field.NewPath("spec", "trainJobTemplate", "metadata")
+	errs := metavalidation.ValidateLabels(meta.Labels, path.Child("labels"))
+	errs = append(errs, apivalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
+	return append(errs, apivalidation.ValidateFinalizers(meta.Finalizers, path.Child("finalizers"))...)
+}
+
+// templateFields matches the TrainJob spec's field paths in a rule's field or message
+// (spec.runtimeRef, spec.trainer.env, ...): "spec." followed by a field of
+// trainer.TrainJobSpec, at the start or after a character that cannot be part of a
+// path. A runtime's fields (spec.template..., spec.mlPolicy, which runtime-derived
+// findings name) are not TrainJobSpec fields and are left alone, and so is the "spec."
+// inside a longer path (template.spec.replicatedJobs).
+var templateFields = func() *regexp.Regexp {
+	var names []string
+	t := reflect.TypeFor[trainer.TrainJobSpec]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, regexp.QuoteMeta(name))
+		}
+	}
+	return regexp.MustCompile(`(^|[^.\w\[\]=])spec\.((?:` + strings.Join(names, "|") + `)\b)`)
+}()
+
+// inTemplate rewrites the TrainJob spec's field paths in s to the OptimizationJob's
+// spec.trainJobTemplate.spec.….
+func inTemplate(s string) string {
+	return templateFields.ReplaceAllString(s, "${1}"+trainJobTemplatePath.String()+".${2}")
+}
