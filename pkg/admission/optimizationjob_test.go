@@ -2,6 +2,8 @@ package admission
 
 import (
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
@@ -352,5 +355,24 @@ func TestInTemplate(t *testing.T) {
 		if got := inTemplate(in); got != want {
 			t.Errorf("inTemplate(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestDigitsSearchExampleIsAdmitted: the OptimizationJob `make dev OPTIMIZE=1` and the
+// real-node e2e run (examples/digits-search) passes every rule, on the runtime it names.
+func TestDigitsSearchExampleIsAdmitted(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "digits-search", "optimizationjob.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &trainer.OptimizationJob{}
+	if err := yaml.UnmarshalStrict(data, job); err != nil {
+		t.Fatalf("the example does not decode strictly: %v", err)
+	}
+	job.Namespace = "default"
+	deps := fixture{runtimes: []runtime.Object{ctr(job.Spec.TrainJobTemplate.Spec.RuntimeRef.Name, skeleton(torchPolicy), nil)}}.deps(t)
+	warnings, errs := deps.ValidateOptimizationJob(nil, job)
+	if len(errs) != 0 || len(warnings) != 0 {
+		t.Errorf("the example is refused or warned about: %v; warnings %q", errs, warnings)
 	}
 }
