@@ -77,6 +77,7 @@ func newStatus(d Deps, index int) engine.Stage {
 		RefusalThreshold: int(*rl.RefusalThreshold),
 		RefusalDelay:     rl.RefusalDelay.Duration,
 		Settle:           informers.StatusBatchPeriod,
+		SuspendedHold:    status.DefaultSuspendedHold,
 	}
 }
 

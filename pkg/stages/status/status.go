@@ -108,10 +108,33 @@ type Stage struct {
 	// coalesce into the earliest). 0 writes at once; production uses
 	// informers.StatusBatchPeriod (docs/design/status-writes.md).
 	Settle time.Duration
+	// SuspendedHold is how long a change to a suspended TrainJob whose JobSet exists,
+	// suspended, waits before the JobSet is applied: nothing runs meanwhile, and
+	// Kueue's admission writes the TrainJob twice milliseconds apart (its runtime
+	// patch, then its unsuspend), so a pass of the first that waits for the second
+	// lets one apply carry both instead of one apply each
+	// (docs/design/status-writes.md). The wait counts from the first change held, so
+	// a TrainJob edited again and again while suspended is still applied within it. A
+	// JobSet yet to be created is never held (Kueue reads its pod sets from it), nor
+	// a suspend or a resume. 0 holds nothing.
+	SuspendedHold time.Duration
 
 	mu       sync.Mutex
 	applied  map[cache.ObjectName]appliedJobSet
 	refusals map[cache.ObjectName]refusalCount
+	held     map[cache.ObjectName]heldChange
+}
+
+// DefaultSuspendedHold is the SuspendedHold production uses: Kueue's runtime patch and
+// its unsuspend arrive 10–30 ms apart on a quiet control plane, a few hundred under a
+// burst, and a queued TrainJob's JobSet that shows a change half a second late costs
+// nothing (no pod runs; Kueue reads only its pod sets, set when it was created).
+const DefaultSuspendedHold = 500 * time.Millisecond
+
+// heldChange is a suspended TrainJob's change that SuspendedHold holds back.
+type heldChange struct {
+	uid   types.UID
+	since time.Time // when the first change of the hold reached the stage
 }
 
 // appliedJobSet remembers what this process last applied for a TrainJob, so a sync that
@@ -142,6 +165,9 @@ func (s *Stage) Name() string { return Name }
 // call it when the TrainJob is deleted.
 func (s *Stage) Forget(key cache.ObjectName) {
 	s.forgetApplied(key)
+	s.mu.Lock()
+	delete(s.held, key)
+	s.mu.Unlock()
 	s.refusalsEnded(key)
 	s.Status.Forget(key)
 }
@@ -283,7 +309,10 @@ func (s *Stage) applyPlan(ctx context.Context, key cache.ObjectName, tj *trainer
 	switch {
 	case havePlan && p.Stage == s.Index-1:
 		var err error
-		if out.applied, out.conflict, err = s.applyIfChanged(ctx, tj, js, p); err != nil {
+		var held time.Duration
+		if out.applied, held, out.conflict, err = s.applyIfChanged(ctx, tj, js, p); held > 0 {
+			return out, ptr.To(engine.RequeueAfter(held)), nil
+		} else if err != nil {
 			s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, ReasonApplyFailed, "Applying", "TrainJob resources reconciliation failed: %s", err.Error())
 			var refusals int
 			switch refusals, out.refused = s.countRefusal(key, tj, err); {
@@ -377,37 +406,42 @@ func (s *Stage) newest(tj *trainer.TrainJob) *trainer.TrainJob {
 // applyIfChanged makes the plan's side objects exist as tj's (syncObjects; whatever
 // the gate says, so a deleted one is re-created) and server-side applies the plan's
 // JobSet when the gate allows it and its hash differs from what was last applied. It
-// reports whether it applied the JobSet, and the conflict that stopped it before the
-// JobSet (nil when none did).
-func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, *sideObjectConflict, error) {
+// reports whether it applied the JobSet, how long SuspendedHold holds the change back
+// (then it wrote nothing, side objects included: the pass is to end and come back),
+// and the conflict that stopped it before the JobSet (nil when none did).
+func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, time.Duration, *sideObjectConflict, error) {
 	key := cache.MetaObjectToName(tj)
 	last := s.lastApplied(key, tj.UID)
 	var desired *Desired
 	if mayApply(tj, js, last) {
 		d, err := DesiredOf(p)
 		if err != nil {
-			return false, nil, err
+			return false, 0, nil, err
 		}
 		if last.hash != d.Hash && (js == nil || js.Annotations[AnnotationJobSetHash] != d.Hash) {
 			desired = d
 		}
 	}
+	if wait := s.holdSuspended(key, tj, js, desired != nil); wait > 0 {
+		klog.FromContext(ctx).V(4).Info("Holding a suspended TrainJob's JobSet change", "for", wait)
+		return false, wait, nil, nil
+	}
 	// Side objects first: pods must find their PodGroup, Workload, ConfigMap or Secret
 	// when they appear, and a conflict must stop the JobSet (its pods would mount
 	// someone else's object).
 	if conflict, err := s.syncObjects(ctx, tj, p, desired != nil); err != nil || conflict != nil {
-		return false, conflict, err
+		return false, 0, conflict, err
 	}
 	if desired == nil {
-		return false, nil, nil
+		return false, 0, nil, nil
 	}
 	hash := desired.Hash
 	body, err := desired.JobSetApplyBody()
 	if err != nil {
-		return false, nil, err
+		return false, 0, nil, err
 	}
 	if err := s.applyJobSet(ctx, tj.Namespace, tj.Name, body); err != nil {
-		return false, nil, &writeError{kind: "JobSet", name: tj.Name, err: fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)}
+		return false, 0, nil, &writeError{kind: "JobSet", name: tj.Name, err: fmt.Errorf("applying JobSet %s/%s: %w", tj.Namespace, tj.Name, err)}
 	}
 	s.remember(key, appliedJobSet{uid: tj.UID, hash: hash, suspended: ptr.Deref(desired.JobSet.Spec.Suspend, false), at: s.now()})
 	logger := klog.FromContext(ctx)
@@ -424,7 +458,7 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 	} else {
 		logger.V(2).Info("Updated JobSet", "hash", hash)
 	}
-	return true, nil, nil
+	return true, 0, nil, nil
 }
 
 // mayApply is the upstream gate (docs/compatibility.md#building-the-jobset,
@@ -444,6 +478,34 @@ func mayApply(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, last appliedJobSe
 		return last.suspended
 	}
 	return js == nil || ptr.Deref(js.Spec.Suspend, false)
+}
+
+// holdSuspended returns how much longer SuspendedHold holds back the change of tj
+// (changed: the plan's JobSet differs from what is applied): the rest of the hold
+// when tj is suspended and its JobSet js exists suspended, counted from the first
+// change held; 0 otherwise, or once the hold is over, and then it forgets the hold.
+func (s *Stage) holdSuspended(key cache.ObjectName, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, changed bool) time.Duration {
+	hold := changed && s.SuspendedHold > 0 && js != nil && trainjob.IsSuspended(tj) && ptr.Deref(js.Spec.Suspend, false)
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[key]
+	if !hold {
+		delete(s.held, key)
+		return 0
+	}
+	if !ok || h.uid != tj.UID {
+		if s.held == nil {
+			s.held = map[cache.ObjectName]heldChange{}
+		}
+		s.held[key] = heldChange{uid: tj.UID, since: now}
+		return s.SuspendedHold
+	}
+	if wait := h.since.Add(s.SuspendedHold).Sub(now); wait > 0 {
+		return wait
+	}
+	delete(s.held, key)
+	return 0
 }
 
 // lastApplied returns what this process last applied for the TrainJob of uid at key,
