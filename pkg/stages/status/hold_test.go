@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
@@ -119,5 +121,41 @@ func TestSyncHoldEnds(t *testing.T) {
 				t.Errorf("%d JobSet applies, want 1 at once", n)
 			}
 		})
+	}
+}
+
+// TestSyncLeavesSuspendedCountsToTheNextWrite: a queued TrainJob's JobSet reports its
+// Job suspended (jobsStatus suspended: 1) seconds after the TrainJob's Suspended=True
+// was written. No reader acts on that count, so it costs no patch of its own: the
+// resume's write carries it. A change in a count readers act on (active, which Kueue
+// waits for after a preemption) is written at once, its suspended count with it.
+func TestSyncLeavesSuspendedCountsToTheNextWrite(t *testing.T) {
+	suspendedCond := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	suspendedCond.ObservedGeneration = 1
+	queued := makeTrainJob().Generation(1).Suspend(true).Condition(suspendedCond).Obj()
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).
+		ReplicatedJobStatus("node", 0, 0, 0, 0, 1).Obj()
+	f := newFixture(t, queued, js)
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if w := utiltesting.Writes(f.trainer.Actions()); len(w) != 0 {
+		t.Fatalf("writes for a suspended count alone: %v", w)
+	}
+
+	// Preempted while running: active 1 → 0 and suspended 0 → 1 in one JobSet update.
+	runningCond := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage)
+	runningCond.ObservedGeneration = 2
+	preempted := makeTrainJob().Generation(2).Suspend(true).Condition(runningCond).Obj()
+	preempted.Status.JobsStatus = []trainer.JobStatus{utiltesting.JobStatus("node", 1, 0, 0, 1, 0)}
+	js = makeJobSet(preempted).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, preempted)).
+		ReplicatedJobStatus("node", 0, 0, 0, 0, 1).Obj()
+	f = newFixture(t, preempted, js)
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	got := f.storedTrainJob(t).Status.JobsStatus
+	if len(got) != 1 || ptr.Deref(got[0].Active, -1) != 0 || ptr.Deref(got[0].Suspended, -1) != 1 {
+		t.Errorf("jobsStatus %+v after the preemption; want active 0 and suspended 1 written", got)
 	}
 }

@@ -285,6 +285,9 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 	if out.applied && s.Settle > 0 && !expired && out.refused == nil && out.conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
 		return engine.RequeueAfter(s.Settle), nil
 	}
+	if onlySuspendedCounts(tj, write) {
+		return s.nextSync(out, finished || expired, deadline, now), nil
+	}
 	wrote, err := s.Status.Update(ctx, tj, write)
 	if err != nil {
 		return engine.Retry(), err
@@ -380,6 +383,41 @@ func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJo
 	write(written)
 	later(settled)
 	return !equality.Semantic.DeepEqual(&tj.Status, written) && equality.Semantic.DeepEqual(written, settled)
+}
+
+// onlySuspendedCounts reports whether write changes tj's status in nothing but
+// jobsStatus[].suspended: then the stage does not write it on its own, and the next
+// write carries it. No reader acts on that count — Kueue reads active, ready and
+// succeeded and the conditions; users read the Suspended condition, written at once —
+// and through Kueue it cost every queued TrainJob a status patch of its own, seconds
+// after its Suspended=True, when the JobSet controller created its Job suspended
+// (docs/design/status-writes.md). A list whose other counts are all zero counts as
+// no list, as jobsStatus writes it.
+func onlySuspendedCounts(tj *trainer.TrainJob, write func(*trainer.TrainJobStatus)) bool {
+	next := tj.Status.DeepCopy()
+	write(next)
+	if equality.Semantic.DeepEqual(&tj.Status, next) {
+		return false
+	}
+	cur := tj.Status.DeepCopy()
+	cur.JobsStatus, next.JobsStatus = withoutSuspendedCounts(cur.JobsStatus), withoutSuspendedCounts(next.JobsStatus)
+	return equality.Semantic.DeepEqual(cur, next)
+}
+
+// withoutSuspendedCounts returns jobs with every suspended count cleared, or nil when
+// every other count is zero.
+func withoutSuspendedCounts(jobs []trainer.JobStatus) []trainer.JobStatus {
+	var any bool
+	out := make([]trainer.JobStatus, len(jobs))
+	for i, j := range jobs {
+		j.Suspended = nil
+		out[i] = j
+		any = any || ptr.Deref(j.Ready, 0) != 0 || ptr.Deref(j.Succeeded, 0) != 0 || ptr.Deref(j.Failed, 0) != 0 || ptr.Deref(j.Active, 0) != 0
+	}
+	if !any {
+		return nil
+	}
+	return out
 }
 
 // newest returns the cache's TrainJob of tj's key when it is tj itself (same uid) and
