@@ -1,7 +1,7 @@
-// Package kubeclient holds the typed clients of the Kubernetes API groups Trainyard calls, and
-// only those: not client-go's kubernetes.Clientset, whose every group's client, and the
-// all-groups informer factory built on it, the controller binary would otherwise link
-// (docs/design/memory.md#linked-packages).
+// Package kubeclient holds the typed clients of the Kubernetes API groups Trainyard calls,
+// and only those. client-go's kubernetes.Clientset would link every group's client into
+// the controller binary, and its all-groups informer factory every group's informers and
+// listers (docs/design/memory.md#linked-packages).
 package kubeclient
 
 import (
