@@ -12,7 +12,7 @@ import (
 // sits above the stages. A pattern names one package, or a package and everything under
 // it when it ends in "/..."; the most specific pattern wins (layerOf).
 var layers = []layer{
-	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/version"}},
+	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/kubeclient", "pkg/version"}},
 	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
 	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
 	{"caches", []string{"pkg/informers"}},

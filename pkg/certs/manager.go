@@ -42,11 +42,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 )
 
@@ -68,7 +67,7 @@ const (
 // the webhook configurations, and serves the current pair. Create it with New
 // and start it with Run. All methods are safe for concurrent use.
 type Manager struct {
-	client kubernetes.Interface
+	client kubeclient.Interface
 	opts   Options
 
 	secrets  cache.SharedIndexInformer
@@ -94,7 +93,7 @@ type served struct {
 // New returns a Manager for opts, using client for the Secret (namespaced,
 // opts.Namespace) and the webhook configurations. It makes no API call; Run
 // does. It fails when opts is invalid (see Options).
-func New(client kubernetes.Interface, opts Options) (*Manager, error) {
+func New(client kubeclient.Interface, opts Options) (*Manager, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -105,7 +104,7 @@ func New(client kubernetes.Interface, opts Options) (*Manager, error) {
 		trigger: make(chan struct{}, 1),
 		ready:   make(chan struct{}),
 	}
-	m.secrets = coreinformers.NewFilteredSecretInformer(client, o.Namespace, 0, cache.Indexers{}, byName(o.SecretName))
+	m.secrets = kubeclient.NewInformer(client, client.CoreV1().Secrets(o.Namespace), &corev1.Secret{}, 0, cache.Indexers{}, byName(o.SecretName))
 	m.newer = cache.NewIntegerResourceVersionMutationCache(klog.Background(), m.secrets.GetStore(), nil, mutationTTL, false)
 	changed := func() {
 		m.refresh(nil)

@@ -11,11 +11,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	admissioninformers "k8s.io/client-go/informers/admissionregistration/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
+
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 )
 
 // webhookConfig is one named ValidatingWebhookConfiguration or
@@ -49,19 +49,19 @@ func newWebhookConfig[T runtime.Object](kind, name string, api webhookAPI[T], in
 
 // newWebhookConfigs returns the webhook configurations named in o, each
 // calling changed on every event.
-func newWebhookConfigs(client kubernetes.Interface, o *Options, changed func()) ([]*webhookConfig, error) {
+func newWebhookConfigs(client kubeclient.Interface, o *Options, changed func()) ([]*webhookConfig, error) {
 	var out []*webhookConfig
 	update := metav1.UpdateOptions{FieldManager: o.FieldManager}
 	api := client.AdmissionregistrationV1()
 	for _, name := range o.ValidatingWebhookConfigurations {
 		out = append(out, newWebhookConfig[*admissionregistrationv1.ValidatingWebhookConfiguration]("ValidatingWebhookConfiguration", name,
 			api.ValidatingWebhookConfigurations(),
-			admissioninformers.NewFilteredValidatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)), update))
+			kubeclient.NewInformer(client, api.ValidatingWebhookConfigurations(), &admissionregistrationv1.ValidatingWebhookConfiguration{}, 0, cache.Indexers{}, byName(name)), update))
 	}
 	for _, name := range o.MutatingWebhookConfigurations {
 		out = append(out, newWebhookConfig[*admissionregistrationv1.MutatingWebhookConfiguration]("MutatingWebhookConfiguration", name,
 			api.MutatingWebhookConfigurations(),
-			admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(client, 0, cache.Indexers{}, byName(name)), update))
+			kubeclient.NewInformer(client, api.MutatingWebhookConfigurations(), &admissionregistrationv1.MutatingWebhookConfiguration{}, 0, cache.Indexers{}, byName(name)), update))
 	}
 	for _, w := range out {
 		handler := cache.ResourceEventHandlerFuncs{

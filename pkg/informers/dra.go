@@ -3,13 +3,12 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -17,6 +16,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -31,7 +31,10 @@ import (
 // appears. Template and claim specs are immutable, so updates route nowhere, and a
 // deletion affects only pods not created yet, which the Job controller reports.
 type DRAInformers struct {
-	factories []kubeinformers.SharedInformerFactory
+	// informers are those Start runs: one ResourceClaimTemplate and one ResourceClaim
+	// informer per watched namespace, and the cluster-scoped ones.
+	informers []cache.SharedIndexInformer
+	running   sync.WaitGroup // the informers' goroutines
 
 	ResourceClaimTemplates cache.SharedIndexInformer
 	ResourceClaims         cache.SharedIndexInformer
@@ -50,27 +53,39 @@ type DRAInformers struct {
 // DeviceClasses and ResourceSlices, cluster-scoped, whole. The caller must know that the
 // API server serves resource.k8s.io/v1 (Kubernetes 1.34+): against one that does not,
 // the informers never sync.
-func NewDRA(kube kubernetes.Interface, resync time.Duration, watched namespaces.Set) *DRAInformers {
+func NewDRA(kube kubeclient.Interface, resync time.Duration, watched namespaces.Set) *DRAInformers {
 	d := &DRAInformers{}
+	api := kube.ResourceV1()
 	var templates, claims []cache.SharedIndexInformer
 	for _, ns := range watched.Each() {
-		f := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
-			kubeinformers.WithTransform(StripManagedFields), kubeinformers.WithNamespace(ns))
-		templates = append(templates, f.Resource().V1().ResourceClaimTemplates().Informer())
-		claims = append(claims, f.Resource().V1().ResourceClaims().Informer())
-		d.factories = append(d.factories, f)
+		templates = append(templates, d.informer(kubeclient.NewInformer(kube, api.ResourceClaimTemplates(ns), &resourcev1.ResourceClaimTemplate{},
+			resync, namespaceIndex(), nil)))
+		claims = append(claims, d.informer(kubeclient.NewInformer(kube, api.ResourceClaims(ns), &resourcev1.ResourceClaim{},
+			resync, namespaceIndex(), nil)))
 	}
-	cf := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
-		kubeinformers.WithTransform(StripManagedFields))
-	d.factories = append(d.factories, cf)
-	r := cf.Resource().V1()
+	d.DeviceClasses = d.informer(kubeclient.NewInformer(kube, api.DeviceClasses(), &resourcev1.DeviceClass{}, resync, namespaceIndex(), nil))
+	d.ResourceSlices = d.informer(kubeclient.NewInformer(kube, api.ResourceSlices(), &resourcev1.ResourceSlice{}, resync, namespaceIndex(), nil))
 	d.ResourceClaimTemplates = namespaces.Merge(watched.Each(), templates)
 	d.ResourceClaims = namespaces.Merge(watched.Each(), claims)
-	d.DeviceClasses, d.DeviceClassLister = r.DeviceClasses().Informer(), r.DeviceClasses().Lister()
-	d.ResourceSlices, d.ResourceSliceLister = r.ResourceSlices().Informer(), r.ResourceSlices().Lister()
+	d.DeviceClassLister = resourcelisters.NewDeviceClassLister(d.DeviceClasses.GetIndexer())
+	d.ResourceSliceLister = resourcelisters.NewResourceSliceLister(d.ResourceSlices.GetIndexer())
 	d.ResourceClaimTemplateLister = resourcelisters.NewResourceClaimTemplateLister(d.ResourceClaimTemplates.GetIndexer())
 	d.ResourceClaimLister = resourcelisters.NewResourceClaimLister(d.ResourceClaims.GetIndexer())
 	return d
+}
+
+// informer keeps inf, with managedFields stripped from its cache, for Start to run.
+func (d *DRAInformers) informer(inf cache.SharedIndexInformer) cache.SharedIndexInformer {
+	// Only a started informer refuses a transform, and none is started yet.
+	_ = inf.SetTransform(StripManagedFields)
+	d.informers = append(d.informers, inf)
+	return inf
+}
+
+// namespaceIndex is the index client-go's informer factory gave every informer it made,
+// which the listers' per-namespace lists use.
+func namespaceIndex() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 }
 
 // Route registers the DRA event handlers: a ResourceClaimTemplate or ResourceClaim
@@ -110,10 +125,10 @@ func (d *DRAInformers) Route(logger klog.Logger, r Router, build string, trainJo
 	return nil
 }
 
-// Start starts the informers; they stop when ctx is done.
+// Start starts the informers; they stop when ctx is done. Call it once.
 func (d *DRAInformers) Start(ctx context.Context) {
-	for _, f := range d.factories {
-		f.Start(ctx.Done())
+	for _, inf := range d.informers {
+		d.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
 
@@ -132,9 +147,7 @@ func (d *DRAInformers) HasSynced() bool {
 
 // Shutdown waits for the informers' goroutines to end after ctx was cancelled.
 func (d *DRAInformers) Shutdown() {
-	for _, f := range d.factories {
-		f.Shutdown()
-	}
+	d.running.Wait()
 }
 
 type draHandlers struct {

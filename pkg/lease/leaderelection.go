@@ -8,11 +8,12 @@ import (
 
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/klog/v2"
+
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 )
 
 // Run runs fn while this process holds the Lease le names (in le.ResourceNamespace, else
@@ -20,7 +21,7 @@ import (
 // return once its context is cancelled, after its in-flight work has finished (the
 // pipeline drains). fence (NewFence with le's renewDeadline) is the one the leader-only
 // clients are built with (FencedConfig).
-func Run(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, namespace string, kube kubernetes.Interface,
+func Run(ctx context.Context, le componentbaseconfigv1alpha1.LeaderElectionConfiguration, namespace string, kube kubeclient.Interface,
 	fence *Fence, logger klog.Logger, fn func(context.Context),
 ) {
 	if le.ResourceNamespace != "" {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -29,6 +28,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
 )
@@ -149,7 +149,7 @@ type AuthorizerConfig struct {
 	// with the limiter's 429 error (apierrors.IsTooManyRequests), which the handler
 	// answers 429 with its Retry-After. The Limiter charges the review to the source
 	// in ctx (authlimit.WithSource), which the handler sets.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Pods reads the metadata of the pod a token is bound to (RBAC: get pods). A
 	// metadata-only client, not a typed one: the check needs only uid, labels and
 	// ownerReferences, and a pod's metadata is a fraction of its bytes (the spec and
@@ -215,7 +215,7 @@ type AuthorizerConfig struct {
 // review fails every request that shared it and is not cached: the next request
 // reviews again. It is safe for concurrent use.
 type TokenReviewAuthorizer struct {
-	client    kubernetes.Interface
+	client    kubeclient.Interface
 	pods      metadata.Interface
 	trainJobs trainerlisters.TrainJobLister
 	jobSets   jobsetlisters.JobSetLister

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -27,6 +26,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
@@ -126,7 +126,7 @@ func newClusterWith(t testing.TB, configure func(*progress.AuthorizerConfig)) *c
 // and wait for cluster.reviewGate before the fake answers them: outside the fake's
 // lock, which would serialise concurrent reviews.
 type gatedKube struct {
-	kubernetes.Interface
+	kubeclient.Interface
 	c *cluster
 }
 

@@ -16,13 +16,12 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -72,7 +71,7 @@ func (x NamespaceIndex) Has(namespace string) bool {
 // CAPublisherOptions configure a CAPublisher. Client, Bundle and TrainJobs are required.
 type CAPublisherOptions struct {
 	// Client writes the ConfigMaps and watches those named CAConfigMapName.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Bundle returns the PEM CA bundle that verifies the progress server's certificate:
 	// certs.Manager.CABundle with self-managed certificates, certs.ProvidedCABundle's with
 	// provided ones (ca.crt, else tls.crt's issuers, else its self-signed leaf; never
@@ -151,7 +150,7 @@ func NewCAPublisher(opts CAPublisherOptions) (*CAPublisher, error) {
 	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(opts.RateLimiter,
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: CAQueueName, MetricsProvider: opts.MetricsProvider})
 	p.informer = opts.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredConfigMapInformer(opts.Client, namespace, 0, cache.Indexers{},
+		return kubeclient.NewInformer(opts.Client, opts.Client.CoreV1().ConfigMaps(namespace), &corev1.ConfigMap{}, 0, cache.Indexers{},
 			func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", wire.CAConfigMapName).String()
 			})

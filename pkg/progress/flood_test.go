@@ -13,9 +13,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
@@ -124,7 +124,7 @@ func TestRandomTokenFloodFromOneSource(t *testing.T) {
 // random token's review then holds it until gate is closed, as an overloaded API server
 // would. entered counts the random tokens' reviews that reached it.
 type seatedKube struct {
-	kubernetes.Interface
+	kubeclient.Interface
 	seats   chan struct{}
 	gate    chan struct{}
 	entered *atomic.Int64

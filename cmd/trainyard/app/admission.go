@@ -9,12 +9,13 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -22,6 +23,7 @@ import (
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 )
@@ -31,11 +33,12 @@ import (
 // (docs/design/architecture.md#every-replica-serves-admission-and-progress). Its rules
 // read only the informer caches the pipeline already keeps, plus PriorityClasses.
 type admissionServer struct {
-	cfg     configv1alpha1.WebhookConfiguration
-	kube    kubernetes.Interface
-	logger  klog.Logger
-	server  *httpserver.Server
-	factory kubeinformers.SharedInformerFactory // PriorityClasses
+	cfg    configv1alpha1.WebhookConfiguration
+	kube   kubeclient.Interface
+	logger klog.Logger
+	server *httpserver.Server
+	// priorityClasses is the PriorityClass informer the rules read.
+	priorityClasses cache.SharedIndexInformer
 	// certificate is the serving certificate, shared with the progress server.
 	certificate *servingCertificate
 	// listening is set once the server's port is bound: before that, neither /readyz
@@ -48,19 +51,20 @@ type admissionServer struct {
 // cfg.BindAddress is "0": admission.NewHandler within its default Limits, served within
 // admission.ServerLimits. certificate is the serving certificate. Errors: none today
 // (bounds that contradict each other: a wiring bug).
-func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *servingCertificate, kube kubernetes.Interface, inf *informers.Informers,
+func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *servingCertificate, kube kubeclient.Interface, inf *informers.Informers,
 	claims *dra.Claims, m *metrics.Metrics, logger klog.Logger,
 ) (*admissionServer, error) {
 	if cfg.BindAddress == "0" {
 		return nil, nil
 	}
 	s := &admissionServer{cfg: cfg, kube: kube, logger: logger, certificate: certificate,
-		factory: kubeinformers.NewSharedInformerFactory(kube, 0)}
+		priorityClasses: kubeclient.NewInformer(kube, kube.SchedulingV1().PriorityClasses(), &schedulingv1.PriorityClass{}, 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)}
 	deps := &admission.Deps{
 		TrainingRuntimes:        inf.TrainingRuntimeLister,
 		ClusterTrainingRuntimes: inf.ClusterTrainingRuntimeLister,
 		JobSets:                 inf.JobSetLister,
-		PriorityClasses:         s.factory.Scheduling().V1().PriorityClasses().Lister(),
+		PriorityClasses:         schedulinglisters.NewPriorityClassLister(s.priorityClasses.GetIndexer()),
 		TrainJobs:               admission.IndexedTrainJobs{Indexer: inf.TrainJobs.GetIndexer()},
 		Claims:                  claims,
 		Observer:                m,
@@ -76,13 +80,13 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *se
 // start starts the PriorityClass informer; it stops with ctx. The certificate is
 // started by its owner. Call WaitForCacheSync before serving.
 func (s *admissionServer) start(ctx context.Context) {
-	s.factory.Start(ctx.Done())
+	go s.priorityClasses.RunWithContext(ctx)
 }
 
 // hasSynced reports whether the PriorityClass cache has synced; the server listens
 // only after it has.
 func (s *admissionServer) hasSynced() bool {
-	return s.factory.Scheduling().V1().PriorityClasses().Informer().HasSynced()
+	return s.priorityClasses.HasSynced()
 }
 
 // ready reports whether the server listens (so its caches have synced) and has a

@@ -6,12 +6,12 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/gang/coscheduling"
 	"github.com/trainyard/trainyard/pkg/stages/gang/volcano"
@@ -37,7 +37,7 @@ type optionalAPIs struct {
 	podGroups   *informers.PodGroups
 	sideObjects *informers.SideObjects
 	claims      *dra.Claims
-	kube        kubernetes.Interface
+	kube        kubeclient.Interface
 	trainJobs   trainerlisters.TrainJobLister
 	router      informers.Router
 	logger      klog.Logger

@@ -8,11 +8,11 @@ import (
 	"net/url"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/certs"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 )
@@ -54,7 +54,7 @@ type caCopies struct {
 // registerURL that does not parse, invalid certificate options, or, with provided
 // certificates and publishCA, files in certDir that yield no CA bundle
 // (providedCAError).
-func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bool, namespace string, kube kubernetes.Interface,
+func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bool, namespace string, kube kubeclient.Interface,
 	m *metrics.Metrics, copies caCopies,
 ) (*servingCertificate, error) {
 	if cfg.Certificates.Mode == configv1alpha1.CertificatesProvided {

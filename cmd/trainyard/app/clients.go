@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -12,13 +11,14 @@ import (
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
 	"github.com/trainyard/trainyard/pkg/version"
 )
 
 // clients are the API clients built from one rest.Config.
 type clients struct {
-	kube     kubernetes.Interface
+	kube     kubeclient.Interface
 	trainers trainerclient.Interface // JSON only, as custom resources
 	jobsets  jobsetclient.Interface  // JSON only
 	dynamic  dynamic.Interface       // JSON only
@@ -26,7 +26,7 @@ type clients struct {
 
 	// progressAuth and metricsAuth are the progress and metrics endpoints' own clients
 	// (authClient); set by buildClients on the clients of every replica only.
-	progressAuth, metricsAuth kubernetes.Interface
+	progressAuth, metricsAuth kubeclient.Interface
 }
 
 // newClients builds the clients of c, each with its own client-side rate limiter.
@@ -36,7 +36,7 @@ func newClients(c *rest.Config) (*clients, error) {
 		cs  clients
 		err error
 	)
-	if cs.kube, err = kubernetes.NewForConfig(c); err != nil {
+	if cs.kube, err = kubeclient.NewForConfig(c); err != nil {
 		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
 	if cs.metadata, err = metadata.NewForConfig(c); err != nil {
@@ -90,11 +90,11 @@ const (
 // one the certificate manager, the informers or the pipeline use, and with every
 // TokenReview admitted by a Limiter of limits first (authlimit.Client), observed by
 // obs. Errors: an invalid configuration.
-func authClient(c *rest.Config, endpoint string, qps float32, burst int, limits authlimit.Limits, obs authlimit.Observer) (kubernetes.Interface, error) {
+func authClient(c *rest.Config, endpoint string, qps float32, burst int, limits authlimit.Limits, obs authlimit.Observer) (kubeclient.Interface, error) {
 	ac := rest.CopyConfig(c)
 	ac.QPS, ac.Burst = qps, burst
 	ac.UserAgent += " (" + endpoint + " auth)"
-	kube, err := kubernetes.NewForConfig(ac)
+	kube, err := kubeclient.NewForConfig(ac)
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s endpoint's authentication client: %w", endpoint, err)
 	}

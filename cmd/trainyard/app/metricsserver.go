@@ -10,12 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/httpserver"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	metricsauth "github.com/trainyard/trainyard/pkg/metrics/auth"
 )
 
@@ -58,7 +58,7 @@ var metricsLimits = httpserver.Limits{
 // auth.enabled every path is behind pkg/metrics/auth's filter, asking kube. Errors: a
 // self-signed certificate that cannot be generated.
 func newMetricsServer(cfg configv1alpha1.MetricsConfiguration, reg *prometheus.Registry, profiling bool,
-	certificate *servingCertificate, kube kubernetes.Interface, logger klog.Logger,
+	certificate *servingCertificate, kube kubeclient.Interface, logger klog.Logger,
 ) (*httpserver.Server, error) {
 	if cfg.BindAddress == "0" || cfg.BindAddress == "" {
 		return nil, nil

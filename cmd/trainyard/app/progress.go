@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -18,6 +17,7 @@ import (
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/trainjob"
@@ -53,7 +53,7 @@ type progressServer struct {
 // (progress.Serving). kube, the progress endpoint's own client (authClient), sends every
 // replica's TokenReviews; leaderKube writes the CA ConfigMaps, leader-only work
 // (lease.FencedConfig). Errors: invalid write limits or options (a wiring bug).
-func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube, leaderKube kubernetes.Interface, meta metadata.Interface,
+func newProgressServer(cfg *configv1alpha1.Configuration, cert *servingCertificate, kube, leaderKube kubeclient.Interface, meta metadata.Interface,
 	trainers trainerclient.Interface, inf *informers.Informers, m *metrics.Metrics, logger klog.Logger,
 ) (*progressServer, error) {
 	if !progress.Serving(cfg) {

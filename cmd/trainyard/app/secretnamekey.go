@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 )
 
@@ -34,7 +34,7 @@ const secretNameKeyAttempts = 3
 //
 // Errors: the API errors of the get, create and update, and a key that is not
 // mlpolicy.SecretNameKeyBytes long (someone wrote it; the message says how to fix it).
-func loadSecretNames(ctx context.Context, kube kubernetes.Interface, namespace, name string, logger klog.Logger) (mlpolicy.SecretNames, error) {
+func loadSecretNames(ctx context.Context, kube kubeclient.Interface, namespace, name string, logger klog.Logger) (mlpolicy.SecretNames, error) {
 	secrets := kube.CoreV1().Secrets(namespace)
 	for range secretNameKeyAttempts {
 		secret, err := secrets.Get(ctx, name, metav1.GetOptions{})

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -20,6 +19,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/lease"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
@@ -95,7 +95,7 @@ type controller struct {
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
 	// kube is every replica's client (discovery, the Lease, TokenReviews).
-	kube kubernetes.Interface
+	kube kubeclient.Interface
 	// fence closes the leader-only clients once the Lease may have passed to another
 	// replica; nil without leader election.
 	fence       *lease.Fence

@@ -30,10 +30,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	utilclock "k8s.io/utils/clock"
 
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
 )
 
@@ -59,7 +59,7 @@ var DefaultReviewLimits = authlimit.Limits{SourceQPS: 1, SourceBurst: 5, MaxInFl
 
 // Filter authenticates and authorizes requests. Create it with New.
 type Filter struct {
-	kube            kubernetes.Interface
+	kube            kubeclient.Interface
 	allows, denials *cache.LRUExpireCache
 	logger          klog.Logger
 }
@@ -74,7 +74,7 @@ type decision struct {
 // endpoint's own client, authlimit.Client, whose limiter refuses a TokenReview with a
 // 429 error that the filter answers 429 with its Retry-After. clock may be nil (the
 // wall clock); tests pass a fake one to expire cached decisions.
-func New(kube kubernetes.Interface, logger klog.Logger, clock cache.Clock) *Filter {
+func New(kube kubeclient.Interface, logger klog.Logger, clock cache.Clock) *Filter {
 	if clock == nil {
 		clock = utilclock.RealClock{}
 	}

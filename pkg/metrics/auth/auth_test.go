@@ -12,11 +12,12 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 )
 
 // apiServer is a fake API server: tokens maps a token to its user ("" unknown),
@@ -34,7 +35,7 @@ type apiServer struct {
 func (s *apiServer) filter(clock *clocktesting.FakeClock) *Filter { return s.filterWith(clock, nil) }
 
 // filterWith is filter with the client changed by wrap (if not nil).
-func (s *apiServer) filterWith(clock *clocktesting.FakeClock, wrap func(kubernetes.Interface) kubernetes.Interface) *Filter {
+func (s *apiServer) filterWith(clock *clocktesting.FakeClock, wrap func(kubeclient.Interface) kubeclient.Interface) *Filter {
 	kube := fake.NewClientset()
 	kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		s.tokenReviews.Add(1)

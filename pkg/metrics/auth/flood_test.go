@@ -13,10 +13,10 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
 )
 
@@ -34,8 +34,8 @@ func newFloodServer() *apiServer {
 
 // limit returns a wrap for filterWith: the limiter with DefaultReviewLimits at clock,
 // around extra's client (if extra is not nil).
-func limit(clock *clocktesting.FakeClock, extra func(kubernetes.Interface) kubernetes.Interface) func(kubernetes.Interface) kubernetes.Interface {
-	return func(kube kubernetes.Interface) kubernetes.Interface {
+func limit(clock *clocktesting.FakeClock, extra func(kubeclient.Interface) kubeclient.Interface) func(kubeclient.Interface) kubeclient.Interface {
+	return func(kube kubeclient.Interface) kubeclient.Interface {
 		if extra != nil {
 			kube = extra(kube)
 		}
@@ -118,7 +118,7 @@ func TestRandomTokenFloodFromOneSource(t *testing.T) {
 // review takes a seat, waiting for one; a random token's then holds it until gate is
 // closed. entered counts the random tokens' reviews that reached it.
 type seatedKube struct {
-	kubernetes.Interface
+	kubeclient.Interface
 	seats   chan struct{}
 	gate    chan struct{}
 	entered *atomic.Int64
@@ -166,7 +166,7 @@ func (r seatedTokenReviews) Create(ctx context.Context, tr *authenticationv1.Tok
 func floodSlow(t *testing.T, seats int, oneSource bool, token string) (int, int64) {
 	s, clock := newFloodServer(), clocktesting.NewFakeClock(time.Unix(1000, 0))
 	gate, entered := make(chan struct{}), &atomic.Int64{}
-	seated := func(kube kubernetes.Interface) kubernetes.Interface {
+	seated := func(kube kubeclient.Interface) kubeclient.Interface {
 		return seatedKube{Interface: kube, seats: make(chan struct{}, seats), gate: gate, entered: entered}
 	}
 	h := s.filterWith(clock, limit(clock, seated)).Wrap(ok)

@@ -5,8 +5,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
+	"github.com/trainyard/trainyard/pkg/kubeclient"
 )
 
 // Client returns kube with every TokenReview (AuthenticationV1().TokenReviews().Create)
@@ -17,12 +18,12 @@ import (
 // Give each endpoint a client of its own, built from its own rest.Config (own QPS and
 // Burst): the client-side rate limiter of a client that the certificate manager or the
 // pipeline shares would make their requests wait behind a flood's reviews.
-func Client(kube kubernetes.Interface, l *Limiter) kubernetes.Interface {
+func Client(kube kubeclient.Interface, l *Limiter) kubeclient.Interface {
 	return &client{Interface: kube, limiter: l}
 }
 
 type client struct {
-	kubernetes.Interface
+	kubeclient.Interface
 	limiter *Limiter
 }
 
