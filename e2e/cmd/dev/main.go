@@ -1,5 +1,5 @@
 // Command dev runs Trainyard's main job on the local control plane: it installs the
-// torch-distributed runtime (upstream Kubeflow Trainer's, from ../shared/upstream, or
+// torch-distributed runtime (upstream Kubeflow Trainer's, from the upstream folder beside the checkout, or
 // Trainyard's example), starts the controller, creates a TrainJob and prints its
 // progress — the controller's stage timeline, the JobSet, the pods and the final
 // condition — until the TrainJob completes or fails.
