@@ -63,6 +63,10 @@ type entry struct {
 	// wroteFinal is set once this process has written a report of progressPercentage
 	// 100: only the first final report skips the period (isFinal).
 	wroteFinal bool
+	// writing is set while the Stage writes a report it took from the entry: Drain
+	// waits for it as for a pending one (a report taken as SIGTERM arrives is no less
+	// accepted).
+	writing bool
 }
 
 // NewCoalescer returns an empty Coalescer. enqueue is called with a TrainJob's key when
@@ -214,6 +218,7 @@ func (c *Coalescer) clearPending(e *entry) {
 // write is over, or makes the report e's pending one again (keeping its bytes) when
 // restore is set: the write is to be retried and no newer report replaced it.
 func (c *Coalescer) releaseWrite(e *entry, report *trainer.TrainerStatus, size int64, restore bool) {
+	e.writing = false
 	if restore {
 		e.pending, e.size = report, size
 		return

@@ -20,8 +20,11 @@ const drainPoll = 50 * time.Millisecond
 // stopping replica does not flood the API server), and every pending report's key is
 // scheduled now.
 //
-// Drain returns when no report is pending, or when ctx ends (the drain period); it
-// returns the number of reports still pending then, which are lost. A report whose
+// Drain returns when no report is pending or being written, or when ctx ends (the
+// drain period); it returns the number of reports still unwritten then, which are
+// lost. A report whose write is under way when Drain is called (a trainer's final
+// report, written without waiting for the period) is waited for: stopping the pipeline
+// would cancel it. A report whose
 // write keeps failing stays pending and is retried with the pipeline's backoff until
 // ctx ends. Upstream writes each report inside its request, so it has nothing to drain.
 func (s *Stage) Drain(ctx context.Context) (lost int) {
@@ -32,10 +35,23 @@ func (s *Stage) Drain(ctx context.Context) (lost int) {
 		}
 	}
 	_ = wait.PollUntilContextCancel(ctx, drainPoll, true, func(context.Context) (bool, error) {
-		lost = len(s.coalescer.pendingKeys())
+		lost = s.coalescer.unwritten()
 		return lost == 0, nil
 	})
 	return lost
+}
+
+// unwritten returns how many TrainJobs have a report pending or being written.
+func (c *Coalescer) unwritten() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.entries {
+		if e.pending != nil || e.writing {
+			n++
+		}
+	}
+	return n
 }
 
 // pendingKeys returns the keys of the TrainJobs with a report pending, in no order.

@@ -3,6 +3,7 @@ package progress_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,5 +103,36 @@ func TestDrainWithNothingPending(t *testing.T) {
 	f := newStageFixture(t, progress.WriteLimits{})
 	if lost := f.stage.Drain(context.Background()); lost != 0 {
 		t.Errorf("Drain lost %d reports, want 0", lost)
+	}
+}
+
+// TestDrainWaitsForTheWriteUnderWay: a report whose write is under way when the replica
+// starts stopping (a trainer's final report, written without waiting for the period,
+// moments before SIGTERM) is waited for, not left to the pipeline's stop, which would
+// cancel it (e2e TestProgressReportsWrittenAtShutdown lost it so).
+func TestDrainWaitsForTheWriteUnderWay(t *testing.T) {
+	a := key("team-a", "a")
+	f := newStageFixture(t, progress.WriteLimits{}, trainJob("team-a", "a", nil))
+	inWrite, release := make(chan struct{}), make(chan struct{})
+	var applied atomic.Bool
+	f.onApply = func() {
+		close(inWrite)
+		<-release
+		applied.Store(true)
+	}
+	runPipeline(t, f)
+	f.record(a, status(100, t0))
+	<-inWrite
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		close(release)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if lost := f.stage.Drain(ctx); lost != 0 {
+		t.Fatalf("Drain lost %d reports, want 0", lost)
+	}
+	if !applied.Load() {
+		t.Error("Drain returned while the write was still under way")
 	}
 }

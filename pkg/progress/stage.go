@@ -266,7 +266,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	}
 	// Taken; a report arriving during the write schedules the key again. Its bytes stay
 	// counted until the write is over (write, Coalescer.releaseWrite).
-	e.pending, e.size = nil, 0
+	e.pending, e.size, e.writing = nil, 0, true
 	c.mu.Unlock()
 	return e, report, 0
 }
