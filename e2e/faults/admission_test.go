@@ -3,7 +3,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/url"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
+	"github.com/trainyard/trainyard/pkg/httpserver/slowclient"
 )
 
 // The attack of TestAdmissionUnderSlowClients: 500 connections to the controller's
@@ -145,57 +145,12 @@ func startAttack(addr string, wg *sync.WaitGroup, stop <-chan struct{}) {
 		wg.Go(func() {
 			switch {
 			case i < slowHeaders:
-				trickle(addr, "", head, stop)
+				slowclient.Trickle(addr, "", head, stop)
 			case i < slowHeaders+slowBodies:
-				trickle(addr, head, `{"kind":"AdmissionReview"`, stop)
+				slowclient.Trickle(addr, head, `{"kind":"AdmissionReview"`, stop)
 			default:
-				hold(addr, []byte(head), stalled, stop)
+				slowclient.Hold(addr, []byte(head), stalled, 30*time.Second, stop)
 			}
 		})
 	}
-}
-
-// dial opens a TLS connection to addr over HTTP/1.1, or returns nil.
-func dial(addr string) *tls.Conn {
-	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // an attacker
-	if err != nil {
-		return nil
-	}
-	return c
-}
-
-// trickle sends prefix at once, then slow a byte a second, reconnecting when the
-// server closes the connection, until stop.
-func trickle(addr, prefix, slow string, stop <-chan struct{}) {
-	for {
-		c := dial(addr)
-		if c == nil {
-			return
-		}
-		_, err := c.Write([]byte(prefix))
-		for i := 0; err == nil; i = (i + 1) % len(slow) {
-			select {
-			case <-stop:
-				_ = c.Close()
-				return
-			case <-time.After(time.Second):
-			}
-			_, err = c.Write([]byte{slow[i]})
-		}
-		_ = c.Close()
-	}
-}
-
-// hold sends head and body at once and holds the connection open until stop.
-func hold(addr string, head, body []byte, stop <-chan struct{}) {
-	c := dial(addr)
-	if c == nil {
-		return
-	}
-	defer c.Close()
-	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(head); err == nil {
-		_, _ = c.Write(body)
-	}
-	<-stop
 }

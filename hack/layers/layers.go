@@ -20,7 +20,7 @@ var layers = []layer{
 	{"stages", []string{"pkg/stages/..."}},
 	{"stage table", []string{"pkg/stages"}},
 	{"servers and tools", []string{"pkg/admission", "pkg/progress", "pkg/render", "pkg/certs", "pkg/optimization/controller"}},
-	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/stages/gang/gangtest", "pkg/admission/admissiontest"}},
+	{"test kits", []string{"pkg/stages/plan/plantest", "pkg/stages/gang/gangtest", "pkg/admission/admissiontest", "pkg/httpserver/slowclient"}},
 	{"commands", []string{"cmd/...", "hack/..."}},
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/trainyard/trainyard/pkg/httpserver"
+	"github.com/trainyard/trainyard/pkg/httpserver/slowclient"
 )
 
 // The attack of TestServerHoldsSlowClients: 500 connections, each holding what it can.
@@ -63,11 +64,11 @@ func TestServerHoldsSlowClients(t *testing.T) {
 			defer attackers.Done()
 			switch {
 			case i < slowHeaders:
-				trickle(addr, "", head, stop)
+				slowclient.Trickle(addr, "", head, stop)
 			case i < slowHeaders+slowBodies:
-				trickle(addr, head, "{\"kind\":\"AdmissionReview\"", stop)
+				slowclient.Trickle(addr, head, "{\"kind\":\"AdmissionReview\"", stop)
 			default:
-				hold(addr, []byte(head), stalled, stop)
+				slowclient.Hold(addr, []byte(head), stalled, 20*time.Second, stop)
 			}
 		}()
 	}
@@ -135,49 +136,4 @@ func heapInuse() uint64 {
 	var m goruntime.MemStats
 	goruntime.ReadMemStats(&m)
 	return m.HeapInuse
-}
-
-// dial opens a TLS connection to addr over HTTP/1.1, or returns nil.
-func dial(addr string) *tls.Conn {
-	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // a test's attacker
-	if err != nil {
-		return nil
-	}
-	return c
-}
-
-// trickle sends prefix at once, then slow a byte a second, reconnecting when the
-// server closes the connection, until stop.
-func trickle(addr, prefix, slow string, stop <-chan struct{}) {
-	for {
-		c := dial(addr)
-		if c == nil {
-			return
-		}
-		_, err := c.Write([]byte(prefix))
-		for i := 0; err == nil; i = (i + 1) % len(slow) {
-			select {
-			case <-stop:
-				_ = c.Close()
-				return
-			case <-time.After(time.Second):
-			}
-			_, err = c.Write([]byte{slow[i]})
-		}
-		_ = c.Close()
-	}
-}
-
-// hold sends head and body at once and holds the connection open until stop.
-func hold(addr string, head, body []byte, stop <-chan struct{}) {
-	c := dial(addr)
-	if c == nil {
-		return
-	}
-	defer c.Close()
-	_ = c.SetWriteDeadline(time.Now().Add(20 * time.Second))
-	if _, err := c.Write(head); err == nil {
-		_, _ = c.Write(body)
-	}
-	<-stop
 }

@@ -11,14 +11,10 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
-
-	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
+	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 // The tests of a flood of random bearer tokens (issue 25, item 5): the progress
@@ -119,52 +115,6 @@ func TestRandomTokenFloodFromOneSource(t *testing.T) {
 	}
 }
 
-// seatedKube models an API server with seats concurrent requests (its priority level's
-// share, or the client's own bound): a TokenReview takes a seat, waiting for one; a
-// random token's review then holds it until gate is closed, as an overloaded API server
-// would. entered counts the random tokens' reviews that reached it.
-type seatedKube struct {
-	kubeclient.Interface
-	seats   chan struct{}
-	gate    chan struct{}
-	entered *atomic.Int64
-}
-
-func (k seatedKube) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
-	return seatedAuthentication{k.Interface.AuthenticationV1(), k}
-}
-
-type seatedAuthentication struct {
-	authenticationv1client.AuthenticationV1Interface
-	k seatedKube
-}
-
-func (a seatedAuthentication) TokenReviews() authenticationv1client.TokenReviewInterface {
-	return seatedTokenReviews{a.AuthenticationV1Interface.TokenReviews(), a.k}
-}
-
-type seatedTokenReviews struct {
-	authenticationv1client.TokenReviewInterface
-	k seatedKube
-}
-
-func (r seatedTokenReviews) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	random := strings.HasPrefix(tr.Spec.Token, "random-")
-	if random {
-		r.k.entered.Add(1)
-	}
-	select {
-	case r.k.seats <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-r.k.seats }()
-	if random {
-		<-r.k.gate
-	}
-	return r.TokenReviewInterface.Create(ctx, tr, opts)
-}
-
 // TestTrainerReportDuringFloodOnSlowAPIServer: while 1,000 random tokens from one
 // address wait on an overloaded API server (32 seats), a trainer pod's first report
 // (a token never reviewed, from another address) is reviewed and answered 200 before
@@ -176,7 +126,7 @@ func TestTrainerReportDuringFloodOnSlowAPIServer(t *testing.T) {
 	gate, entered := make(chan struct{}), &atomic.Int64{}
 	var settled atomic.Int64 // flood requests answered, or waiting in the API server
 	c := newClusterWith(t, func(cfg *progress.AuthorizerConfig) {
-		cfg.Client = seatedKube{Interface: cfg.Client, seats: make(chan struct{}, seats), gate: gate, entered: entered}
+		cfg.Client = utiltesting.SeatedKube{Interface: cfg.Client, Seats: make(chan struct{}, seats), Gate: gate, Entered: entered}
 		limitClient(cfg)
 	})
 	c.tokens["fresh"] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
@@ -214,7 +164,7 @@ func TestRandomTokenFloodFromManySources(t *testing.T) {
 	gate, entered := make(chan struct{}), &atomic.Int64{}
 	var settled atomic.Int64
 	c := newClusterWith(t, func(cfg *progress.AuthorizerConfig) {
-		cfg.Client = seatedKube{Interface: cfg.Client, seats: make(chan struct{}, 1000), gate: gate, entered: entered}
+		cfg.Client = utiltesting.SeatedKube{Interface: cfg.Client, Seats: make(chan struct{}, 1000), Gate: gate, Entered: entered}
 		limitClient(cfg)
 	})
 	c.tokens["good"] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))

@@ -5,19 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
+	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
 // The tests of a flood of random bearer tokens against /metrics (issue 25, item 5),
@@ -114,51 +111,6 @@ func TestRandomTokenFloodFromOneSource(t *testing.T) {
 	}
 }
 
-// seatedKube models an overloaded API server with seats concurrent TokenReviews: a
-// review takes a seat, waiting for one; a random token's then holds it until gate is
-// closed. entered counts the random tokens' reviews that reached it.
-type seatedKube struct {
-	kubeclient.Interface
-	seats   chan struct{}
-	gate    chan struct{}
-	entered *atomic.Int64
-}
-
-func (k seatedKube) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
-	return seatedAuthentication{k.Interface.AuthenticationV1(), k}
-}
-
-type seatedAuthentication struct {
-	authenticationv1client.AuthenticationV1Interface
-	k seatedKube
-}
-
-func (a seatedAuthentication) TokenReviews() authenticationv1client.TokenReviewInterface {
-	return seatedTokenReviews{a.AuthenticationV1Interface.TokenReviews(), a.k}
-}
-
-type seatedTokenReviews struct {
-	authenticationv1client.TokenReviewInterface
-	k seatedKube
-}
-
-func (r seatedTokenReviews) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	random := strings.HasPrefix(tr.Spec.Token, "random-")
-	if random {
-		r.k.entered.Add(1)
-	}
-	select {
-	case r.k.seats <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-r.k.seats }()
-	if random {
-		<-r.k.gate
-	}
-	return r.TokenReviewInterface.Create(ctx, tr, opts)
-}
-
 // floodSlow sends floodTokens random tokens to /metrics at once (from one address, or
 // each from its own) against an API server of seats seats that holds their reviews;
 // once every one is answered or waits there, it sends the scraper's request with token
@@ -167,7 +119,7 @@ func floodSlow(t *testing.T, seats int, oneSource bool, token string) (int, int6
 	s, clock := newFloodServer(), clocktesting.NewFakeClock(time.Unix(1000, 0))
 	gate, entered := make(chan struct{}), &atomic.Int64{}
 	seated := func(kube kubeclient.Interface) kubeclient.Interface {
-		return seatedKube{Interface: kube, seats: make(chan struct{}, seats), gate: gate, entered: entered}
+		return utiltesting.SeatedKube{Interface: kube, Seats: make(chan struct{}, seats), Gate: gate, Entered: entered}
 	}
 	h := s.filterWith(clock, limit(clock, seated)).Wrap(ok)
 	if token == "prom" { // known: reviewed before the flood

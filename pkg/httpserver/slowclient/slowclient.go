@@ -1,0 +1,56 @@
+// Package slowclient is a test kit of hostile HTTPS clients, for the tests that hold a
+// server (pkg/httpserver's bounds) against them: connections that send a request a byte
+// a second, or send it whole and never read the answer.
+package slowclient
+
+import (
+	"crypto/tls"
+	"time"
+)
+
+// Dial opens a TLS connection to addr over HTTP/1.1, trusting any certificate (an
+// attacker's client), or returns nil when it cannot connect.
+func Dial(addr string) *tls.Conn {
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // an attacker's client
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// Trickle sends prefix at once, then slow a byte a second, reconnecting when the
+// server closes the connection, until stop is closed or a connection fails.
+func Trickle(addr, prefix, slow string, stop <-chan struct{}) {
+	for {
+		c := Dial(addr)
+		if c == nil {
+			return
+		}
+		_, err := c.Write([]byte(prefix))
+		for i := 0; err == nil; i = (i + 1) % len(slow) {
+			select {
+			case <-stop:
+				_ = c.Close()
+				return
+			case <-time.After(time.Second):
+			}
+			_, err = c.Write([]byte{slow[i]})
+		}
+		_ = c.Close()
+	}
+}
+
+// Hold sends head and body at once (giving up after writeTimeout) and holds the
+// connection open, reading nothing, until stop is closed.
+func Hold(addr string, head, body []byte, writeTimeout time.Duration, stop <-chan struct{}) {
+	c := Dial(addr)
+	if c == nil {
+		return
+	}
+	defer c.Close()
+	_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.Write(head); err == nil {
+		_, _ = c.Write(body)
+	}
+	<-stop
+}
