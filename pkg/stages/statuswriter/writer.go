@@ -26,11 +26,16 @@ import (
 // TrainJob gets at most one status write per sync and none when nothing changed.
 //
 // It remembers, per TrainJob, the last status it wrote and the resourceVersion the API
-// server returned for it, so a sync that reads the TrainJob from a cache that has not
-// yet shown that write does not send the same status again (two syncs of one key in
-// quick succession, e.g. for the TrainJob's and its JobSet's add events after a
-// restart). A record is one hash and a resourceVersion; it is dropped when the cache
-// catches up (Observed, or the next Update) and by Forget.
+// server returned for it, for as long as the informer cache has not shown that write.
+// A sync that reads the TrainJob from the lagging cache then builds on what was written,
+// not on the cache's older status: it neither sends the same status again (two syncs of
+// one key in quick succession, e.g. for the TrainJob's and its JobSet's add events after
+// a restart) nor sends an older condition list over a newer one (stage 1 writes
+// RuntimeResolved=True, and stage 6 of the same pass, reading the TrainJob before that
+// write reached the cache, would write RuntimeResolved=False back with its own
+// condition). A record is the written conditions and jobsStatus and a resourceVersion;
+// it is dropped when the cache catches up (Observed, or the next Update) and by Forget,
+// so records exist only for writes still on their way to the cache.
 type Writer struct {
 	Client trainerclient.Interface
 
@@ -41,15 +46,20 @@ type Writer struct {
 // writtenStatus is the last status write of this process for a TrainJob.
 type writtenStatus struct {
 	uid             types.UID
-	resourceVersion string // the TrainJob's resourceVersion after the write
-	digest          uint64 // statusDigest of what was written
-	finished        bool   // the write made the TrainJob Complete or Failed
+	resourceVersion string              // the TrainJob's resourceVersion after the write
+	conditions      []metav1.Condition  // as written; never modified
+	jobsStatus      []trainer.JobStatus // as written; never modified
+	finished        bool                // the write made the TrainJob Complete or Failed
 }
 
-// Update applies mutate to a copy of tj.Status and, when the result differs
-// semantically from tj.Status, writes status.conditions and status.jobsStatus in one
-// patch of the status subresource. It returns whether it wrote, and the API error if the
-// write failed.
+// Update applies mutate to a copy of tj's status and, when the result differs
+// semantically, writes status.conditions and status.jobsStatus in one patch of the
+// status subresource. The status mutated is tj.Status, or, when tj (read from the cache)
+// is older than this process's last status write for it, tj.Status with the conditions
+// and jobsStatus of that write; then a result that differs from that write only in
+// lastTransitionTime is not written either (a sync recomputing a condition from the
+// stale cache stamps it with its own clock). It returns whether it wrote, and the API
+// error if the write failed.
 //
 // The patch leaves every other status field alone (no conflict with the trainer pods'
 // status.trainerStatus reports) and only ever lands on the TrainJob tj is: a sync that
@@ -64,17 +74,14 @@ type writtenStatus struct {
 // resourceVersion instead, which fails with 409 Conflict on any newer object, the
 // re-created one included. Either failure is retried with the cache's newer view.
 func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*trainer.TrainJobStatus)) (bool, error) {
-	next := tj.Status.DeepCopy()
-	mutate(next)
-	if equality.Semantic.DeepEqual(&tj.Status, next) {
-		return false, nil
-	}
 	key := cache.MetaObjectToName(tj)
-	digest := statusDigest(next)
-	if w.alreadyWritten(key, tj, digest) {
+	base, pending := w.newest(key, tj)
+	next := base.DeepCopy()
+	mutate(next)
+	if equality.Semantic.DeepEqual(base, next) || (pending && statusDigest(base) == statusDigest(next)) {
 		return false, nil
 	}
-	pt, patch, err := statusPatchOf(tj, next)
+	pt, patch, err := statusPatchOf(tj, base, next)
 	if err != nil {
 		return false, fmt.Errorf("encoding status patch: %w", err)
 	}
@@ -87,33 +94,36 @@ func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*
 	if w.written == nil {
 		w.written = map[cache.ObjectName]writtenStatus{}
 	}
-	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion, digest: digest,
+	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion,
+		conditions: next.Conditions, jobsStatus: next.JobsStatus,
 		finished: meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobComplete) || meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobFailed)}
 	w.mu.Unlock()
 	return true, nil
 }
 
-// alreadyWritten reports whether this process's last status write for tj was the status
-// of digest and tj (read from the cache) is older than that write: the server has that
-// status already, and the watch event of the write is on its way. A cache that has
-// caught up (or moved past the write, e.g. after another client's status write) drops
-// the record and is compared as it is. Comparing resourceVersions as integers is the
-// API server's contract since Kubernetes 1.35 (KEP-5504); a resourceVersion that is not
-// one (a fake client's) never skips a write.
-func (w *Writer) alreadyWritten(key cache.ObjectName, tj *trainer.TrainJob, digest uint64) bool {
+// newest returns the status Update builds on for tj: &tj.Status, or, when tj is older
+// than this process's last status write for it (same uid, a lower resourceVersion), a
+// copy of tj.Status with that write's conditions and jobsStatus, and pending true. A
+// cache that has caught up (or moved past the write, e.g. after another client's status
+// write) drops the record and is taken as it is. Comparing resourceVersions as integers
+// is the API server's contract since Kubernetes 1.35 (KEP-5504); a resourceVersion that
+// is not one (a fake client's) drops the record too.
+func (w *Writer) newest(key cache.ObjectName, tj *trainer.TrainJob) (st *trainer.TrainJobStatus, pending bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.written[key]
 	if !ok {
-		return false
+		return &tj.Status, false
 	}
 	if last.uid == tj.UID {
 		if order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion); err == nil && order < 0 {
-			return last.digest == digest
+			st := tj.Status.DeepCopy()
+			st.Conditions, st.JobsStatus = last.conditions, last.jobsStatus
+			return st, true
 		}
 	}
 	delete(w.written, key)
-	return false
+	return &tj.Status, false
 }
 
 // WroteFinished reports whether this process's last status write for tj made it
@@ -122,7 +132,7 @@ func (w *Writer) alreadyWritten(key cache.ObjectName, tj *trainer.TrainJob, dige
 // JobSet deleted at an active deadline, say, sends its delete event before the
 // TrainJob's Failed arrives, and a sync of the stale TrainJob would create a new
 // JobSet whose pods run on after the TrainJob failed. A resourceVersion that is no
-// integer (a fake client's) reports false, as alreadyWritten keeps no record for it.
+// integer (a fake client's) reports false, as newest keeps no record for it.
 func (w *Writer) WroteFinished(tj *trainer.TrainJob) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -140,7 +150,7 @@ func (w *Writer) WroteFinished(tj *trainer.TrainJob) bool {
 // sync from repeating the write, and a record kept would stay for as long as the
 // TrainJob lives, one per TrainJob whose status this process ever wrote. A
 // resourceVersion that is no integer (a fake client's) drops the record, as
-// alreadyWritten does. Call it from the TrainJob informer's update handler
+// newest does. Call it from the TrainJob informer's update handler
 // (informers.Hooks.Updated). A record whose watch event came before the write's
 // response stays until the TrainJob's next update or its deletion (Forget).
 func (w *Writer) Observed(tj *trainer.TrainJob) {
@@ -190,10 +200,11 @@ func statusDigest(st *trainer.TrainJobStatus) uint64 {
 }
 
 // statusPatchOf returns the patch that sets next's conditions and jobsStatus on tj (see
-// Update): a JSON patch testing tj's uid when tj has a status, else a merge patch with
-// tj's resourceVersion. A nil list is written as null, which the API server prunes.
-func statusPatchOf(tj *trainer.TrainJob, next *trainer.TrainJobStatus) (types.PatchType, []byte, error) {
-	if equality.Semantic.DeepEqual(&tj.Status, &trainer.TrainJobStatus{}) {
+// Update), base being the status next was built on: a JSON patch testing tj's uid when
+// base has a status, else a merge patch with tj's resourceVersion. A nil list is written
+// as null, which the API server prunes.
+func statusPatchOf(tj *trainer.TrainJob, base, next *trainer.TrainJobStatus) (types.PatchType, []byte, error) {
+	if equality.Semantic.DeepEqual(base, &trainer.TrainJobStatus{}) {
 		patch, err := json.Marshal(statusMergePatch{
 			Metadata: resourceVersionPrecondition{ResourceVersion: tj.ResourceVersion},
 			Status:   statusFields{Conditions: next.Conditions, JobsStatus: next.JobsStatus},

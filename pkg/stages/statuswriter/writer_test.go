@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -335,5 +337,67 @@ func TestWriterObserved(t *testing.T) {
 				t.Errorf("records after Observed = %d, want %d", got, tc.wantRecords)
 			}
 		})
+	}
+}
+
+// A status write never takes back a condition an earlier write of this process set while
+// the cache lags that write: stage 1 writes RuntimeResolved=True, then stage 6 of the
+// same pass, reading the TrainJob before that write reached the cache, adds its own
+// condition to the list it writes — over RuntimeResolved=True, not the cache's False.
+func TestWriterBuildsOnItsWriteTheCacheHasNotShownYet(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	unresolved := utiltesting.Condition("RuntimeResolved", metav1.ConditionFalse, "TrainingRuntimeNotFound", "not found")
+	resolved := utiltesting.Condition("RuntimeResolved", metav1.ConditionTrue, "Resolved", "found")
+	ready := utiltesting.Condition("JobSetReady", metav1.ConditionTrue, "Applied", "applied")
+	cached := makeTrainJob().Condition(unresolved).Obj() // the cache: before either write
+	cached.ResourceVersion = "10"
+
+	client := trainerfake.NewSimpleClientset()
+	var patches [][]byte
+	rv := 10
+	client.PrependReactor("patch", "trainjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		patches = append(patches, a.(clienttesting.PatchAction).GetPatch())
+		rv++
+		tj := cached.DeepCopy()
+		tj.ResourceVersion = fmt.Sprint(rv)
+		return true, tj, nil
+	})
+	set := func(c metav1.Condition) func(*trainer.TrainJobStatus) {
+		return func(st *trainer.TrainJobStatus) { meta.SetStatusCondition(&st.Conditions, c) }
+	}
+	w := &statuswriter.Writer{Client: client}
+	if wrote, err := w.Update(ctx, cached, set(resolved)); !wrote || err != nil {
+		t.Fatalf("stage 1's Update = %v, %v; want a write", wrote, err)
+	}
+	if wrote, err := w.Update(ctx, cached, set(ready)); !wrote || err != nil {
+		t.Fatalf("stage 6's Update = %v, %v; want a write", wrote, err)
+	}
+	// Stage 6 again, the cache still behind: RuntimeResolved=True is no news.
+	if wrote, err := w.Update(ctx, cached, set(resolved)); wrote || err != nil {
+		t.Fatalf("a third Update setting what was written = %v, %v; want no write", wrote, err)
+	}
+	if len(patches) != 2 {
+		t.Fatalf("patches = %d, want 2", len(patches))
+	}
+	var ops []struct {
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(patches[1], &ops); err != nil {
+		t.Fatalf("second patch %s: %v", patches[1], err)
+	}
+	var written []metav1.Condition
+	for _, op := range ops {
+		if op.Path == "/status/conditions" {
+			if err := json.Unmarshal(op.Value, &written); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c := meta.FindStatusCondition(written, "RuntimeResolved"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("stage 6 wrote RuntimeResolved %+v, want the True stage 1 wrote (conditions %+v)", c, written)
+	}
+	if c := meta.FindStatusCondition(written, "JobSetReady"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("stage 6 wrote JobSetReady %+v, want True", c)
 	}
 }
