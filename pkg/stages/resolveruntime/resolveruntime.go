@@ -253,12 +253,15 @@ func (s *Stage) waitForRuntime(ctx context.Context, tj *trainer.TrainJob, kind s
 }
 
 // markResolved flips a RuntimeResolved=False condition to True once the runtime exists;
-// a TrainJob that never waited has no such condition and costs no write.
+// a TrainJob that never waited has no such condition and costs no write. Whether there
+// is one is judged on the status the Writer builds on, not on tj: the cache may not
+// show the False this stage wrote a moment ago (the runtime's creation event can come
+// first), and a False left there would stay, every later write building on it.
 func (s *Stage) markResolved(ctx context.Context, tj *trainer.TrainJob, kind string) error {
-	if meta.FindStatusCondition(tj.Status.Conditions, trainjob.ConditionRuntimeResolved) == nil {
-		return nil
-	}
 	_, err := s.Status.Update(ctx, tj, func(st *trainer.TrainJobStatus) {
+		if meta.FindStatusCondition(st.Conditions, trainjob.ConditionRuntimeResolved) == nil {
+			return
+		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type:    trainjob.ConditionRuntimeResolved,
 			Status:  metav1.ConditionTrue,

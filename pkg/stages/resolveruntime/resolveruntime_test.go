@@ -3,6 +3,7 @@ package resolveruntime_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -605,5 +606,45 @@ func TestSyncRefusesSystemNamespaces(t *testing.T) {
 	f := newFixture(t, utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(), ctr)
 	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.Continue() {
 		t.Errorf("Sync in %s = %+v, %v; want Continue", ns, got, err)
+	}
+}
+
+// TestSyncResolvesAWaitTheCacheHasNotShownYet: the runtime appears before the cache
+// shows the TrainJob's RuntimeResolved=False (its creation event can outrun the status
+// write's). The stage must still turn the condition True: deciding from the cache's
+// TrainJob, which has no RuntimeResolved yet, it wrote nothing, and the False stayed on
+// the TrainJob for good — every later status write builds on it.
+func TestSyncResolvesAWaitTheCacheHasNotShownYet(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	tj := utiltesting.MakeTrainJob(ns, tjName).RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj()
+	tj.ResourceVersion = "10"
+	f := newFixture(t, tj)
+	// The API server's resourceVersions: each status write makes a newer one.
+	rv := 10
+	f.client.PrependReactor("patch", "trainjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := clienttesting.ObjectReaction(f.client.Tracker())(a)
+		if err != nil || obj == nil {
+			return handled, obj, err
+		}
+		rv++
+		written := obj.(*trainer.TrainJob).DeepCopy()
+		written.ResourceVersion = strconv.Itoa(rv)
+		return handled, written, nil
+	})
+
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.WaitForEvent() {
+		t.Fatalf("Sync without runtime = %v, %v; want wait_for_event", got, err)
+	}
+	// No resync: the cache still holds the TrainJob without conditions.
+	if err := f.trainingRuntimes.Add(utiltesting.MakeTrainingRuntime(ns, "torch")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.Continue() {
+		t.Fatalf("Sync with runtime = %v, %v; want continue", got, err)
+	}
+	want := []metav1.Condition{utiltesting.Condition(trainjob.ConditionRuntimeResolved, metav1.ConditionTrue,
+		trainjob.ReasonRuntimeFound, `TrainingRuntime "torch" found`)}
+	if diff := utiltesting.ConditionsDiff(want, f.storedTrainJob(t).Status.Conditions); diff != "" {
+		t.Errorf("conditions once the runtime appeared (-want +got):\n%s", diff)
 	}
 }
