@@ -16,6 +16,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
+	"github.com/trainyard/trainyard/pkg/metrics"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -24,17 +25,23 @@ const deniedMessage = "jobsets are denied in this namespace"
 
 // TestDeniedNamespaceDoesNotStarveOthers denies every JobSet of one namespace with a
 // ValidatingAdmissionPolicy, as a policy engine would, and creates 600 TrainJobs there —
-// more than the pipeline's 500 in-flight slots — before 300 in another namespace. The
-// denied ones must not hold the pipeline: the other namespace's TrainJobs get their
-// JobSets within twice the time (plus 10 s) the same 300 took before the denied
-// namespace existed. And (subtest condition) each denied TrainJob says why it has no
-// JobSet: JobSetReady=False, a reason starting with "Write", the policy's message.
+// more than the pipeline's 500 in-flight slots. Each denied TrainJob must say why it has
+// no JobSet (JobSetReady=False, a reason starting with "Write", the policy's message) and
+// then hold no slot: trainyard_pipeline_keys_in_flight falls to 0 while all 600 wait out
+// the refusal delay. Then 300 TrainJobs of another namespace get their JobSets within
+// twice the time (plus 10 s) the same 300 took before the denied namespace existed.
+//
+// The open namespace is timed after the denied one's refused applies are over, not while
+// they run: those 3000 applies, each evaluated by the policy, load the API server far more
+// than they load the controller, and a baseline taken before them cannot account for it
+// (docs/design/status-writes.md, "Writes from a lagging cache"). What the test guards is
+// the capacity the refused TrainJobs hold, which the gauge and the open burst both show.
 func TestDeniedNamespaceDoesNotStarveOthers(t *testing.T) {
 	timed(t)
 	const denied, open = 600, 300
 	e := newEnv(t)
 	const user = "trainyard-denied"
-	e.startController(t, "", user)
+	ctrl := e.startController(t, "", user)
 
 	// The baseline: the same work with nothing denied.
 	baselineNS := e.namespace(t)
@@ -43,48 +50,53 @@ func TestDeniedNamespaceDoesNotStarveOthers(t *testing.T) {
 	audit := e.auditFromNow(t)
 	deniedNS := e.namespace(t)
 	e.denyJobSets(t, deniedNS)
+	deniedStart := time.Now()
 	e.startBurst(deniedNS, denied, 0).wait(t, 3*time.Minute)
-	// Every denied TrainJob has reached the JobSet write at least once, and failed:
-	// whatever holds their slots holds them now.
-	refused := map[string]bool{}
-	cluster.Eventually(t, 2*time.Minute, "a refused JobSet write for each denied TrainJob", func(ctx context.Context) (bool, string) {
-		for _, ev := range readAudit(t, audit) {
-			if ev.User.Username == user && ev.ObjectRef != nil && ev.ObjectRef.Resource == "jobsets" && ev.ObjectRef.Namespace == deniedNS && (ev.Code() == 403 || ev.Code() == 422) {
-				refused[ev.ObjectRef.Name] = true
+	last := "not checked yet"
+	cluster.Eventually(t, 5*time.Minute, "every denied TrainJob with JobSetReady=False, reason Write…, the policy's message", func(ctx context.Context) (bool, string) {
+		tjs, err := e.trainers.TrainerV1alpha1().TrainJobs(deniedNS).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, last + " (" + err.Error() + ")"
+		}
+		done, example := 0, "no TrainJob"
+		for _, tj := range tjs.Items {
+			c := meta.FindStatusCondition(tj.Status.Conditions, trainjob.ConditionJobSetReady)
+			if c != nil && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Reason, "Write") && strings.Contains(c.Message, deniedMessage) {
+				done++
+			} else {
+				example = fmt.Sprintf("%s: %+v", tj.Name, c)
 			}
 		}
-		return len(refused) == denied, fmt.Sprintf("%d of %d refused", len(refused), denied)
+		last = fmt.Sprintf("%d of %d; e.g. %s", done, denied, example)
+		return done == denied, last
 	})
+	refused := map[string]int{}
+	for _, ev := range readAudit(t, audit) {
+		if ev.User.Username == user && ev.ObjectRef != nil && ev.ObjectRef.Resource == "jobsets" && ev.ObjectRef.Namespace == deniedNS && (ev.Code() == 403 || ev.Code() == 422) {
+			refused[ev.ObjectRef.Name]++
+		}
+	}
+	applies := 0
+	for _, n := range refused {
+		applies += n
+	}
+	if len(refused) != denied {
+		t.Errorf("the audit log shows refused JobSet writes for %d denied TrainJobs, want %d", len(refused), denied)
+	}
+	t.Logf("all %d denied TrainJobs had their condition %s after their burst began, after %d refused applies",
+		denied, time.Since(deniedStart).Round(100*time.Millisecond), applies)
+	cluster.Eventually(t, 30*time.Second, "no key in flight while the denied TrainJobs wait out the refusal delay", func(context.Context) (bool, string) {
+		n := ctrl.Metric(t, metrics.PipelineKeysInFlight)
+		return n == 0, fmt.Sprintf("%s = %v", metrics.PipelineKeysInFlight, n)
+	})
+
 	openNS := e.namespace(t)
 	withDenied := e.timeAllJobSets(t, openNS, open, 2*baseline+time.Minute)
-	t.Logf("%d TrainJobs of another namespace got their JobSets in %s with %d denied TrainJobs, %s without (%.2f×)",
+	t.Logf("%d TrainJobs of another namespace got their JobSets in %s with %d refused TrainJobs waiting, %s without (%.2f×)",
 		open, withDenied.Round(100*time.Millisecond), denied, baseline.Round(100*time.Millisecond), withDenied.Seconds()/baseline.Seconds())
 	if limit := 2*baseline + 10*time.Second; withDenied > limit {
-		t.Errorf("with %d denied TrainJobs, %d others took %s, more than 2 × %s + 10s", denied, open, withDenied, baseline)
+		t.Errorf("with %d refused TrainJobs waiting, %d others took %s, more than 2 × %s + 10s", denied, open, withDenied, baseline)
 	}
-
-	t.Run("condition", func(t *testing.T) {
-		start := time.Now()
-		last := "not checked yet"
-		cluster.Eventually(t, 3*time.Minute, "every denied TrainJob with JobSetReady=False, reason Write…, the policy's message", func(ctx context.Context) (bool, string) {
-			tjs, err := e.trainers.TrainerV1alpha1().TrainJobs(deniedNS).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-			if err != nil {
-				return false, last + " (" + err.Error() + ")"
-			}
-			done, example := 0, "no TrainJob"
-			for _, tj := range tjs.Items {
-				c := meta.FindStatusCondition(tj.Status.Conditions, trainjob.ConditionJobSetReady)
-				if c != nil && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Reason, "Write") && strings.Contains(c.Message, deniedMessage) {
-					done++
-				} else {
-					example = fmt.Sprintf("%s: %+v", tj.Name, c)
-				}
-			}
-			last = fmt.Sprintf("%d of %d; e.g. %s", done, denied, example)
-			return done == denied, last
-		})
-		t.Logf("all %d denied TrainJobs had their condition %s after the open namespace's burst", denied, time.Since(start).Round(100*time.Millisecond))
-	})
 }
 
 // timeAllJobSets creates n TrainJobs in ns and returns how long until each has its
