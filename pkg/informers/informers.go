@@ -46,7 +46,9 @@ type factory interface {
 	Shutdown()
 }
 
-// New creates the informers with the transforms and indexers installed. resync is the
+// New creates the informers with the transforms and indexers installed. They list and
+// watch through trainer and jobsets; in production jobsets is NewJobSetWatchClient's,
+// which decodes JobSets in the shape the cache keeps. resync is the
 // periodic resync interval (0 disables it: the pipeline is level-triggered on events and
 // a resync would only cost CPU). watched are the namespaces of TrainJobs, runtimes and
 // JobSets to list and watch (empty: every namespace). It returns an error only if an

@@ -76,16 +76,24 @@ func TrimJobSet(obj any) (any, error) {
 	var kept []jobsetv1alpha2.ReplicatedJob
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
-		volumes := sideObjectSecretVolumes(js.Name, rj.Template.Spec.Template.Spec.Volumes)
-		if volumes == nil {
-			continue
-		}
-		trimmed := jobsetv1alpha2.ReplicatedJob{Name: rj.Name, Replicas: rj.Replicas}
-		trimmed.Template.Spec.Template.Spec.Volumes = volumes
-		kept = append(kept, trimmed)
+		kept = keepSideObjectMounts(kept, js.Name, rj.Name, rj.Replicas, rj.Template.Spec.Template.Spec.Volumes)
 	}
 	js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend, ReplicatedJobs: kept}
 	return js, nil
+}
+
+// keepSideObjectMounts appends to kept what the JobSet cache keeps of replicatedJob
+// name of JobSet jobSet: its name, replicas and the volumes of its pod template that
+// mount one of the TrainJob's create-only Secrets, when there are any. It returns
+// kept unchanged otherwise.
+func keepSideObjectMounts(kept []jobsetv1alpha2.ReplicatedJob, jobSet, name string, replicas int32, volumes []corev1.Volume) []jobsetv1alpha2.ReplicatedJob {
+	mounts := sideObjectSecretVolumes(jobSet, volumes)
+	if mounts == nil {
+		return kept
+	}
+	trimmed := jobsetv1alpha2.ReplicatedJob{Name: name, Replicas: replicas}
+	trimmed.Template.Spec.Template.Spec.Volumes = mounts
+	return append(kept, trimmed)
 }
 
 // sideObjectSecretVolumes returns the volumes of Secrets named after the JobSet

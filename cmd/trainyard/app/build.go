@@ -109,7 +109,7 @@ func (c *controller) buildCaches(all, leader *clients) error {
 		c.logger.Info("Watching only some namespaces", "namespaces", c.cfg.WatchNamespaces)
 	}
 	var err error
-	if c.informers, err = informers.New(all.trainers, all.jobsets, 0, watched); err != nil {
+	if c.informers, err = informers.New(all.trainers, all.jobSetWatch, 0, watched); err != nil {
 		return err
 	}
 	scheme := runtime.NewScheme()

@@ -11,6 +11,7 @@ import (
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
+	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
 	"github.com/trainyard/trainyard/pkg/version"
@@ -21,8 +22,11 @@ type clients struct {
 	kube     kubeclient.Interface
 	trainers trainerclient.Interface // JSON only, as custom resources
 	jobsets  jobsetclient.Interface  // JSON only
-	dynamic  dynamic.Interface       // JSON only
-	metadata metadata.Interface
+	// jobSetWatch lists and watches JobSets for the informers, decoding them trimmed
+	// (informers.NewJobSetWatchClient); never used to write.
+	jobSetWatch jobsetclient.Interface
+	dynamic     dynamic.Interface // JSON only
+	metadata    metadata.Interface
 
 	// progressAuth and metricsAuth are the progress and metrics endpoints' own clients
 	// (authClient); set by buildClients on the clients of every replica only.
@@ -50,6 +54,9 @@ func newClients(c *rest.Config) (*clients, error) {
 	}
 	if cs.jobsets, err = jobsetclient.NewForConfig(crdConfig); err != nil {
 		return nil, fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
+	}
+	if cs.jobSetWatch, err = informers.NewJobSetWatchClient(crdConfig); err != nil {
+		return nil, err
 	}
 	if cs.dynamic, err = dynamic.NewForConfig(crdConfig); err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)

@@ -230,8 +230,9 @@ func newStartStop(t *testing.T) *startStop {
 	c := &controller{cfg: cfg, logger: logger, kube: s.kube, fence: lease.NewFence(clock.RealClock{}, cfg.LeaderElection.RenewDeadline.Duration)}
 	c.registry = prometheus.NewRegistry()
 	c.metrics = metrics.New(c.registry)
+	jobsets := jobsetfake.NewSimpleClientset()
 	all := &clients{
-		kube: s.kube, trainers: trainers, jobsets: jobsetfake.NewSimpleClientset(),
+		kube: s.kube, trainers: trainers, jobsets: jobsets, jobSetWatch: jobsets,
 		dynamic:  dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
 		metadata: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()),
 	}
