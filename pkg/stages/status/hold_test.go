@@ -2,10 +2,13 @@ package status_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -157,5 +160,44 @@ func TestSyncLeavesSuspendedCountsToTheNextWrite(t *testing.T) {
 	got := f.storedTrainJob(t).Status.JobsStatus
 	if len(got) != 1 || ptr.Deref(got[0].Active, -1) != 0 || ptr.Deref(got[0].Suspended, -1) != 1 {
 		t.Errorf("jobsStatus %+v after the preemption; want active 0 and suspended 1 written", got)
+	}
+}
+
+// TestSyncJudgesSuspendedCountsOnItsLastWrite: whether a status change is only in
+// jobsStatus[].suspended is judged on the status the write would build on — this
+// process's last write while the cache has not shown it — not on the cache's older
+// TrainJob. A queued TrainJob's first pass writes Suspended=True; the JobSet
+// controller's suspended count comes before the cache shows that write, and the change
+// it makes to the last write is the suspended count alone: no second patch.
+func TestSyncJudgesSuspendedCountsOnItsLastWrite(t *testing.T) {
+	queued := makeTrainJob().Generation(1).Suspend(true).Obj()
+	queued.ResourceVersion = "10"
+	js := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).Obj()
+	f := newFixture(t, queued, js)
+	rv, patches := 10, 0
+	f.trainer.PrependReactor("patch", "trainjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		patches++
+		rv++
+		written := queued.DeepCopy()
+		written.ResourceVersion = fmt.Sprint(rv)
+		return true, written, nil
+	})
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if patches != 1 {
+		t.Fatalf("%d status patches for the queued TrainJob's first pass, want 1 (Suspended=True)", patches)
+	}
+	// The cache still holds resourceVersion 10, without Suspended=True.
+	counted := makeJobSet(queued).Suspend(true).Annotation(status.AnnotationJobSetHash, hashOf(t, queued)).
+		ReplicatedJobStatus("node", 0, 0, 0, 0, 1).Obj()
+	if err := f.jsCache.Update(counted); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if patches != 1 {
+		t.Errorf("%d status patches after the JobSet's suspended count, want still 1: the count alone is left to the next write", patches)
 	}
 }

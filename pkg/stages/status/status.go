@@ -281,14 +281,16 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 			}
 		}
 	}
-	write := mutate(out.applied, out.planned, out.objectsOurs && js != nil)
-	if out.applied && s.Settle > 0 && !expired && out.refused == nil && out.conflict == nil && s.settles(tj, write, mutate(false, nil, false)) {
-		return engine.RequeueAfter(s.Settle), nil
+	change := s.Status.Prepare(tj, mutate(out.applied, out.planned, out.objectsOurs && js != nil))
+	if !change.Empty() {
+		if out.applied && s.Settle > 0 && !expired && out.refused == nil && out.conflict == nil && settles(change, mutate(false, nil, false)) {
+			return engine.RequeueAfter(s.Settle), nil
+		}
+		if onlySuspendedCounts(change) {
+			return s.nextSync(out, finished || expired, deadline, now), nil
+		}
 	}
-	if onlySuspendedCounts(tj, write) {
-		return s.nextSync(out, finished || expired, deadline, now), nil
-	}
-	wrote, err := s.Status.Update(ctx, tj, write)
+	wrote, err := s.Status.Write(ctx, change)
 	if err != nil {
 		return engine.Retry(), err
 	}
@@ -374,34 +376,28 @@ func (s *Stage) nextSync(out applyOutcome, done bool, deadline, now time.Time) e
 	return engine.WaitForEvent()
 }
 
-// settles reports whether the status write of a pass that applied the JobSet may wait
-// for Settle: there is something to write (write changes tj's status), and a later
-// sync, which has neither the plan nor the apply, computes the same (later, the same as
-// write).
-func (s *Stage) settles(tj *trainer.TrainJob, write, later func(*trainer.TrainJobStatus)) bool {
-	written, settled := tj.Status.DeepCopy(), tj.Status.DeepCopy()
-	write(written)
+// settles reports whether the status write change of a pass that applied the JobSet,
+// one that writes something, may wait for Settle: a later sync, which has neither the
+// plan nor the apply, computes the same (later applied to change's base gives change's
+// result).
+func settles(change statuswriter.Change, later func(*trainer.TrainJobStatus)) bool {
+	settled := change.Base.DeepCopy()
 	later(settled)
-	return !equality.Semantic.DeepEqual(&tj.Status, written) && equality.Semantic.DeepEqual(written, settled)
+	return equality.Semantic.DeepEqual(change.Next, settled)
 }
 
-// onlySuspendedCounts reports whether write changes tj's status in nothing but
-// jobsStatus[].suspended: then the stage does not write it on its own, and the next
-// write carries it. No reader acts on that count — Kueue reads active, ready and
-// succeeded and the conditions; users read the Suspended condition, written at once —
-// and through Kueue it cost every queued TrainJob a status patch of its own, seconds
-// after its Suspended=True, when the JobSet controller created its Job suspended
-// (docs/design/status-writes.md). A list whose other counts are all zero counts as
-// no list, as jobsStatus writes it.
-func onlySuspendedCounts(tj *trainer.TrainJob, write func(*trainer.TrainJobStatus)) bool {
-	next := tj.Status.DeepCopy()
-	write(next)
-	if equality.Semantic.DeepEqual(&tj.Status, next) {
-		return false
-	}
-	cur := tj.Status.DeepCopy()
+// onlySuspendedCounts reports whether change, a status write that writes something,
+// changes nothing but jobsStatus[].suspended: then the stage does not write it on its
+// own, and the next write carries it. No reader acts on that count — Kueue reads
+// active, ready and succeeded and the conditions; users read the Suspended condition,
+// written at once — and through Kueue it cost every queued TrainJob a status patch of
+// its own, seconds after its Suspended=True, when the JobSet controller created its Job
+// suspended (docs/design/status-writes.md). A list whose other counts are all zero
+// counts as no list, as jobsStatus writes it.
+func onlySuspendedCounts(change statuswriter.Change) bool {
+	cur, next := *change.Base, *change.Next
 	cur.JobsStatus, next.JobsStatus = withoutSuspendedCounts(cur.JobsStatus), withoutSuspendedCounts(next.JobsStatus)
-	return equality.Semantic.DeepEqual(cur, next)
+	return equality.Semantic.DeepEqual(&cur, &next)
 }
 
 // withoutSuspendedCounts returns jobs with every suspended count cleared, or nil when

@@ -54,12 +54,12 @@ type writtenStatus struct {
 
 // Update applies mutate to a copy of tj's status and, when the result differs
 // semantically, writes status.conditions and status.jobsStatus in one patch of the
-// status subresource. The status mutated is tj.Status, or, when tj (read from the cache)
-// is older than this process's last status write for it, tj.Status with the conditions
-// and jobsStatus of that write; then a result that differs from that write only in
-// lastTransitionTime is not written either (a sync recomputing a condition from the
-// stale cache stamps it with its own clock). It returns whether it wrote, and the API
-// error if the write failed.
+// status subresource: Write(ctx, Prepare(tj, mutate)). The status mutated is tj.Status,
+// or, when tj (read from the cache) is older than this process's last status write for
+// it, tj.Status with the conditions and jobsStatus of that write; then a result that
+// differs from that write only in lastTransitionTime is not written either (a sync
+// recomputing a condition from the stale cache stamps it with its own clock). It
+// returns whether it wrote, and the API error if the write failed.
 //
 // The patch leaves every other status field alone (no conflict with the trainer pods'
 // status.trainerStatus reports) and only ever lands on the TrainJob tj is: a sync that
@@ -74,14 +74,43 @@ type writtenStatus struct {
 // resourceVersion instead, which fails with 409 Conflict on any newer object, the
 // re-created one included. Either failure is retried with the cache's newer view.
 func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*trainer.TrainJobStatus)) (bool, error) {
-	key := cache.MetaObjectToName(tj)
-	base, pending := w.newest(key, tj)
+	return w.Write(ctx, w.Prepare(tj, mutate))
+}
+
+// Change is a status write Prepare computed and Write makes: Base, the status it builds
+// on, and Next, Base with the mutation applied. Both are the caller's to read, not to
+// modify.
+type Change struct {
+	tj         *trainer.TrainJob
+	Base, Next *trainer.TrainJobStatus
+	pending    bool // Base carries this process's write the cache has not shown
+}
+
+// Prepare computes the status write Update would make for tj with mutate, without
+// making it, so that a stage can decide on it (wait for it to settle, leave it to the
+// next write) with the status computed once.
+func (w *Writer) Prepare(tj *trainer.TrainJob, mutate func(*trainer.TrainJobStatus)) Change {
+	base, pending := w.newest(cache.MetaObjectToName(tj), tj)
 	next := base.DeepCopy()
 	mutate(next)
-	if equality.Semantic.DeepEqual(base, next) || (pending && statusDigest(base) == statusDigest(next)) {
+	return Change{tj: tj, Base: base, Next: next, pending: pending}
+}
+
+// Empty reports whether c writes nothing: Next equals Base, or, on a base this process
+// wrote and the cache has not shown yet, differs from it only in lastTransitionTime.
+func (c Change) Empty() bool {
+	return equality.Semantic.DeepEqual(c.Base, c.Next) || (c.pending && statusDigest(c.Base) == statusDigest(c.Next))
+}
+
+// Write makes the status write c unless it is Empty, as Update describes. It returns
+// whether it wrote, and the API error if the write failed.
+func (w *Writer) Write(ctx context.Context, c Change) (bool, error) {
+	if c.Empty() {
 		return false, nil
 	}
-	pt, patch, err := statusPatchOf(tj, base, next)
+	tj, next := c.tj, c.Next
+	key := cache.MetaObjectToName(tj)
+	pt, patch, err := statusPatchOf(tj, c.Base, next)
 	if err != nil {
 		return false, fmt.Errorf("encoding status patch: %w", err)
 	}
