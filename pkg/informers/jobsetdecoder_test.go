@@ -277,7 +277,6 @@ func BenchmarkDecodeJobSetEvent(b *testing.B) {
 	})
 }
 
-
 // BenchmarkWatchJobSetEvents is the controller's cost of a JobSet watch event as
 // client-go reads it off the stream (testdata/jobset.json as a MODIFIED event): framing,
 // the event, its object, and the cache transform. "generated" is the JobSet clientset's
