@@ -31,10 +31,11 @@ generate: ## Regenerate deepcopy, defaults, clientset, listers, informers, apply
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited, or a cited document or heading does not exist in the repository.
+verify: ## Fail when generated code or docs/metrics.md are stale or hand-edited, a cited document or heading does not exist in the repository, or a README command or cluster target could skip the host-package step (hack/freshmachine).
 	hack/verify-codegen.sh
 	hack/verify-metricsdoc.sh
 	$(GO) run ./hack/citations
+	$(GO) run ./hack/freshmachine
 
 .PHONY: verify-selftest
 verify-selftest: ## Prove verify fails on a hand-edited generated file.
@@ -129,24 +130,24 @@ test-e2e: e2e-build ## End-to-end tests on the local control plane (each test pa
 E2E_REALNODE_RUN ?= .
 
 .PHONY: test-e2e-realnode
-test-e2e-realnode: ## The e2e tests of real processes on a real node (e2e/realnode; E2E_REALNODE_RUN selects): cluster DNS, DDP, MPI, XGBoost, progress and certificates, failure, deadline, suspend.
+test-e2e-realnode: host-packages ## The e2e tests of real processes on a real node (e2e/realnode; E2E_REALNODE_RUN selects): cluster DNS, DDP, MPI, XGBoost, progress and certificates, failure, deadline, suspend.
 	cd e2e && E2E_REAL_NODE=1 $(GO) test -count=1 $(E2E_TEST_FLAGS) -run '$(E2E_REALNODE_RUN)' ./realnode/
 
 .PHONY: test-e2e-137
-test-e2e-137: ## The e2e tests whose behavior differs on Kubernetes 1.37 (E2E_KUBE137_RUN in E2E_KUBE137_PACKAGES), on 1.37 clusters.
+test-e2e-137: host-packages ## The e2e tests whose behavior differs on Kubernetes 1.37 (E2E_KUBE137_RUN in E2E_KUBE137_PACKAGES), on 1.37 clusters.
 	cd e2e && E2E_KUBE_VERSION=1.37 $(GO) test -count=1 $(E2E_TEST_FLAGS) -run '$(E2E_KUBE137_RUN)' $(E2E_KUBE137_PACKAGES)
 
 ##@ Run
 
 .PHONY: run
-run: build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
+run: host-packages build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
 	$(OUTPUT)/bin/trainyard --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig --log-format=text --v=2 \
 	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:8081 \
 	  --webhook-bind-address=127.0.0.1:9443 --webhook-register-url=https://127.0.0.1:9443 \
 	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 
 .PHONY: dev
-dev: cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
+dev: host-packages cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
 	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS) $(if $(filter 1,$(OPTIMIZE)),--optimize)
 
 ##@ Benchmarks
@@ -155,7 +156,7 @@ BENCH_N           ?= 2000
 BENCH_LIFECYCLE_N ?= 500
 
 .PHONY: bench
-bench: ## Scale benchmark on its own local control plane (issue 9): admission of BENCH_N TrainJobs vs the raw-create limit, again with webhooks on (issue 13: review latency, throughput within 10%), then BENCH_LIFECYCLE_N to Complete. Results: bench/results/.
+bench: host-packages ## Scale benchmark on its own local control plane (issue 9): admission of BENCH_N TrainJobs vs the raw-create limit, again with webhooks on (issue 13: review latency, throughput within 10%), then BENCH_LIFECYCLE_N to Complete. Results: bench/results/.
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N)
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_N) --webhooks --out=../bench/results/admission-n$(BENCH_N)-webhooks \
 	  --baseline=../bench/results/admission-n$(BENCH_N)/result.json --baseline-tolerance=0.1
@@ -164,7 +165,7 @@ bench: ## Scale benchmark on its own local control plane (issue 9): admission of
 BENCH_SCALE_N ?= $(or $(N),10000)
 
 .PHONY: bench-scale
-bench-scale: ## Admission of BENCH_SCALE_N (or N) TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%), then a controller restart with all of them and their JobSets present (issue 17: ready, writes, peak RSS). `make bench-scale N=50000` for issue 17's size.
+bench-scale: host-packages ## Admission of BENCH_SCALE_N (or N) TrainJobs, compared with the BENCH_N run of `make bench` (issue 9: within 20%), then a controller restart with all of them and their JobSets present (issue 17: ready, writes, peak RSS). `make bench-scale N=50000` for issue 17's size.
 	cd e2e && $(GO) run ./cmd/bench --mode=admission --n=$(BENCH_SCALE_N) --restart --timeout=60m --baseline=../bench/results/admission-n$(BENCH_N)/result.json
 
 BENCH_PROGRESS_N           ?= 1000
@@ -173,7 +174,7 @@ BENCH_PROGRESS_INTERVAL    ?= 1s
 BENCH_PROGRESS_ADMISSION_N ?= 500
 
 .PHONY: bench-progress
-bench-progress: ## Progress reports (issue 14): BENCH_PROGRESS_N TrainJobs × 4 Running pods, each pod reporting every BENCH_PROGRESS_INTERVAL for BENCH_PROGRESS_DURATION; report latency, trainerStatus writes per TrainJob per period (≤ 1), controller and API server CPU, admission of BENCH_PROGRESS_ADMISSION_N TrainJobs with vs without the reports (drop < 10%). Results: bench/results/progress-n<N>/.
+bench-progress: host-packages ## Progress reports (issue 14): BENCH_PROGRESS_N TrainJobs × 4 Running pods, each pod reporting every BENCH_PROGRESS_INTERVAL for BENCH_PROGRESS_DURATION; report latency, trainerStatus writes per TrainJob per period (≤ 1), controller and API server CPU, admission of BENCH_PROGRESS_ADMISSION_N TrainJobs with vs without the reports (drop < 10%). Results: bench/results/progress-n<N>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=progress --n=$(BENCH_PROGRESS_N) --duration=$(BENCH_PROGRESS_DURATION) \
 	  --report-interval=$(BENCH_PROGRESS_INTERVAL) --admission-n=$(BENCH_PROGRESS_ADMISSION_N)
 
@@ -183,7 +184,7 @@ BENCH_PEER_ROUNDS      ?= 2
 BENCH_PEER_FLAGS       ?=
 
 .PHONY: bench-peer
-bench-peer: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
+bench-peer: host-packages ## Trainyard vs upstream Kubeflow Trainer v2.3.0 (issue 17) on one local control plane: admission of each of BENCH_PEER_SIZES and BENCH_PEER_LIFECYCLE_N to Complete, each controller BENCH_PEER_ROUNDS times, alternating; figures side by side with Trainyard ÷ upstream. Builds upstream's controller manager once (hack/kube-bins/trainer). Results: bench/results/peer-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=peer --sizes=$(BENCH_PEER_SIZES) --lifecycle-n=$(BENCH_PEER_LIFECYCLE_N) --rounds=$(BENCH_PEER_ROUNDS) $(BENCH_PEER_FLAGS)
 
 BENCH_PEER_KUEUE_N      ?= 2000
@@ -191,21 +192,21 @@ BENCH_PEER_KUEUE_QUOTA  ?= 200
 BENCH_PEER_KUEUE_ROUNDS ?= 1
 
 .PHONY: bench-peer-kueue
-bench-peer-kueue: ## Trainyard vs upstream Kubeflow Trainer v2.3.0 through real Kueue v0.19.1 (issue 27): BENCH_PEER_KUEUE_N TrainJobs through a ClusterQueue with quota for BENCH_PEER_KUEUE_QUOTA at a time, to Complete, each controller BENCH_PEER_KUEUE_ROUNDS times, alternating; writes per TrainJob by client, verb and object (audit log), Kueue's unsuspend → JobSet unsuspended p50/p99, end-to-end time, controller, API-server and Kueue CPU; ratios in result.json. Results: bench/results/peer-kueue-<date>/.
+bench-peer-kueue: host-packages ## Trainyard vs upstream Kubeflow Trainer v2.3.0 through real Kueue v0.19.1 (issue 27): BENCH_PEER_KUEUE_N TrainJobs through a ClusterQueue with quota for BENCH_PEER_KUEUE_QUOTA at a time, to Complete, each controller BENCH_PEER_KUEUE_ROUNDS times, alternating; writes per TrainJob by client, verb and object (audit log), Kueue's unsuspend → JobSet unsuspended p50/p99, end-to-end time, controller, API-server and Kueue CPU; ratios in result.json. Results: bench/results/peer-kueue-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=peer --kueue-n=$(BENCH_PEER_KUEUE_N) --quota=$(BENCH_PEER_KUEUE_QUOTA) --lifecycle-n=-1 --rounds=$(BENCH_PEER_KUEUE_ROUNDS) $(BENCH_PEER_FLAGS)
 
 BENCH_WRITES_N      ?= 500
 BENCH_WRITES_ROUNDS ?= 3
 
 .PHONY: bench-writes
-bench-writes: ## What each way of writing a JobSet costs the API server (issue 17): server-side apply, create then merge patch, create then apply; BENCH_WRITES_N JobSets per method, BENCH_WRITES_ROUNDS rounds interleaved; latency, apiserver and etcd CPU per 1,000, stored and managedFields size, watch events, field ownership on later updates. Results: bench/results/writes-<date>/.
+bench-writes: host-packages ## What each way of writing a JobSet costs the API server (issue 17): server-side apply, create then merge patch, create then apply; BENCH_WRITES_N JobSets per method, BENCH_WRITES_ROUNDS rounds interleaved; latency, apiserver and etcd CPU per 1,000, stored and managedFields size, watch events, field ownership on later updates. Results: bench/results/writes-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=writes --n=$(BENCH_WRITES_N) --rounds=$(BENCH_WRITES_ROUNDS)
 
 BENCH_KUEUE_N     ?= 2000
 BENCH_KUEUE_QUOTA ?= 200
 
 .PHONY: bench-kueue
-bench-kueue: ## Trainyard under real Kueue v0.19.1 (issue 16): BENCH_KUEUE_N TrainJobs through one ClusterQueue with quota for BENCH_KUEUE_QUOTA at a time, each run to Complete; end-to-end time and throughput, the most running at once (≤ the quota), Trainyard's writes per TrainJob (and who writes what, from the audit log), Kueue's unsuspend → JobSet exists / unsuspended p50/p99, Kueue's and Trainyard's CPU. Results: bench/results/kueue-n<N>-<date>/.
+bench-kueue: host-packages ## Trainyard under real Kueue v0.19.1 (issue 16): BENCH_KUEUE_N TrainJobs through one ClusterQueue with quota for BENCH_KUEUE_QUOTA at a time, each run to Complete; end-to-end time and throughput, the most running at once (≤ the quota), Trainyard's writes per TrainJob (and who writes what, from the audit log), Kueue's unsuspend → JobSet exists / unsuspended p50/p99, Kueue's and Trainyard's CPU. Results: bench/results/kueue-n<N>-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=kueue --n=$(BENCH_KUEUE_N) --quota=$(BENCH_KUEUE_QUOTA)
 
 .PHONY: bench-micro
@@ -222,7 +223,7 @@ test-chart: build $(TOOLS)/promtool ## Chart tests: lint, render, schema, RBAC, 
 	cd hack/charttest && PROMTOOL=$(CURDIR)/$(TOOLS)/promtool TRAINYARD_BIN=$(CURDIR)/$(OUTPUT)/bin/trainyard $(GO) test -count=1 ./...
 
 .PHONY: check
-check: ## Everything CI runs: verify (and proof it can fail), lint, unit tests, a short run of every fuzz target, chart and e2e tests (e2e-build in the background meanwhile: hack/check.sh).
+check: host-packages ## Everything CI runs: verify (and proof it can fail), lint, unit tests, a short run of every fuzz target, chart and e2e tests (e2e-build in the background meanwhile: hack/check.sh).
 	MAKE="$(MAKE)" OUTPUT=$(OUTPUT) hack/check.sh
 
 .PHONY: help

@@ -52,11 +52,19 @@ E2E_TEST_FLAGS ?= -timeout 30m
 LOCALCLUSTER := $(CLUSTER_ROOT)/_output/bin/localcluster
 LOCALCLUSTER_FLAGS = --state-dir=$(CLUSTER_STATE_DIR) --log-dir=$(CLUSTER_LOG_DIR)
 
-.PHONY: localcluster cluster-build cluster-up cluster-ensure cluster-down cluster-status
+.PHONY: host-packages localcluster cluster-build cluster-up cluster-ensure cluster-down cluster-status
+
+# host-packages installs the Debian packages the local control plane, its real node and
+# their builds need (hack/install-host-packages.sh: nothing when all are there; not root,
+# it stops with the one command to run). Every target that builds or starts a cluster
+# reaches it through localcluster, so it runs before any build (issue 37;
+# hack/freshmachine checks that no such target can skip it).
+host-packages:
+	@$(CLUSTER_ROOT)/hack/install-host-packages.sh
 
 # The e2e module is separate from the main one; go build is incremental, so
 # this is quick once built.
-localcluster:
+localcluster: host-packages
 	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
 
 cluster-build: localcluster

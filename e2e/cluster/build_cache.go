@@ -111,9 +111,13 @@ func (o *BuildOptions) moduleDir(ctx context.Context, src Source, log io.Writer)
 	cmd.Dir = tmp // outside any module, so no go.mod is read or changed
 	cmd.Env = append(goEnv(), "GOFLAGS=-mod=mod")
 	cmd.Stdout, cmd.Stderr = &out, log
-	runErr := cmd.Run()
+	runErr := canceled(ctx, cmd.Run())
 	var info struct{ Dir, Error string }
 	if err := json.Unmarshal(out.Bytes(), &info); err != nil || runErr != nil || info.Dir == "" {
+		if runErr != nil {
+			// The command's failure says why; the JSON it cut short would only add noise.
+			return "", fmt.Errorf("go mod download %s@%s: %w %s", src.Module, src.Version, runErr, info.Error)
+		}
 		return "", fmt.Errorf("go mod download %s@%s: %v %s", src.Module, src.Version, errors.Join(runErr, err), info.Error)
 	}
 	return info.Dir, nil

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,31 +55,16 @@ func groupSources(srcs []Source) []*buildGroup {
 
 // buildAll builds the groups concurrently: each go build already compiles in
 // parallel, but its link steps are serial, and overlapping them with another
-// build's compiles shortens a cold build. The first failure cancels the rest.
+// build's compiles shortens a cold build. The first failure cancels the rest and
+// is the error returned, naming the builds it stopped.
 func (o *BuildOptions) buildAll(ctx context.Context, srcs []Source) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	groups := groupSources(srcs)
-	errs := make([]error, len(groups))
+	ctx, failures := newFirstFailure(ctx)
 	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Go(func() {
-			if errs[i] = o.buildGroup(ctx, g); errs[i] != nil {
-				cancel()
-			}
-		})
+	for _, g := range groupSources(srcs) {
+		wg.Go(func() { failures.fail(g.describe(), o.buildGroup(ctx, g)) })
 	}
 	wg.Wait()
-	var failed []error
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			failed = append(failed, err)
-		}
-	}
-	if len(failed) == 0 && ctx.Err() != nil {
-		return errors.Join(errs...) // the caller's context ended
-	}
-	return errors.Join(failed...)
+	return failures.Err()
 }
 
 // buildGroup builds a group's binaries with one go build, then fills a
@@ -172,7 +156,7 @@ func (o *BuildOptions) goBuild(ctx context.Context, src Source, pkgs []string, d
 		_ = syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, o.Niceness)
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("go build: %w", err)
+		return fmt.Errorf("go build: %w", canceled(ctx, err))
 	}
 	return nil
 }

@@ -93,29 +93,34 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // BuildAll builds the cluster's binaries (Build of opts.Build) and, with
 // opts.RealNode, its images (opts.Images.Prepare) beside them: a cold start pays
 // the longer of the two, not their sum (each ~30 minutes cold on 2 cores). The
-// first error cancels the other build; both are returned.
+// first error cancels the other build and is the one returned, saying which build
+// it stopped.
 func BuildAll(ctx context.Context, opts Options) (*Binaries, error) {
 	if !opts.RealNode || opts.Images == nil {
 		return Build(ctx, opts.Build)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	images := make(chan error, 1)
+	return buildBeside(ctx,
+		func(ctx context.Context) error { return opts.Images.Prepare(ctx, opts.Progress) },
+		func(ctx context.Context) (*Binaries, error) { return Build(ctx, opts.Build) })
+}
+
+// buildBeside runs images beside binaries; the first to fail stops the other.
+func buildBeside(ctx context.Context, images func(context.Context) error, binaries func(context.Context) (*Binaries, error)) (*Binaries, error) {
+	ctx, failures := newFirstFailure(ctx)
+	done := make(chan struct{})
 	go func() {
-		err := opts.Images.Prepare(ctx, opts.Progress)
-		if err != nil {
-			cancel() // no use finishing the binaries of a cluster that cannot start
+		defer close(done)
+		if err := images(ctx); err != nil {
+			failures.fail("the real node's images", fmt.Errorf("building the real node's images: %w", err))
 		}
-		images <- err
 	}()
-	bins, err := Build(ctx, opts.Build)
-	if err != nil {
-		cancel()
+	bins, err := binaries(ctx)
+	failures.fail("the control plane's binaries", err)
+	<-done
+	if err := failures.Err(); err != nil {
+		return nil, err
 	}
-	if imgErr := <-images; imgErr != nil {
-		return nil, errors.Join(fmt.Errorf("building the real node's images: %w", imgErr), err)
-	}
-	return bins, err
+	return bins, nil
 }
 
 // workDirPrefix names the data folders Up creates; DownFromState only ever
