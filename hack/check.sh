@@ -19,7 +19,7 @@ stop_build() { kill -- "-$build" 2>/dev/null || true; }
 trap stop_build EXIT
 echo "check: e2e-build runs in the background (log: $log)"
 
-"$MAKE" --no-print-directory verify verify-selftest lint test fuzz-short test-chart
+"$MAKE" --no-print-directory verify verify-selftest lint test fuzz-short test-chart test-image
 
 echo "check: waiting for e2e-build"
 if ! wait "$build"; then
