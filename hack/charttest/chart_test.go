@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +14,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 )
 
 // Value combinations the acceptance criteria name; each must lint and render.
@@ -66,6 +69,12 @@ watchNamespaces: [team-a, team-b]
 `,
 	"plain-http-metrics": `
 metrics: {secureServing: false, auth: {enabled: false}}
+`,
+	"network-policy": `
+networkPolicy:
+  enabled: true
+  webhook: {from: [{ipBlock: {cidr: 10.0.0.0/24}}]}
+  progress: {podSelector: {matchExpressions: [{key: jobset.sigs.k8s.io/jobset-name, operator: Exists}]}}
 `,
 	"everything": `
 nameOverride: ty
@@ -125,6 +134,15 @@ metrics:
     additionalAlertLabels: {team: ml-platform}
     jobSetCreationSLO: {enabled: true, objective: 0.995, latencySeconds: 2.5, pageSeverity: page, ticketSeverity: ticket}
   dashboard: {enabled: true}
+networkPolicy:
+  enabled: true
+  webhook: {from: [{ipBlock: {cidr: 10.0.0.0/24, except: [10.0.0.7/32]}}]}
+  progress:
+    namespaceSelector: {matchLabels: {team: ml}}
+    podSelector: {matchExpressions: [{key: jobset.sigs.k8s.io/jobset-name, operator: Exists}]}
+    from: [{ipBlock: {cidr: "fd00::/64"}}]
+  metrics: {from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}, podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}}]}
+  egress: [{to: [{ipBlock: {cidr: 192.0.2.10/32}}], ports: [{port: 6443, protocol: TCP}]}]
 `,
 }
 
@@ -173,6 +191,8 @@ func TestCombinationsRender(t *testing.T) {
 					into[corev1.Service](t, o)
 				case "PodDisruptionBudget":
 					into[policyv1.PodDisruptionBudget](t, o)
+				case "NetworkPolicy":
+					into[networkingv1.NetworkPolicy](t, o)
 				case "ClusterRole":
 					into[rbacv1.ClusterRole](t, o)
 				case "ClusterRoleBinding":
@@ -459,6 +479,56 @@ func TestNoCRDsInTemplates(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("CRDs in crds/ (-want +got):\n%s", diff)
+	}
+}
+
+// TestCRDsNamedEverywhere: the places that name the chart's CRDs (Artifact
+// Hub's annotation in Chart.yaml, values.yaml's header, the README's "CRDs"
+// section) name every CRD in crds/, and the annotation no other.
+func TestCRDsNamedEverywhere(t *testing.T) {
+	ch := loadChart(t)
+	type kindVersion struct{ Kind, Version string }
+	var shipped []kindVersion
+	for _, c := range ch.CRDObjects() {
+		var crd struct {
+			Spec struct {
+				Names    struct{ Kind string }
+				Versions []struct {
+					Name   string
+					Served bool
+				}
+			}
+		}
+		if err := yaml.Unmarshal(c.File.Data, &crd); err != nil || crd.Spec.Names.Kind == "" {
+			t.Fatalf("%s: not a CRD (%v)", c.Filename, err)
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Served {
+				shipped = append(shipped, kindVersion{crd.Spec.Names.Kind, v.Name})
+			}
+		}
+	}
+	var annotated []kindVersion
+	if err := yaml.Unmarshal([]byte(ch.Metadata.Annotations["artifacthub.io/crds"]), &annotated); err != nil {
+		t.Fatalf("Chart.yaml annotation artifacthub.io/crds: %v", err)
+	}
+	less := func(a, b kindVersion) int { return strings.Compare(a.Kind+"/"+a.Version, b.Kind+"/"+b.Version) }
+	slices.SortFunc(shipped, less)
+	slices.SortFunc(annotated, less)
+	if diff := cmp.Diff(shipped, annotated); diff != "" {
+		t.Errorf("Chart.yaml's artifacthub.io/crds against crds/ (-crds/ +annotation):\n%s", diff)
+	}
+	values := string(mustReadFile(t, chartDir+"/values.yaml"))
+	header := values[:strings.Index(values, "\n\n# -- ")]
+	readme := string(mustReadFile(t, chartDir+"/README.md"))
+	section := readme[strings.Index(readme, "## CRDs\n\n")+len("## CRDs\n\n"):]
+	section = section[:strings.Index(section, "\n\n")] // its first paragraph
+	for _, kv := range shipped {
+		for name, text := range map[string]string{"values.yaml's header": header, "README.md's CRDs section": section} {
+			if !regexp.MustCompile(`\b` + kv.Kind + `\b`).MatchString(text) {
+				t.Errorf("%s does not name the CRD %s:\n%s", name, kv.Kind, text)
+			}
+		}
 	}
 }
 

@@ -75,6 +75,22 @@ func TestSchemaRejectsMistakes(t *testing.T) {
 		`webhook: {certificates: {certManager: {enabled: true}}}`:                        "enabled",
 		`webhook: {certificates: {certManager: {issuerRef: {kind: ClusterIssuer}}}}`:     "name",
 		`webhook: {certificates: {certManager: {issuerRef: {name: ca, namespace: x}}}}`:  "namespace",
+		// network policy: NetworkPolicyPeers and egress rules as Kubernetes takes them
+		`networkPolicy: {enable: true}`:                                                           "enable",
+		`networkPolicy: {enabled: "true"}`:                                                        "enabled",
+		`networkPolicy: {health: {from: []}}`:                                                     "health",
+		`networkPolicy: {webhook: {from: {ipBlock: {cidr: 10.0.0.0/8}}}}`:                         "from",
+		`networkPolicy: {webhook: {from: [{}]}}`:                                                  "from",
+		`networkPolicy: {webhook: {from: [{ipblock: {cidr: 10.0.0.0/8}}]}}`:                       "ipblock",
+		`networkPolicy: {webhook: {from: [{ipBlock: {cidr: 10.0.0.0}}]}}`:                         "cidr",
+		`networkPolicy: {webhook: {from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}}`:      "from",
+		`networkPolicy: {metrics: {from: [{namespaceSelector: {matchNames: [monitoring]}}]}}`:     "matchNames",
+		`networkPolicy: {metrics: {enabled: "no"}}`:                                               "enabled",
+		`networkPolicy: {progress: {namespaceSelector: {matchLabel: {team: ml}}}}`:                "matchLabel",
+		`networkPolicy: {progress: {podSelector: []}}`:                                            "podSelector",
+		`networkPolicy: {egress: [{to: [{ipBlock: {cidr: 10.0.0.1/32}}], port: [{port: 6443}]}]}`: "port",
+		`networkPolicy: {egress: [{ports: [{port: 70000}]}]}`:                                     "port",
+		`networkPolicy: {egress: [{ports: [{port: 443, protocol: HTTP}]}]}`:                       "protocol",
 	} {
 		t.Run(values, func(t *testing.T) {
 			_, err := render(t, values, withMonitoring())
@@ -142,6 +158,7 @@ func passThrough(path string) bool {
 		".resources.requests", ".resources.limits", ".livenessProbe", ".readinessProbe",
 		".podSecurityContext.seccompProfile", ".strategy", ".affinity",
 		".webhook.namespaceSelector", ".webhook.certificates.certManager.issuerRef",
+		".networkPolicy.progress.namespaceSelector", ".networkPolicy.progress.podSelector",
 	}, path)
 }
 
