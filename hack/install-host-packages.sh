@@ -6,11 +6,13 @@
 #   iptables, iproute2  runc (built with cgo) links libseccomp, iptables serves the portmap plugin
 #                       and the guard that keeps the pod network on this machine,
 #                       iproute2 makes its bridge
+#   nftables, socat     routed Services on the real node (e2e/cluster/realnode_services.go):
+#                       kube-proxy's nftables mode and its guard, the API server's forwarder
 #   mmdebstrap, gpg,    the real node's images, built from Debian packages (e2e/images,
 #   debian-archive-keyring   images.Packages)
 set -o errexit -o nounset -o pipefail
 
-packages=(make git gcc libseccomp-dev iptables iproute2 mmdebstrap gpg debian-archive-keyring)
+packages=(make git gcc libseccomp-dev iptables iproute2 nftables socat mmdebstrap gpg debian-archive-keyring)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q "install ok installed" || missing+=("${p}")

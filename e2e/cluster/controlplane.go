@@ -31,6 +31,9 @@ func (c *Cluster) allocatePorts() error {
 	if c.opts.RealNode {
 		names = append(names, Kubelet, portKubeletHealth, portCoreDNSHealth, portCoreDNSReady, Registry)
 	}
+	if c.opts.RoutedServices {
+		names = append(names, portKubeProxyHealth, portKubeProxyMetrics)
+	}
 	free, err := freePorts(len(names))
 	if err != nil {
 		return err
@@ -73,7 +76,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	certDir, err := c.pki.servingCert(KubeAPIServer, "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+	certDir, err := c.pki.servingCert(KubeAPIServer, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc."+ClusterDomain, KubernetesServiceIP) // the names in-cluster clients dial
 	if err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + saKey,
 		"--service-account-signing-key-file=" + saKey,
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		// The "kubernetes" Endpoints cannot hold a loopback address.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
@@ -134,12 +138,16 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 
 // tokenClient is an HTTP client that trusts the cluster CA and sends the
 // admin token, for probes before client-go is set up.
-func (c *Cluster) tokenClient() *http.Client {
+func (c *Cluster) tokenClient() *http.Client { return c.tokenClientFor("") }
+
+// tokenClientFor is tokenClient verifying the API server's certificate for
+// serverName, "" for the address dialed: a forwarder's address is not in it.
+func (c *Cluster) tokenClientFor(serverName string) *http.Client {
 	pool := newCertPool(c.pki.caPEM)
 	return &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: bearerTransport{token: c.token, base: &http.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		}},
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -123,6 +124,13 @@ type Options struct {
 	// (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1), so it
 	// is meant for throw-away machines and CI, not a workstation.
 	RealNode bool
+	// RoutedServices routes Services on this machine as in a real cluster
+	// (realnode_services.go): kube-proxy in nftables mode programs every
+	// ClusterIP, the "kubernetes" Service reaches the API server, so the API server
+	// calls webhooks through their Service and pods reach Services, the API server
+	// included. Needs RealNode and RoutedServicesHostPackages; one cluster per
+	// machine at a time.
+	RoutedServices bool
 	// Images builds the real node's images and publishes them to its registry;
 	// required with RealNode (images.Publisher).
 	Images ImageSource
@@ -165,6 +173,9 @@ func (o *Options) withDefaults() error {
 	}
 	o.Build.Kueue = o.Build.Kueue || o.Kueue
 	o.Build.RealNode = o.Build.RealNode || o.RealNode
+	if o.RoutedServices && !o.RealNode {
+		return errors.New("routed Services need a real node: kube-proxy programs the real node's bridge (set RealNode, --real-node)")
+	}
 	if o.RealNode && o.KubeVersion != "" && o.KubeVersion != DefaultKubeVersion {
 		return fmt.Errorf("a real node runs only with Kubernetes %s (its kubelet is built beside that release), not %s", DefaultKubeVersion, o.KubeVersion)
 	}

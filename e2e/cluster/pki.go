@@ -65,7 +65,7 @@ func newPKI(dir string) (*pki, error) {
 func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.crt") }
 
 // servingCert issues a TLS server certificate for 127.0.0.1 plus the given
-// DNS names and writes <dir>/<name>/tls.crt and tls.key (the file names
+// DNS names (an IP address among them becomes an IP SAN) and writes <dir>/<name>/tls.crt and tls.key (the file names
 // controller-runtime webhooks expect). It returns that folder.
 func (p *pki) servingCert(name string, dnsNames ...string) (string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -80,7 +80,14 @@ func (p *pki) servingCert(name string, dnsNames ...string) (string, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     append([]string{"localhost"}, dnsNames...),
+		DNSNames:     []string{"localhost"},
+	}
+	for _, n := range dnsNames {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
 	if err != nil {

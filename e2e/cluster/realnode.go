@@ -91,6 +91,7 @@ var realNodeSources = []Source{
 		Name: "kubelet", BuildModule: "kubernetes", Module: "k8s.io/kubernetes", Version: "v1.36.3", Stamp: kubeStamp,
 		Binaries: map[string]string{Kubelet: "k8s.io/kubernetes/cmd/kubelet"},
 	},
+	kubeProxySource,
 }
 
 // RealNodeHostPackages are the Debian packages the real node needs on the
@@ -111,6 +112,9 @@ type RealNodeState struct {
 	// ContainerdRoot keeps pulled images across runs of one StateDir (it
 	// holds no mounts), so a warm start unpacks nothing.
 	ContainerdRoot string `json:"containerdRoot"`
+	// RoutedServices records that kube-proxy's tables and the guard are this
+	// cluster's to remove (Options.RoutedServices).
+	RoutedServices bool `json:"routedServices,omitempty"`
 }
 
 // Keys of Cluster.ports for the real node.
@@ -141,6 +145,9 @@ func checkRealNodeHost(opts *Options) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("a real node needs %s on PATH: apt-get install -y %s", strings.Join(missing, ", "), strings.Join(RealNodeHostPackages, " "))
+	}
+	if opts.RoutedServices {
+		return checkRoutedServicesHost(context.Background())
 	}
 	return nil
 }
@@ -174,6 +181,14 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.opts.Progress, "real node %s ready in %s (%s cpu, %s memory; pods on %s, DNS %s)\n", node.Name,
 		time.Since(start).Round(100*time.Millisecond), node.Status.Allocatable.Cpu(), node.Status.Allocatable.Memory(), rn.Subnet, rn.Gateway)
+	if !c.opts.RoutedServices {
+		return nil
+	}
+	start = time.Now()
+	if err := c.startRoutedServices(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.opts.Progress, "Services routed by kube-proxy (nftables) in %s; the API server at %s:443 for pods\n", time.Since(start).Round(100*time.Millisecond), KubernetesServiceIP)
 	return nil
 }
 

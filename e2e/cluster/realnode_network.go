@@ -40,6 +40,7 @@ func (c *Cluster) setupPodNetwork(ctx context.Context) (*RealNodeState, error) {
 			CgroupRoot:     fmt.Sprintf("/trainyard-%d", i),
 			Dir:            filepath.Join(c.workDir, "node"),
 			ContainerdRoot: filepath.Join(c.opts.StateDir, "containerd"),
+			RoutedServices: c.opts.RoutedServices,
 		}
 		c.mu.Lock()
 		c.realNode = rn
@@ -87,18 +88,24 @@ func usedSubnets() (map[string]bool, error) {
 // the node's subnet and no gateway route (the bridge plugin's isGateway would
 // also turn on IP forwarding; the host's address is on the bridge anyway, so
 // pods reach it, and each other, within the subnet), hostPort via portmap.
+// With routed Services, pods also get a route for the Service range through
+// the host, where kube-proxy's rules translate it; nothing else.
 func cniConfig(rn *RealNodeState) map[string]any {
+	ipam := map[string]any{
+		"type":    cniHostLocal,
+		"ranges":  [][]map[string]string{{{"subnet": rn.Subnet, "rangeStart": strings.TrimSuffix(rn.Gateway, ".1") + ".10"}}},
+		"dataDir": filepath.Join(rn.Dir, "cni", "ipam"),
+	}
+	if rn.RoutedServices {
+		ipam["routes"] = []map[string]string{{"dst": ServiceCIDR, "gw": rn.Gateway}}
+	}
 	return map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "trainyard",
 		"plugins": []any{
 			map[string]any{
 				"type": cniBridge, "bridge": rn.Bridge, "isGateway": false, "ipMasq": false, "hairpinMode": true,
-				"ipam": map[string]any{
-					"type":    cniHostLocal,
-					"ranges":  [][]map[string]string{{{"subnet": rn.Subnet, "rangeStart": strings.TrimSuffix(rn.Gateway, ".1") + ".10"}}},
-					"dataDir": filepath.Join(rn.Dir, "cni", "ipam"),
-				},
+				"ipam": ipam,
 			},
 			map[string]any{"type": cniPortmap, "capabilities": map[string]bool{"portMappings": true}},
 		},

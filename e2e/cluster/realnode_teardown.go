@@ -30,8 +30,25 @@ func teardownRealNode(rn *RealNodeState) error {
 	}
 	for forwardGuard(ctx, "-D", rn.Bridge) == nil { // every copy, should one be left from a crash
 	}
-	errs = append(errs, removeCgroupRoot(rn.CgroupRoot))
+	if rn.RoutedServices {
+		teardownRoutedServices(ctx)
+	}
+	errs = append(errs, removeCgroupRootWhenEmpty(rn.CgroupRoot, 10*time.Second))
 	return errors.Join(errs...)
+}
+
+// removeCgroupRootWhenEmpty retries removeCgroupRoot for up to timeout: a cgroup
+// stays busy until the processes just killed in it have exited, which SIGKILL does
+// not wait for.
+func removeCgroupRootWhenEmpty(root string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := removeCgroupRoot(root)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func linkExists(name string) bool {

@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	controllerBinary = bin
 	os.Exit(cluster.ForTestsWith(m, func(o *cluster.Options) {
 		o.RealNode = true
+		o.RoutedServices = true // services_test.go
 		o.Images = images.Publisher(images.Options{})
 		o.Nodes = 1 // one fake node, to show real pods never land on it
 	}))

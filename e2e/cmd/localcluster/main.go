@@ -73,7 +73,7 @@ func main() {
 // common holds the flags every command has.
 type common struct {
 	stateDir, logDir, cacheDir, kubeVersion string
-	kueue, realNode                         bool
+	kueue, realNode, routedServices         bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
@@ -85,17 +85,20 @@ func (c *common) register(flags *flag.FlagSet) {
 	flags.BoolVar(&c.kueue, "kueue", false, "also build (build) or run (up) the Kueue controller manager, its CRDs and webhooks, with the TrainJob integration")
 	flags.BoolVar(&c.realNode, "real-node", false, "also build (build) or run (up) a real node: kubelet, containerd, runc, CNI and CoreDNS, with the runtimes' images "+
 		"served on 127.0.0.1 (needs root and "+strings.Join(cluster.RealNodeHostPackages, ", ")+"; the fake nodes are then tainted "+cluster.TaintFakeNode.Key+")")
+	flags.BoolVar(&c.routedServices, "routed-services", false, "with --real-node (up): route Services as a real cluster does, kube-proxy in nftables mode on the real node's bridge, "+
+		"the API server reachable from pods at "+cluster.KubernetesServiceIP+" (needs "+strings.Join(cluster.RoutedServicesHostPackages, ", ")+"; one such cluster per machine)")
 }
 
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:       cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode},
-		Kueue:       c.kueue,
-		RealNode:    c.realNode,
-		Images:      images.Publisher(images.Options{CacheDir: c.cacheDir}),
-		KubeVersion: c.kubeVersion,
-		Progress:    os.Stderr,
+		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode},
+		Kueue:          c.kueue,
+		RealNode:       c.realNode,
+		RoutedServices: c.routedServices,
+		Images:         images.Publisher(images.Options{CacheDir: c.cacheDir}),
+		KubeVersion:    c.kubeVersion,
+		Progress:       os.Stderr,
 	}
 	if opts.StateDir == "" {
 		root, err := cluster.FindRepoRoot()
