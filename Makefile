@@ -149,15 +149,16 @@ E2E_KUBE137_RUN      := ^(TestWorkload.*|TestDRA.*|TestKubectlVersionReportsTheR
 # would if the real-node leg built its images after the other legs), then the 1.37
 # servers. Cached, it takes seconds.
 .PHONY: e2e-build
-e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images.
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node
+e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images, the helm CLI.
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node --helm
 	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kube-version=1.37
 
 .PHONY: test-e2e
-test-e2e: e2e-build ## End-to-end tests on the local control plane (each test package starts its own cluster), then the 1.37 leg (test-e2e-137) and the real-node leg (test-e2e-realnode).
+test-e2e: e2e-build ## End-to-end tests on the local control plane (each test package starts its own cluster), then the 1.37 leg (test-e2e-137), the real-node leg (test-e2e-realnode) and the Helm leg (test-e2e-helm).
 	cd e2e && $(GO) test -count=1 $(E2E_TEST_FLAGS) ./...
 	$(MAKE) test-e2e-137
 	$(MAKE) test-e2e-realnode
+	$(MAKE) test-e2e-helm
 
 # The real-node leg (issue 23): real pods on the local control plane's real node
 # (root; e2e/cluster/realnode.go): cluster DNS, torch DDP, MPI over SSH, XGBoost,
@@ -169,6 +170,12 @@ E2E_REALNODE_RUN ?= .
 .PHONY: test-e2e-realnode
 test-e2e-realnode: host-packages ## The e2e tests of real processes on a real node (e2e/realnode; E2E_REALNODE_RUN selects): cluster DNS, DDP, MPI, XGBoost, progress and certificates, failure, deadline, suspend.
 	cd e2e && E2E_REAL_NODE=1 $(GO) test -count=1 $(E2E_TEST_FLAGS) -run '$(E2E_REALNODE_RUN)' ./realnode/
+
+# The Helm leg (issue 38): the chart installed with the helm CLI, the controller image of
+# `make image` running as Pods on the real node, Services routed by kube-proxy.
+.PHONY: test-e2e-helm
+test-e2e-helm: host-packages image ## Helm leg: the chart deployed as users deploy it (e2e/helm): helm install with its CRDs and the controller image as 2 Pods on the real node, admission and progress through the chart's Service, a DDP TrainJob to Complete, helm uninstall.
+	cd e2e && E2E_HELM=1 E2E_IMAGE_LAYOUT=$(abspath $(IMAGE_LAYOUT)) $(GO) test -count=1 $(E2E_TEST_FLAGS) ./helm/
 
 .PHONY: test-e2e-137
 test-e2e-137: host-packages ## The e2e tests whose behavior differs on Kubernetes 1.37 (E2E_KUBE137_RUN in E2E_KUBE137_PACKAGES), on 1.37 clusters.

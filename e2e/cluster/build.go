@@ -47,6 +47,9 @@ type BuildOptions struct {
 	// shim, the CNI plugins, CoreDNS) to the sources built, for
 	// Options.RealNode.
 	RealNode bool
+	// Helm adds HelmSource (the helm CLI) to the sources built, for the e2e
+	// Helm leg (e2e/helm).
+	Helm bool
 	// KubeVersion is the Kubernetes minor version whose control-plane
 	// binaries are built ("1.37"; see LookupKubeRelease); "" means
 	// DefaultKubeVersion.
@@ -72,6 +75,9 @@ func (o *BuildOptions) sources() ([]Source, error) {
 	}
 	if o.RealNode {
 		srcs = append(srcs, realNodeSources...)
+	}
+	if o.Helm {
+		srcs = append(srcs, HelmSource)
 	}
 	return srcs, nil
 }

@@ -251,6 +251,20 @@ func (c *Cluster) Dynamic() dynamic.Interface { return c.dynamic }
 // LogDir returns the folder of the component logs.
 func (c *Cluster) LogDir() string { return c.opts.LogDir }
 
+// BinaryPath returns the cached binary name (e.g. [Helm], [Kubectl]) of the
+// cluster's build; it panics on a binary the build did not include.
+func (c *Cluster) BinaryPath(name string) string { return c.bins.Path(name) }
+
+// RegistryHost returns the real node's image registry as "127.0.0.1:<port>", or ""
+// without a real node. The node pulls every registry's images from it: an image
+// pushed as <RegistryHost>/<repository>:<tag> is pulled as <any registry>/<repository>:<tag>.
+func (c *Cluster) RegistryHost() string {
+	if c.realNode == nil {
+		return ""
+	}
+	return fmt.Sprintf("127.0.0.1:%d", c.ports[Registry])
+}
+
 // WorkDir returns the temporary data folder ("" when attached).
 func (c *Cluster) WorkDir() string { return c.workDir }
 

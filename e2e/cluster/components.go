@@ -182,6 +182,21 @@ var UpstreamTrainer = Source{
 	Binaries: map[string]string{TrainerControllerManager: "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
 }
 
+// Helm names the helm CLI's binary (HelmSource).
+const Helm = "helm"
+
+// HelmSource is the helm CLI at the version hack/charttest's Go library tests run
+// (helm.sh/helm/v3 v3.22.0), built only for the Helm leg (BuildOptions.Helm), stamped
+// as Helm's own Makefile stamps a release, so `helm version` names it.
+var HelmSource = Source{
+	Name: "helm", Module: "helm.sh/helm/v3", Version: "v3.22.0",
+	Binaries: map[string]string{Helm: "helm.sh/helm/v3/cmd/helm"},
+	Stamp: map[string]string{
+		"helm.sh/helm/v3/internal/version.version":      "v3.22.0",
+		"helm.sh/helm/v3/internal/version.gitTreeState": "clean",
+	},
+}
+
 // kubeStamp is the release stamp of the Kubernetes binaries (k8s.io/kubernetes
 // v1.36.3). The proxy serves that module without its origin, so the commit is
 // left empty rather than made up; the date is the tag's time on the proxy.

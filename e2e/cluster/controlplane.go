@@ -195,8 +195,11 @@ var controllers = []string{
 // realNodeControllers are the controllers real pods need besides: without
 // endpointslice no headless Service resolves to its pods (JobSet's pod
 // hostnames), without root-ca-certificate-publisher every pod waits on its
-// service-account volume's kube-root-ca.crt ConfigMap.
-var realNodeControllers = []string{"endpointslice-controller", "root-ca-certificate-publisher-controller"}
+// service-account volume's kube-root-ca.crt ConfigMap, without deployment and
+// replicaset a Deployment (the Helm chart's controller, e2e/helm) makes no pods and
+// never rolls.
+var realNodeControllers = []string{"endpointslice-controller", "root-ca-certificate-publisher-controller",
+	"deployment-controller", "replicaset-controller"}
 
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	kubeconfig := c.componentKubeconfig()

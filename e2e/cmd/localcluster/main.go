@@ -73,7 +73,7 @@ func main() {
 // common holds the flags every command has.
 type common struct {
 	stateDir, logDir, cacheDir, kubeVersion string
-	kueue, realNode, routedServices         bool
+	kueue, realNode, routedServices, helm   bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
@@ -85,6 +85,7 @@ func (c *common) register(flags *flag.FlagSet) {
 	flags.BoolVar(&c.kueue, "kueue", false, "also build (build) or run (up) the Kueue controller manager, its CRDs and webhooks, with the TrainJob integration")
 	flags.BoolVar(&c.realNode, "real-node", false, "also build (build) or run (up) a real node: kubelet, containerd, runc, CNI and CoreDNS, with the runtimes' images "+
 		"served on 127.0.0.1 (needs root and "+strings.Join(cluster.RealNodeHostPackages, ", ")+"; the fake nodes are then tainted "+cluster.TaintFakeNode.Key+")")
+	flags.BoolVar(&c.helm, "helm", false, "(build) also build the helm CLI (v3.22.0) the e2e Helm leg installs the chart with")
 	flags.BoolVar(&c.routedServices, "routed-services", false, "with --real-node (up): route Services as a real cluster does, kube-proxy in nftables mode on the real node's bridge, "+
 		"the API server reachable from pods at "+cluster.KubernetesServiceIP+" (needs "+strings.Join(cluster.RoutedServicesHostPackages, ", ")+"; one such cluster per machine)")
 }
@@ -92,7 +93,7 @@ func (c *common) register(flags *flag.FlagSet) {
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode},
+		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode, Helm: c.helm},
 		Kueue:          c.kueue,
 		RealNode:       c.realNode,
 		RoutedServices: c.routedServices,
