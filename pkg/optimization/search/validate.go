@@ -32,8 +32,10 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 //   - a search space setting not exactly one of uniform, logUniform and categorical; a
 //     categorical space without choices; a grid over a parameter that is not categorical;
 //   - bounds that are not decimal numbers in the CRD's form (e.g. 0.001 or 1e-3; not
-//     NaN, Inf or hexadecimal) or overflow float64; min not below max; a log-uniform min
-//     not above 0; an Int range holding no integer, or reaching past ±2^53.
+//     NaN, Inf or hexadecimal) or overflow float64; min not below max; a uniform range
+//     whose width, max − min, overflows float64 (e.g. ±1e308: every draw would be
+//     +Inf); a log-uniform min not above 0; an Int range holding no integer, or
+//     reaching past ±2^53.
 //
 // The CRD's schema and CEL rules refuse most of these already (docs/compatibility.md#optimizationjob-validation);
 // ValidateSpec is the controller's own check (an OptimizationJob that fails it gets
@@ -123,6 +125,9 @@ func validateRange(path *field.Path, minBound, maxBound trainer.Double, typ trai
 	switch {
 	case lo >= hi:
 		errs = append(errs, field.Invalid(path.Child("min"), minBound, fmt.Sprintf("must be below max (%s): swap them, or widen the range", maxBound)))
+	case !log && math.IsInf(hi-lo, 0):
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), fmt.Sprintf(
+			"the range's width, max − min, overflows float64 (above %.4g), so a draw would be +Inf: narrow the range", math.MaxFloat64)))
 	case log && lo <= 0:
 		errs = append(errs, field.Invalid(path.Child("min"), minBound, "a log-uniform range must start above 0: raise min, or use uniform for ranges from 0 or below"))
 	case typ == trainer.ParameterTypeInt && math.Ceil(lo) > math.Floor(hi):
