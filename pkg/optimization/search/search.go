@@ -205,12 +205,21 @@ func (s *Search) gridDigits(index, k int, out []trainer.ParameterAssignment) {
 	if k == 0 {
 		return
 	}
+	// m and l saturate at math.MaxInt for grids past it (index is below that, so
+	// index mod m is index and floor(index/l) is 0, as for any m and l above index).
 	m := 1
 	for _, size := range s.sizes[:k-1] {
+		if m > math.MaxInt/size {
+			m = math.MaxInt
+			break
+		}
 		m *= size
 	}
 	n := s.sizes[k-1]
-	l := m / gcd(m, n) * n
+	l := math.MaxInt
+	if m < math.MaxInt && m/gcd(m, n) <= math.MaxInt/n {
+		l = m / gcd(m, n) * n
+	}
 	p := s.params[k-1]
 	out[k-1] = trainer.ParameterAssignment{Name: p.Name, Value: p.SearchSpace.Categorical.Choices[(index+index/l)%n]}
 	s.gridDigits(index%m, k-1, out)
