@@ -37,7 +37,8 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 // returning the admission warnings and every violation (deny when non-empty):
 //
 //   - the search's rules, search.ValidateSpec (the controller's own check: bounds,
-//     objectives, parameter names and variables, grid over categorical parameters);
+//     objectives, parameter names and variables, grid over categorical parameters, the
+//     failure budget's annotation trainyard.dev/max-failed-trials);
 //   - spec.parallelTrials at most spec.numTrials (both default 1);
 //   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
 //     TrainJob's name must be (at metadata.name);
@@ -58,7 +59,7 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 	if old != nil && equality.Semantic.DeepEqual(old.Spec, job.Spec) {
 		return nil, nil
 	}
-	errs = search.ValidateSpec(&job.Spec)
+	errs = search.ValidateSpec(job)
 	searchRuns := len(errs) == 0
 	numTrials, parallel := ptr.Deref(job.Spec.NumTrials, 1), ptr.Deref(job.Spec.ParallelTrials, 1)
 	if parallel > numTrials {

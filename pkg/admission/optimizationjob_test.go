@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
 )
 
 // optJob returns OptimizationJob default/digits: minimize loss over lr (log-uniform)
@@ -203,6 +204,24 @@ func TestValidateOptimizationJob(t *testing.T) {
 			}),
 			errs:     []string{"FieldValueInvalid: metadata.name"},
 			warnings: []string{"the search will stop at 3 trials"},
+		},
+		"failure budget not a whole number": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "3.5"}
+			}),
+			errs:      []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
+			inMessage: []string{`"3.5"`, "whole number of failed trials from 1", "set it to spec.numTrials to run every trial"},
+		},
+		"failure budget of 0": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "0"}
+			}),
+			errs: []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
+		},
+		"failure budget of 2": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "2"}
+			}),
 		},
 		"grid cut by numTrials": {
 			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "hidden", SearchSpace: trainer.SearchSpace{

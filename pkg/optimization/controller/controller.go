@@ -83,10 +83,12 @@ func (s *Stage) Name() string { return Name }
 // Sync brings the OptimizationJob at key one step on: it creates the trials the search
 // may run now, and writes status (conditions, result) when it changed. Results:
 // WaitForEvent when there is nothing more to do until a trial changes (its events
-// enqueue the OptimizationJob) or the OptimizationJob has finished; RequeueAfter when a
-// completed trial's metric is not settled yet (Config.Settle); Terminal when its
-// spec cannot be searched (Failed, reason InvalidSpec, saying why); an error, retried
-// with backoff, when a create or the status write failed.
+// enqueue the OptimizationJob) or the OptimizationJob has finished (Complete, or
+// Failed: no trial succeeded, or the failure budget, search.FailureBudget, is spent);
+// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle);
+// Terminal when its spec cannot be searched (search.ValidateSpec: Failed, reason
+// InvalidSpec, saying why); an error, retried with backoff, when a create or the
+// status write failed.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	job, err := s.cfg.OptimizationJobs.OptimizationJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -99,17 +101,21 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 		return engine.WaitForEvent(), nil
 	}
 	srch, err := search.New(&job.Spec, search.Seed(job))
-	if err != nil {
+	if errs := search.ValidateSpec(job); err != nil || len(errs) > 0 {
+		if len(errs) > 0 {
+			err = errs.ToAggregate()
+		}
 		st := job.Status.DeepCopy()
 		setCondition(st, job, trainer.OptimizationJobFailed, trainer.OptimizationJobInvalidSpecReason,
 			"The search cannot run: "+err.Error()+". Create a new OptimizationJob with the fix; its spec cannot change.")
 		return engine.Terminal(), s.writeStatus(ctx, job, st)
 	}
+	budget, _ := search.FailureBudget(job) // ValidateSpec checked it
 	trials, err := s.trials(ctx, job)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	p := plan(job, srch, trials, s.cfg.Clock.Now(), s.cfg.Settle)
+	p := plan(job, srch, trials, s.cfg.Clock.Now(), s.cfg.Settle, budget)
 	createErr := s.create(ctx, job, srch, p)
 	if err := s.writeStatus(ctx, job, p.status(job, createErr)); err != nil {
 		return engine.Result{}, err
@@ -117,7 +123,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if createErr != nil {
 		return engine.Result{}, createErr
 	}
-	if p.settleWait > 0 {
+	if p.settleWait > 0 && !p.budgetSpent {
 		return engine.RequeueAfter(p.settleWait), nil
 	}
 	return engine.WaitForEvent(), nil

@@ -404,7 +404,7 @@ func TestValidateSpecAcceptsTheBoundaries(t *testing.T) {
 		"distinct variables":        grid(categorical("lr", "a"), categorical("lr2", "b")),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if errs := search.ValidateSpec(spec); len(errs) > 0 {
+			if errs := search.ValidateSpec(&trainer.OptimizationJob{Spec: *spec}); len(errs) > 0 {
 				t.Errorf("ValidateSpec = %v, want none", errs)
 			}
 		})
@@ -441,5 +441,66 @@ func TestLargeIntSpaces(t *testing.T) {
 				seen[v] = true
 			}
 		})
+	}
+}
+
+// TestFailureBudget: the annotation's whole numbers from 1 set a budget counting every
+// failure; anything else is an error at the annotation naming the fix; without it, the
+// default counts failures until a first success.
+func TestFailureBudget(t *testing.T) {
+	job := func(v *string) *trainer.OptimizationJob {
+		j := &trainer.OptimizationJob{}
+		if v != nil {
+			j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: *v}
+		}
+		return j
+	}
+	b, err := search.FailureBudget(job(nil))
+	if err != nil || b != (search.Budget{Max: 3}) || b.Exhausted(2, 0) || !b.Exhausted(3, 0) || b.Exhausted(3, 1) {
+		t.Errorf("default budget %+v, %v; want 3 failures before a first success", b, err)
+	}
+	b, err = search.FailureBudget(job(ptr.To("5")))
+	if err != nil || b != (search.Budget{Max: 5, Annotated: true}) || b.Exhausted(4, 0) || !b.Exhausted(5, 9) {
+		t.Errorf("budget of 5 %+v, %v; want 5 failures whatever succeeded", b, err)
+	}
+	for _, v := range []string{"", "0", "-2", "1.0", "1e3", " 4", "2147483648", "many"} {
+		_, err := search.FailureBudget(job(ptr.To(v)))
+		if err == nil || err.Field != "metadata.annotations[trainyard.dev/max-failed-trials]" || !strings.Contains(err.Error(), "whole number of failed trials from 1") {
+			t.Errorf("annotation %q: error %v; want one at the annotation naming the fix", v, err)
+		}
+		if errs := search.ValidateSpec(job(ptr.To(v))); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "max-failed-trials") {
+			t.Errorf("annotation %q: ValidateSpec %v; want the budget's error", v, errs)
+		}
+	}
+}
+
+// TestHugeGridDoesNotOverflow: a grid of 30 parameters of 10 choices (10^30
+// combinations, past int) gives 100 distinct trials, parameter 0 cycling.
+func TestHugeGridDoesNotOverflow(t *testing.T) {
+	var params []trainer.Parameter
+	for j := range 30 {
+		params = append(params, categorical(fmt.Sprintf("p%d", j), strings.Split("0 1 2 3 4 5 6 7 8 9", " ")...))
+	}
+	s := mustNew(t, grid(params...), 0)
+	if s.Size() != math.MaxInt {
+		t.Errorf("Size = %d, want math.MaxInt", s.Size())
+	}
+	seen := map[string]bool{}
+	for i := range 100 {
+		a, err := s.Assignment(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var key []string
+		for _, v := range a {
+			key = append(key, v.Value)
+		}
+		if seen[strings.Join(key, ",")] {
+			t.Fatalf("trial %d repeats %v", i, key)
+		}
+		seen[strings.Join(key, ",")] = true
+		if a[0].Value != strconv.Itoa(i%10) {
+			t.Errorf("trial %d: p0 = %s, want %d", i, a[0].Value, i%10)
+		}
 	}
 }

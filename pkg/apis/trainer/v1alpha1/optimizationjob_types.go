@@ -300,8 +300,10 @@ const (
 	// OptimizationJobComplete is True once every trial the search makes has finished
 	// and at least one reported the objective metric.
 	OptimizationJobComplete = "Complete"
-	// OptimizationJobFailed is True when the search cannot run (reason InvalidSpec) or
-	// finished without any trial reporting the objective metric (NoTrialSucceeded).
+	// OptimizationJobFailed is True when the search cannot run (reason InvalidSpec),
+	// finished without any trial reporting the objective metric (NoTrialSucceeded), or
+	// ran out of its failure budget (MaxFailedTrialsReached: Trainyard's, annotation
+	// trainyard.dev/max-failed-trials, docs/compatibility.md#failure-budget).
 	OptimizationJobFailed = "Failed"
 
 	OptimizationJobTrialsCreatedReason           = "TrialsCreated"
@@ -310,4 +312,5 @@ const (
 	OptimizationJobSearchSpaceExhaustedReason    = "SearchSpaceExhausted"
 	OptimizationJobNoTrialSucceededReason        = "NoTrialSucceeded"
 	OptimizationJobInvalidSpecReason             = "InvalidSpec"
+	OptimizationJobMaxFailedTrialsReachedReason  = "MaxFailedTrialsReached"
 )
