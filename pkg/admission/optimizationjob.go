@@ -40,6 +40,9 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 //     objectives, parameter names and variables, grid over categorical parameters, the
 //     failure budget's annotation trainyard.dev/max-failed-trials);
 //   - spec.parallelTrials at most spec.numTrials (both default 1);
+//   - on CREATE, no metadata.annotations[trainyard.dev/trials-created]: the
+//     controller's record (trial.AnnotationTrialsCreated), which would make the
+//     trials it counts look deleted;
 //   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
 //     TrainJob's name must be (at metadata.name);
 //   - spec.trainJobTemplate.metadata's labels, annotations and finalizers are valid for
@@ -65,6 +68,10 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 	if parallel > numTrials {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "parallelTrials"), parallel, fmt.Sprintf(
 			"must not exceed numTrials (%d): lower parallelTrials, or raise numTrials", numTrials)))
+	}
+	if _, ok := job.Annotations[trial.AnnotationTrialsCreated]; ok && old == nil {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(trial.AnnotationTrialsCreated),
+			"the controller's record of the trials it has created (a trial below it that is gone counts as deleted): remove it; a copy of another OptimizationJob carries it"))
 	}
 	errs = append(errs, validateTrialNames(job.Name, int(max(numTrials, 1)))...)
 	errs = append(errs, validateTemplateMetadata(&job.Spec.TrainJobTemplate.ObjectMeta)...)

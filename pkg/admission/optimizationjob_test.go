@@ -218,6 +218,13 @@ func TestValidateOptimizationJob(t *testing.T) {
 			}),
 			errs: []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
 		},
+		"the controller's record of trials created": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{"trainyard.dev/trials-created": "4"}
+			}),
+			errs:      []string{"FieldValueForbidden: metadata.annotations[trainyard.dev/trials-created]"},
+			inMessage: []string{"the controller's record of the trials it has created", "remove it"},
+		},
 		"failure budget of 2": {
 			job: optJob(func(j *trainer.OptimizationJob) {
 				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "2"}

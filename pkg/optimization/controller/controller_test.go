@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -48,8 +50,31 @@ func newFixture(t *testing.T, job *trainer.OptimizationJob) *fixture {
 		}
 		return false, nil, nil
 	})
+	f.client.PrependReactor("patch", "optimizationjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		var patch struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &patch); err != nil {
+			t.Fatal(err)
+		}
+		job := f.job().DeepCopy()
+		if job.Annotations == nil {
+			job.Annotations = map[string]string{}
+		}
+		maps.Copy(job.Annotations, patch.Metadata.Annotations)
+		if err := f.jobs.Update(job); err != nil {
+			t.Fatal(err)
+		}
+		return false, nil, nil
+	})
 	f.client.PrependReactor("update", "optimizationjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if err := f.jobs.Update(a.(clienttesting.UpdateAction).GetObject()); err != nil {
+		// An update of the status subresource changes the status only, as the API
+		// server's does.
+		job := f.job().DeepCopy()
+		job.Status = a.(clienttesting.UpdateAction).GetObject().(*trainer.OptimizationJob).Status
+		if err := f.jobs.Update(job); err != nil {
 			t.Fatal(err)
 		}
 		return false, nil, nil

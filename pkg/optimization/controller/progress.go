@@ -20,13 +20,16 @@ import (
 // progress is where a search stands, from its trials.
 type progress struct {
 	target  int   // trials the search makes in all: numTrials, or fewer when a grid has fewer combinations
-	created int   // trials that exist
+	created int   // trials created: indexes 0 to created-1 exist or, cancelled, existed
 	running int   // of which unfinished
 	next    []int // the indexes to create now, ascending
 
 	succeeded, failed, noMetric int
-	best                        *trainer.OptimizationResult
-	bestValue                   float64
+	// cancelled counts the trials deleted (docs/compatibility.md#deleted-trials):
+	// finished, neither ranked nor counted against the failure budget.
+	cancelled int
+	best      *trainer.OptimizationResult
+	bestValue float64
 
 	// budget is the search's failure budget; failures the failed and metric-less
 	// trials, by index; budgetSpent whether they spend the budget (no trial is
@@ -48,16 +51,30 @@ type failedTrial struct {
 	trial.Failure
 }
 
-// plan tallies trials (by index) at now and chooses the next indexes: the lowest ones
-// below target not created yet, as many as the unfinished trials leave room for under
+// missingTrials is what Stage.missing found of the trials the cache does not hold.
+type missingTrials struct {
+	created int          // trials created so far: indexes 0 to created-1
+	gone    map[int]bool // of which deleted
+	lagging int          // of which existing but not in the cache yet
+}
+
+// plan tallies trials (by index) at now and chooses the next indexes: from
+// m.created up, below target, as many as the unfinished trials leave room for under
 // parallelTrials — none once the failed and metric-less trials spend budget. A
-// completed trial is ranked (or counted as failed) once settled (trial.Unsettled with
-// settle); it makes room for the next trial at once.
-func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*trainer.TrainJob, now time.Time, settle time.Duration, budget search.Budget) *progress {
-	p := &progress{target: min(numTrials(job), srch.Size()), created: len(trials), budget: budget}
+// deleted trial (m.gone, or in the cache with a deletionTimestamp) is cancelled: it
+// is finished, counts toward the trials created, and is not created again. A trial
+// not in the cache yet (m.lagging) is unfinished. A completed trial is ranked (or
+// counted as failed) once settled (trial.Unsettled with settle); it makes room for
+// the next trial at once.
+func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*trainer.TrainJob, m missingTrials, now time.Time, settle time.Duration, budget search.Budget) *progress {
+	p := &progress{target: min(numTrials(job), srch.Size()), created: m.created, budget: budget, cancelled: len(m.gone), running: m.lagging}
 	objective := job.Spec.Objectives[0]
 	for _, index := range slices.Sorted(maps.Keys(trials)) { // ascending: the first of equal bests wins
 		tj := trials[index]
+		if tj.DeletionTimestamp != nil {
+			p.cancelled++
+			continue
+		}
 		state, value := trial.Outcome(tj, objective.Metric)
 		if wait := trial.Unsettled(tj, now, settle); wait > 0 && state != trial.Running {
 			p.settling++
@@ -85,10 +102,8 @@ func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*tra
 		return p
 	}
 	room := parallelTrials(job) - p.running
-	for index := 0; index < p.target && len(p.next) < room; index++ {
-		if _, ok := trials[index]; !ok {
-			p.next = append(p.next, index)
-		}
+	for index := p.created; index < p.target && len(p.next) < room; index++ {
+		p.next = append(p.next, index)
 	}
 	return p
 }
@@ -132,6 +147,9 @@ func (p *progress) status(job *trainer.OptimizationJob, createErr error) *traine
 func (p *progress) summary(job *trainer.OptimizationJob) string {
 	metric := job.Spec.Objectives[0].Metric
 	s := fmt.Sprintf("%d trials finished: %d succeeded, %d failed, %d completed without metric %s", p.created, p.succeeded, p.failed, p.noMetric, metric)
+	if p.cancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled (deleted)", p.cancelled)
+	}
 	if p.best != nil {
 		s += fmt.Sprintf("; best %s (%s %s)", p.best.TrainJobName, metric, strconv.FormatFloat(p.bestValue, 'g', -1, 64))
 	}
