@@ -149,3 +149,21 @@ func TestCancelledTrialsDoNotSpendTheBudget(t *testing.T) {
 		t.Errorf("Failed = %+v; want NoTrialSucceeded counting 3 cancelled", c)
 	}
 }
+
+// TestEditedTrialsCreatedIsCappedAtNumTrials: an annotation someone edited past
+// numTrials reads no trial beyond numTrials.
+func TestEditedTrialsCreatedIsCappedAtNumTrials(t *testing.T) {
+	job := optimizationJob(4, 2, random, lr)
+	job.Annotations = map[string]string{trial.AnnotationTrialsCreated: "1000000"}
+	f := newFixture(t, job)
+	f.sync(engine.WaitForEvent())
+	gets := 0
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "trainjobs" {
+			gets++
+		}
+	}
+	if gets != 4 {
+		t.Errorf("%d reads of trials, want 4 (numTrials)", gets)
+	}
+}

@@ -9,7 +9,10 @@
 // trials) each is created suspended, and counts as unfinished, against parallelTrials,
 // until it finishes (docs/compatibility.md#suspended-trials). The controller never
 // deletes a trial: they go with the OptimizationJob, through their controller owner
-// reference. A trial someone deletes is cancelled: counted as such, not created again
+// reference. Trials that fail, or complete without the objective metric, spend the
+// search's failure budget (search.FailureBudget); once it is spent no trial starts and
+// the search ends Failed (docs/compatibility.md#failure-budget). A trial someone
+// deletes is cancelled: counted as such, not created again
 // (trial.AnnotationTrialsCreated records how many were created;
 // docs/compatibility.md#deleted-trials).
 package controller
@@ -136,7 +139,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if err != nil {
 		return engine.Result{}, err
 	}
-	created := trial.TrialsCreated(job)
+	created := min(trial.TrialsCreated(job), numTrials(job)) // an edited annotation reads no trial past numTrials
 	for index := range trials {
 		created = max(created, index+1)
 	}

@@ -20,7 +20,8 @@ const (
 	// Succeeded: Complete, with a numeric value of the objective metric.
 	Succeeded State = "Succeeded"
 	// NoMetric: Complete, but its trainerStatus has no objective metric of that name,
-	// or one that is not a finite number: the trial counts as run, without a result.
+	// or one that is not a finite number: the trial counts as failed (against the
+	// search's failure budget), without a result.
 	NoMetric State = "NoMetric"
 	// Failed: Failed.
 	Failed State = "Failed"
