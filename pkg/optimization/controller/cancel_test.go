@@ -112,8 +112,8 @@ func TestTrialsTheCacheDoesNotShowYetAreNotCancelled(t *testing.T) {
 	if f.creates != 0 {
 		t.Errorf("%d creates while 2 trials exist unseen; want none", f.creates)
 	}
-	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created" {
-		t.Errorf("Created = %+v; want 2 of 4 trials created", c)
+	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created; 0 done (0 succeeded, 0 failed), 2 running" {
+		t.Errorf("Created = %+v; want 2 of 4 trials created, 2 running", c)
 	}
 }
 
@@ -165,5 +165,24 @@ func TestEditedTrialsCreatedIsCappedAtNumTrials(t *testing.T) {
 	}
 	if gets != 4 {
 		t.Errorf("%d reads of trials, want 4 (numTrials)", gets)
+	}
+}
+
+// TestCreatedConditionTalliesTrials (issue 42, item 5): the Created condition's
+// message — the TRIALS column of `kubectl get optimizationjobs` — counts the trials
+// created, done (succeeded, failed — metric-less ones included —, cancelled) and
+// running, and names the best with its value.
+func TestCreatedConditionTalliesTrials(t *testing.T) {
+	f := newFixture(t, optimizationJob(5, 2, random, lr))
+	f.sync(engine.WaitForEvent())
+	f.finish("digits-0", false, "0.5")
+	f.finish("digits-1", true, "")
+	f.sync(engine.WaitForEvent())
+	f.finish("digits-2", false, "")
+	f.deleteTrial("digits-3")
+	f.sync(engine.WaitForEvent())
+	want := "5 of 5 trials created; 4 done (1 succeeded, 2 failed, 1 cancelled), 1 running; best digits-0, loss 0.5"
+	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != want {
+		t.Errorf("Created = %+v; want message %q", c, want)
 	}
 }

@@ -390,8 +390,8 @@ func TestSuspendedTemplateMakesSuspendedTrials(t *testing.T) {
 	if f.creates != 2 || len(f.trials()) != 2 {
 		t.Fatalf("%d creates, %d trials while 2 suspended trials wait; parallelTrials is 2", f.creates, len(f.trials()))
 	}
-	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created" {
-		t.Errorf("Created = %+v; want 2 of 4 trials created", c)
+	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created; 0 done (0 succeeded, 0 failed), 2 running" {
+		t.Errorf("Created = %+v; want 2 of 4 trials created, 2 running", c)
 	}
 
 	f.resume("digits-0")

@@ -116,8 +116,7 @@ func (p *progress) status(job *trainer.OptimizationJob, createErr error) *traine
 	if createErr != nil {
 		setCondition(st, job, trainer.OptimizationJobCreated, trainer.OptimizationJobTrainJobsCreationFailedReason, createErr.Error())
 	} else {
-		setCondition(st, job, trainer.OptimizationJobCreated, trainer.OptimizationJobTrialsCreatedReason,
-			fmt.Sprintf("%d of %d trials created", p.created, p.target))
+		setCondition(st, job, trainer.OptimizationJobCreated, trainer.OptimizationJobTrialsCreatedReason, p.tally(job))
 	}
 	if p.best != nil {
 		st.Result = p.best
@@ -140,6 +139,26 @@ func (p *progress) status(job *trainer.OptimizationJob, createErr error) *traine
 		setCondition(st, job, trainer.OptimizationJobComplete, trainer.OptimizationJobMaxTrialsReachedReason, summary)
 	}
 	return st
+}
+
+// tally is the Created condition's message, the search's progress at a glance (the
+// TRIALS column of `kubectl get optimizationjobs`), e.g. "5 of 8 trials created; 3 done
+// (2 succeeded, 1 failed), 2 running; best digits-1, loss 0.12": failed counts the
+// trials that completed without the metric too; cancelled (deleted) trials are named
+// when there are any; a completed trial whose metric is not settled yet counts as
+// running.
+func (p *progress) tally(job *trainer.OptimizationJob) string {
+	failed := p.failed + p.noMetric
+	done := p.succeeded + failed + p.cancelled
+	s := fmt.Sprintf("%d of %d trials created; %d done (%d succeeded, %d failed", p.created, p.target, done, p.succeeded, failed)
+	if p.cancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled", p.cancelled)
+	}
+	s += fmt.Sprintf("), %d running", p.running+p.settling)
+	if p.best != nil {
+		s += fmt.Sprintf("; best %s, %s %s", p.best.TrainJobName, job.Spec.Objectives[0].Metric, strconv.FormatFloat(p.bestValue, 'g', -1, 64))
+	}
+	return s
 }
 
 // summary says how the trials ended and which was best, e.g. "8 trials finished: 6
