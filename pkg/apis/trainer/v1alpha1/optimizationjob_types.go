@@ -11,6 +11,11 @@ const OptimizationJobKind = "OptimizationJob"
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[ ?(@.type=="Failed"),?(@.type=="Complete")].type`,description="Failed or Complete once the search has ended (the controller sets either only True); empty while it runs."
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[ ?(@.type=="Failed"),?(@.type=="Complete")].reason`,description="Why the search ended: MaxTrialsReached or SearchSpaceExhausted (Complete); NoTrialSucceeded, MaxFailedTrialsReached or InvalidSpec (Failed)."
+// +kubebuilder:printcolumn:name="Trials",type=string,JSONPath=`.status.conditions[?(@.type=="Created")].message`,description="The Created condition's message: trials created of the search's total, done (succeeded, failed, cancelled), running, and the best trial with its objective value; while a trial cannot be created, why."
+// +kubebuilder:printcolumn:name="Best",type=string,JSONPath=`.status.result.trainJobName`,description="status.result.trainJobName: the trial whose objective metric is best so far."
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // OptimizationJob is a hyperparameter search (KEP-3562): it runs trials, each a TrainJob
 // made from trainJobTemplate with one assignment of the parameters, and records the
