@@ -53,6 +53,7 @@ var controllerCalls = []grant{
 	{"trainer.kubeflow.org", "optimizationjobs", "get", ""},
 	{"trainer.kubeflow.org", "optimizationjobs", "list", ""},
 	{"trainer.kubeflow.org", "optimizationjobs", "watch", ""},
+	{"trainer.kubeflow.org", "optimizationjobs", "patch", ""}, // trainyard.dev/trials-created
 	{"trainer.kubeflow.org", "optimizationjobs/status", "update", ""},
 	{"trainer.kubeflow.org", "optimizationjobs/finalizers", "update", ""},
 	{"trainer.kubeflow.org", "trainjobs", "create", ""},

@@ -24,6 +24,8 @@ var optimizationJobSeeds = []string{
 	`{metadata: {name: 9.bad, namespace: default}, spec: {objectives: [{metric: loss}], searchAlgorithm: {grid: {}}, parameters: [{name: x, searchSpace: {uniform: {min: "0", max: "1"}}}], trainJobTemplate: {spec: {runtimeRef: {name: nowhere}, trainer: {env: [{name: PET_NNODES, value: "1"}]}, runtimePatches: [{manager: kueue}]}}}}`,
 	`{metadata: {name: long-long-long-long-long-long-long-long-long-long-long-long-long-name, namespace: default}, spec: {objectives: [{metric: loss}], parameters: [{name: "0", searchSpace: {uniform: {min: "-9007199254740992", max: "9007199254740992", type: Int}}}], numTrials: 100, trainJobTemplate: {spec: {runtimeRef: {name: test-runtime}}}}}`,
 	`{metadata: {name: labelled, namespace: default}, spec: {objectives: [{metric: loss}], parameters: [{name: x, searchSpace: {categorical: {choices: [a]}}}], trainJobTemplate: {metadata: {labels: {"kueue.x-k8s.io/queue-name": q, "bad key": v}, annotations: {"a/b": c}, finalizers: [example.com/f]}, spec: {runtimeRef: {name: test-runtime}}}}}`,
+	`{metadata: {name: budget, namespace: default, annotations: {"trainyard.dev/max-failed-trials": "2"}}, spec: {objectives: [{metric: loss}], parameters: [{name: x, searchSpace: {categorical: {choices: [a, b]}}}], numTrials: 5, trainJobTemplate: {spec: {runtimeRef: {name: test-runtime}}}}}`,
+	`{metadata: {name: badbudget, namespace: default, annotations: {"trainyard.dev/max-failed-trials": "-1"}}, spec: {objectives: [{metric: loss}], parameters: [{name: x, searchSpace: {uniform: {min: "-1e308", max: "1e308"}}}], trainJobTemplate: {spec: {runtimeRef: {name: test-runtime}}}}}`,
 	`{metadata: {name: empty}, spec: {}}`,
 }
 
@@ -32,7 +34,8 @@ var optimizationJobSeeds = []string{
 // whose caches hold the skeleton torch runtime as ClusterTrainingRuntime test-runtime
 // and TrainingRuntime default/test-runtime. Besides serveReview's checks (no panic,
 // never a 5xx or a 500 review, answered with the request's uid), an OptimizationJob
-// admitted on CREATE is one the controller runs: search.New accepts its spec, and each
+// admitted on CREATE is one the controller runs: search.ValidateSpec accepts it (its
+// spec and its failure budget's annotation), search.New its spec, and each
 // of its first trials (at most 100, the CRD's numTrials maximum) is made by trial.New
 // with a valid TrainJob name and passes the TrainJob rules its first one was held to.
 func FuzzOptimizationJobAdmission(f *testing.F) {
@@ -63,6 +66,9 @@ func FuzzOptimizationJobAdmission(f *testing.F) {
 		var job trainer.OptimizationJob
 		if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
 			t.Fatalf("admitted an OptimizationJob that does not decode: %v", err)
+		}
+		if errs := search.ValidateSpec(&job); len(errs) > 0 {
+			t.Fatalf("admitted an OptimizationJob the controller refuses: %v", errs)
 		}
 		srch, err := search.New(&job.Spec, search.Seed(&job))
 		if err != nil {

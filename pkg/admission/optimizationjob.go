@@ -37,8 +37,12 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 // returning the admission warnings and every violation (deny when non-empty):
 //
 //   - the search's rules, search.ValidateSpec (the controller's own check: bounds,
-//     objectives, parameter names and variables, grid over categorical parameters);
+//     objectives, parameter names and variables, grid over categorical parameters, the
+//     failure budget's annotation trainyard.dev/max-failed-trials);
 //   - spec.parallelTrials at most spec.numTrials (both default 1);
+//   - on CREATE, no metadata.annotations[trainyard.dev/trials-created]: the
+//     controller's record (trial.AnnotationTrialsCreated), which would make the
+//     trials it counts look deleted;
 //   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
 //     TrainJob's name must be (at metadata.name);
 //   - spec.trainJobTemplate.metadata's labels, annotations and finalizers are valid for
@@ -52,18 +56,22 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 // are never held to rules added after the object was created. The spec itself cannot
 // change (the CRD's rule self == oldSelf refuses it before this webhook is called).
 //
-// Warnings: a grid with fewer combinations than spec.numTrials (the search stops at
-// the grid's size), and the template's TrainJob warnings.
+// Warnings: a grid search whose spec.numTrials is not its size (gridWarnings), and the
+// template's TrainJob warnings.
 func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warnings []string, errs field.ErrorList) {
 	if old != nil && equality.Semantic.DeepEqual(old.Spec, job.Spec) {
 		return nil, nil
 	}
-	errs = search.ValidateSpec(&job.Spec)
+	errs = search.ValidateSpec(job)
 	searchRuns := len(errs) == 0
 	numTrials, parallel := ptr.Deref(job.Spec.NumTrials, 1), ptr.Deref(job.Spec.ParallelTrials, 1)
 	if parallel > numTrials {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "parallelTrials"), parallel, fmt.Sprintf(
 			"must not exceed numTrials (%d): lower parallelTrials, or raise numTrials", numTrials)))
+	}
+	if _, ok := job.Annotations[trial.AnnotationTrialsCreated]; ok && old == nil {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(trial.AnnotationTrialsCreated),
+			"the controller's record of the trials it has created (a trial below it that is gone counts as deleted): remove it; a copy of another OptimizationJob carries it"))
 	}
 	errs = append(errs, validateTrialNames(job.Name, int(max(numTrials, 1)))...)
 	errs = append(errs, validateTemplateMetadata(&job.Spec.TrainJobTemplate.ObjectMeta)...)
@@ -74,10 +82,7 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 		if err != nil { // ValidateSpec found nothing: New cannot fail
 			return nil, append(errs, field.InternalError(field.NewPath("spec"), err))
 		}
-		if size := srch.Size(); size < int(numTrials) {
-			warnings = append(warnings, fmt.Sprintf("spec.numTrials is %d but the grid has %d combinations of its parameters' choices: "+
-				"the search will stop at %d trials (condition Complete, reason %s)", numTrials, size, size, trainer.OptimizationJobSearchSpaceExhaustedReason))
-		}
+		warnings = append(warnings, gridWarnings(job, srch.Size())...)
 		if assignment, err = srch.Assignment(0); err != nil {
 			return nil, append(errs, field.InternalError(field.NewPath("spec"), err))
 		}
@@ -99,6 +104,38 @@ func (d *Deps) ValidateOptimizationJob(old, job *trainer.OptimizationJob) (warni
 		errs = append(errs, &moved)
 	}
 	return warnings, errs
+}
+
+// maxNumTrials is spec.numTrials' maximum (the CRD's, upstream's).
+const maxNumTrials = 100
+
+// gridWarnings returns the warnings for a grid search of size combinations (none for a
+// random search, whose Size is math.MaxInt): with spec.numTrials below size the
+// search runs only that many of them (spread over every parameter's choices, see
+// search's grid order) — also when numTrials is unset, as it defaults to 1 — naming
+// spec.numTrials and the value that runs the whole grid, or, past numTrials' maximum
+// of 100, that choices must go; with spec.numTrials above size the search stops at
+// size (Complete, reason SearchSpaceExhausted). Issue 42, item 2: a cut grid was silent.
+func gridWarnings(job *trainer.OptimizationJob, size int) []string {
+	grid := job.Spec.SearchAlgorithm != nil && job.Spec.SearchAlgorithm.Grid != nil
+	numTrials := int(ptr.Deref(job.Spec.NumTrials, 1))
+	switch {
+	case !grid || numTrials == size:
+		return nil
+	case numTrials > size:
+		return []string{fmt.Sprintf("spec.numTrials is %d but the grid has %d combinations of its parameters' choices: "+
+			"the search will stop at %d trials (condition Complete, reason %s)", numTrials, size, size, trainer.OptimizationJobSearchSpaceExhaustedReason)}
+	}
+	set := fmt.Sprintf("spec.numTrials is %d", numTrials)
+	if job.Spec.NumTrials == nil {
+		set = "spec.numTrials is unset (default 1)"
+	}
+	fix := fmt.Sprintf("set spec.numTrials to %d to run the whole grid", size)
+	if size > maxNumTrials {
+		fix = fmt.Sprintf("numTrials is at most %d: remove choices from spec.parameters to run the whole grid", maxNumTrials)
+	}
+	return []string{fmt.Sprintf("%s but the grid has %d combinations of its parameters' choices: the search runs %d of them, "+
+		"spread over every parameter's choices, and never the other %d; %s", set, size, numTrials, size-numTrials, fix)}
 }
 
 // validateTrialNames checks that the names of the trials of the OptimizationJob named

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/optimization/search"
 )
 
 // optJob returns OptimizationJob default/digits: minimize loss over lr (log-uniform)
@@ -203,6 +204,57 @@ func TestValidateOptimizationJob(t *testing.T) {
 			}),
 			errs:     []string{"FieldValueInvalid: metadata.name"},
 			warnings: []string{"the search will stop at 3 trials"},
+		},
+		"failure budget not a whole number": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "3.5"}
+			}),
+			errs:      []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
+			inMessage: []string{`"3.5"`, "whole number of failed trials from 1", "set it to spec.numTrials to run every trial"},
+		},
+		"failure budget of 0": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "0"}
+			}),
+			errs: []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
+		},
+		"the controller's record of trials created": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{"trainyard.dev/trials-created": "4"}
+			}),
+			errs:      []string{"FieldValueForbidden: metadata.annotations[trainyard.dev/trials-created]"},
+			inMessage: []string{"the controller's record of the trials it has created", "remove it"},
+		},
+		"failure budget of 2": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "2"}
+			}),
+		},
+		"grid cut by numTrials": {
+			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "hidden", SearchSpace: trainer.SearchSpace{
+				Categorical: &trainer.CategoricalSpace{Choices: []string{"32", "64", "128"}}}}, trainer.Parameter{Name: "opt", SearchSpace: trainer.SearchSpace{
+				Categorical: &trainer.CategoricalSpace{Choices: []string{"sgd", "adam"}}}})),
+			warnings: []string{"spec.numTrials is 4 but the grid has 6 combinations of its parameters' choices: the search runs 4 of them, " +
+				"spread over every parameter's choices, and never the other 2; set spec.numTrials to 6 to run the whole grid"},
+		},
+		"grid without numTrials runs one combination": {
+			job: optJob(gridSearch, withParams(optJob().Spec.Parameters[1]), func(j *trainer.OptimizationJob) {
+				j.Spec.NumTrials, j.Spec.ParallelTrials = nil, nil
+			}),
+			warnings: []string{"spec.numTrials is unset (default 1) but the grid has 2 combinations", "the search runs 1 of them", "set spec.numTrials to 2"},
+		},
+		"grid past numTrials' maximum": {
+			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "a", SearchSpace: trainer.SearchSpace{
+				Categorical: &trainer.CategoricalSpace{Choices: strings.Split("0 1 2 3 4 5 6 7 8 9 10", " ")}}}, trainer.Parameter{Name: "b", SearchSpace: trainer.SearchSpace{
+				Categorical: &trainer.CategoricalSpace{Choices: strings.Split("0 1 2 3 4 5 6 7 8 9", " ")}}}), func(j *trainer.OptimizationJob) {
+				j.Spec.NumTrials = ptr.To[int32](100)
+			}),
+			warnings: []string{"spec.numTrials is 100 but the grid has 110 combinations", "numTrials is at most 100: remove choices from spec.parameters"},
+		},
+		"grid of exactly numTrials": {
+			job: optJob(gridSearch, withParams(optJob().Spec.Parameters[1]), func(j *trainer.OptimizationJob) {
+				j.Spec.NumTrials = ptr.To[int32](2)
+			}),
 		},
 		"grid smaller than numTrials": {
 			job: optJob(gridSearch, withParams(trainer.Parameter{Name: "hidden", SearchSpace: trainer.SearchSpace{

@@ -9,19 +9,27 @@
 // trials) each is created suspended, and counts as unfinished, against parallelTrials,
 // until it finishes (docs/compatibility.md#suspended-trials). The controller never
 // deletes a trial: they go with the OptimizationJob, through their controller owner
-// reference.
+// reference. Trials that fail, or complete without the objective metric, spend the
+// search's failure budget (search.FailureBudget); once it is spent no trial starts and
+// the search ends Failed (docs/compatibility.md#failure-budget). A trial someone
+// deletes is cancelled: counted as such, not created again
+// (trial.AnnotationTrialsCreated records how many were created;
+// docs/compatibility.md#deleted-trials).
 package controller
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -44,8 +52,10 @@ const DefaultSettle = 5 * time.Second
 
 // Config configures a Stage; Client and the caches are required.
 type Config struct {
-	// Client creates trial TrainJobs and writes OptimizationJob status (RBAC: create
-	// trainjobs, update optimizationjobs/status); the leader's fenced client.
+	// Client creates trial TrainJobs, reads one the cache lacks, writes OptimizationJob
+	// status and patches its trial.AnnotationTrialsCreated (RBAC: create and get
+	// trainjobs, update optimizationjobs/status, patch optimizationjobs); the leader's
+	// fenced client.
 	Client trainerclient.Interface
 	// OptimizationJobs and TrainJobs are the informer caches.
 	OptimizationJobs trainerlisters.OptimizationJobLister
@@ -59,7 +69,19 @@ type Config struct {
 }
 
 // Stage syncs one OptimizationJob per key.
-type Stage struct{ cfg Config }
+type Stage struct {
+	cfg Config
+	// mu guards gone: per OptimizationJob, the indexes of its trials a live read
+	// found deleted, so each is read once per controller run (missing).
+	mu   sync.Mutex
+	gone map[cache.ObjectName]goneTrials
+}
+
+// goneTrials are the deleted trial indexes of the OptimizationJob of uid.
+type goneTrials struct {
+	uid     types.UID
+	indexes map[int]bool
+}
 
 var _ engine.Stage = (*Stage)(nil)
 
@@ -74,7 +96,7 @@ func New(cfg Config) (*Stage, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Stage{cfg: cfg}, nil
+	return &Stage{cfg: cfg, gone: map[cache.ObjectName]goneTrials{}}, nil
 }
 
 // Name implements engine.Stage.
@@ -83,41 +105,60 @@ func (s *Stage) Name() string { return Name }
 // Sync brings the OptimizationJob at key one step on: it creates the trials the search
 // may run now, and writes status (conditions, result) when it changed. Results:
 // WaitForEvent when there is nothing more to do until a trial changes (its events
-// enqueue the OptimizationJob) or the OptimizationJob has finished; RequeueAfter when a
-// completed trial's metric is not settled yet (Config.Settle); Terminal when its
-// spec cannot be searched (Failed, reason InvalidSpec, saying why); an error, retried
-// with backoff, when a create or the status write failed.
+// enqueue the OptimizationJob) or the OptimizationJob has finished (Complete, or
+// Failed: no trial succeeded, or the failure budget, search.FailureBudget, is spent);
+// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle);
+// Terminal when its spec cannot be searched (search.ValidateSpec: Failed, reason
+// InvalidSpec, saying why); an error, retried with backoff, when a create or the
+// status write failed.
 func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, error) {
 	job, err := s.cfg.OptimizationJobs.OptimizationJobs(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
+		s.forget(key)
 		return engine.WaitForEvent(), nil // its trials go with it (owner references)
 	}
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("reading OptimizationJob %s from the cache: %w", key, err)
 	}
 	if finished(job) {
+		s.forget(key)
 		return engine.WaitForEvent(), nil
 	}
 	srch, err := search.New(&job.Spec, search.Seed(job))
-	if err != nil {
+	if errs := search.ValidateSpec(job); err != nil || len(errs) > 0 {
+		if len(errs) > 0 {
+			err = errs.ToAggregate()
+		}
 		st := job.Status.DeepCopy()
 		setCondition(st, job, trainer.OptimizationJobFailed, trainer.OptimizationJobInvalidSpecReason,
 			"The search cannot run: "+err.Error()+". Create a new OptimizationJob with the fix; its spec cannot change.")
 		return engine.Terminal(), s.writeStatus(ctx, job, st)
 	}
+	budget, _ := search.FailureBudget(job) // ValidateSpec checked it
 	trials, err := s.trials(ctx, job)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	p := plan(job, srch, trials, s.cfg.Clock.Now(), s.cfg.Settle)
+	created := min(trial.TrialsCreated(job), numTrials(job)) // an edited annotation reads no trial past numTrials
+	for index := range trials {
+		created = max(created, index+1)
+	}
+	gone, lagging, err := s.missing(ctx, job, key, trials, created)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p := plan(job, srch, trials, missingTrials{created: created, gone: gone, lagging: lagging}, s.cfg.Clock.Now(), s.cfg.Settle, budget)
 	createErr := s.create(ctx, job, srch, p)
+	if err := s.recordCreated(ctx, job, p.created); err != nil && createErr == nil {
+		createErr = err
+	}
 	if err := s.writeStatus(ctx, job, p.status(job, createErr)); err != nil {
 		return engine.Result{}, err
 	}
 	if createErr != nil {
 		return engine.Result{}, createErr
 	}
-	if p.settleWait > 0 {
+	if p.settleWait > 0 && !p.budgetSpent {
 		return engine.RequeueAfter(p.settleWait), nil
 	}
 	return engine.WaitForEvent(), nil
@@ -143,6 +184,74 @@ func (s *Stage) trials(ctx context.Context, job *trainer.OptimizationJob) (map[i
 		out[rec.Index] = tj
 	}
 	return out, nil
+}
+
+// missing classifies the indexes below created (trials created so far) that trials,
+// the cache, does not hold: gone — deleted (a live read finds no TrainJob of the
+// trial's name, or one job does not control), remembered per OptimizationJob so each is
+// read once — and lagging, the count that exist though the cache does not show them
+// yet (the OptimizationJob's cache can be ahead of the TrainJobs'). Error: a read that
+// failed otherwise than NotFound.
+func (s *Stage) missing(ctx context.Context, job *trainer.OptimizationJob, key cache.ObjectName, trials map[int]*trainer.TrainJob, created int) (map[int]bool, int, error) {
+	s.mu.Lock()
+	known := s.gone[key]
+	if known.uid != job.UID {
+		known = goneTrials{uid: job.UID, indexes: map[int]bool{}}
+		s.gone[key] = known
+	}
+	gone := make(map[int]bool, len(known.indexes))
+	for index := range known.indexes {
+		gone[index] = true
+	}
+	s.mu.Unlock()
+	lagging := 0
+	for index := range created {
+		if _, ok := trials[index]; ok || gone[index] {
+			continue
+		}
+		tj, err := s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Get(ctx, trial.Name(job.Name, index), metav1.GetOptions{})
+		switch {
+		case err == nil && trial.IsTrialOf(tj, job):
+			lagging++
+			continue
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, 0, fmt.Errorf("reading trial %d of OptimizationJob %s/%s, missing from the cache: %w", index, job.Namespace, job.Name, err)
+		}
+		gone[index] = true
+		klog.FromContext(ctx).V(2).Info("A trial was deleted: counted as cancelled, not created again", "optimizationJob", klog.KObj(job), "index", index)
+	}
+	s.mu.Lock()
+	if cur := s.gone[key]; cur.uid == job.UID {
+		for index := range gone {
+			cur.indexes[index] = true
+		}
+	}
+	s.mu.Unlock()
+	return gone, lagging, nil
+}
+
+// forget drops what missing remembers of the OptimizationJob at key (finished or gone).
+func (s *Stage) forget(key cache.ObjectName) {
+	s.mu.Lock()
+	delete(s.gone, key)
+	s.mu.Unlock()
+}
+
+// recordCreated writes created as job's trial.AnnotationTrialsCreated when it is
+// above the recorded count: a JSON merge patch of that annotation only (RBAC: patch
+// optimizationjobs), after the trials were created, so a recorded trial always
+// existed. A failed write is retried by the next pass, which finds the new trials in
+// the cache.
+func (s *Stage) recordCreated(ctx context.Context, job *trainer.OptimizationJob, created int) error {
+	if created <= trial.TrialsCreated(job) {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, trial.AnnotationTrialsCreated, strconv.Itoa(created))
+	if _, err := s.cfg.Client.TrainerV1alpha1().OptimizationJobs(job.Namespace).Patch(ctx, job.Name, types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{FieldManager: "trainyard"}); err != nil {
+		return fmt.Errorf("recording %d trials created on OptimizationJob %s/%s: %w", created, job.Namespace, job.Name, err)
+	}
+	return nil
 }
 
 // create creates the trials p says may start now, in index order. A trial that exists

@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -48,8 +50,31 @@ func newFixture(t *testing.T, job *trainer.OptimizationJob) *fixture {
 		}
 		return false, nil, nil
 	})
+	f.client.PrependReactor("patch", "optimizationjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		var patch struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &patch); err != nil {
+			t.Fatal(err)
+		}
+		job := f.job().DeepCopy()
+		if job.Annotations == nil {
+			job.Annotations = map[string]string{}
+		}
+		maps.Copy(job.Annotations, patch.Metadata.Annotations)
+		if err := f.jobs.Update(job); err != nil {
+			t.Fatal(err)
+		}
+		return false, nil, nil
+	})
 	f.client.PrependReactor("update", "optimizationjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if err := f.jobs.Update(a.(clienttesting.UpdateAction).GetObject()); err != nil {
+		// An update of the status subresource changes the status only, as the API
+		// server's does.
+		job := f.job().DeepCopy()
+		job.Status = a.(clienttesting.UpdateAction).GetObject().(*trainer.OptimizationJob).Status
+		if err := f.jobs.Update(job); err != nil {
 			t.Fatal(err)
 		}
 		return false, nil, nil
@@ -365,8 +390,8 @@ func TestSuspendedTemplateMakesSuspendedTrials(t *testing.T) {
 	if f.creates != 2 || len(f.trials()) != 2 {
 		t.Fatalf("%d creates, %d trials while 2 suspended trials wait; parallelTrials is 2", f.creates, len(f.trials()))
 	}
-	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created" {
-		t.Errorf("Created = %+v; want 2 of 4 trials created", c)
+	if c := f.condition(trainer.OptimizationJobCreated); c == nil || c.Message != "2 of 4 trials created; 0 done (0 succeeded, 0 failed), 2 running" {
+		t.Errorf("Created = %+v; want 2 of 4 trials created, 2 running", c)
 	}
 
 	f.resume("digits-0")

@@ -16,14 +16,15 @@ import (
 // alone would also take "NaN", "Inf", hexadecimal and underscores.
 var doublePattern = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
-// Validate returns ValidateSpec's findings as one error (a field.ErrorList aggregate),
-// nil for a valid spec.
+// Validate returns the spec's rules of ValidateSpec (all but the failure budget's
+// annotation) as one error (a field.ErrorList aggregate), nil for a valid spec: New's
+// check.
 func Validate(spec *trainer.OptimizationJobSpec) error {
-	return ValidateSpec(spec).ToAggregate()
+	return validateSpec(spec).ToAggregate()
 }
 
-// ValidateSpec returns what makes spec's search impossible to run, as field errors at
-// spec.… naming the field and the fix:
+// ValidateSpec returns what makes job's search impossible to run, as field errors at
+// spec.… (or metadata.annotations[…]) naming the field and the fix:
 //
 //   - spec.objectives: none, more than one, or one whose metric is empty;
 //   - spec.parameters: none; a parameter without a name; two parameters of one name; two
@@ -32,15 +33,28 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 //   - a search space setting not exactly one of uniform, logUniform and categorical; a
 //     categorical space without choices; a grid over a parameter that is not categorical;
 //   - bounds that are not decimal numbers in the CRD's form (e.g. 0.001 or 1e-3; not
-//     NaN, Inf or hexadecimal) or overflow float64; min not below max; a log-uniform min
-//     not above 0; an Int range holding no integer, or reaching past ±2^53.
+//     NaN, Inf or hexadecimal) or overflow float64; min not below max; a uniform range
+//     whose width, max − min, overflows float64 (e.g. ±1e308: every draw would be
+//     +Inf); a log-uniform min not above 0; an Int range holding no integer, or
+//     reaching past ±2^53;
+//   - metadata.annotations[trainyard.dev/max-failed-trials] (AnnotationMaxFailedTrials)
+//     that is not a whole number from 1 (FailureBudget).
 //
-// The CRD's schema and CEL rules refuse most of these already (docs/compatibility.md#optimizationjob-validation);
+// The CRD's schema and CEL rules refuse most of the spec's already (docs/compatibility.md#optimizationjob-validation);
 // ValidateSpec is the controller's own check (an OptimizationJob that fails it gets
 // Failed, reason InvalidSpec, and no trial), for objects admitted without the CRD's rules
 // or the webhook and for `trainyard render`, and the admission webhook's first rule. It
-// returns nil for a valid spec.
-func ValidateSpec(spec *trainer.OptimizationJobSpec) field.ErrorList {
+// returns nil for a valid job.
+func ValidateSpec(job *trainer.OptimizationJob) field.ErrorList {
+	errs := validateSpec(&job.Spec)
+	if _, err := FailureBudget(job); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// validateSpec is ValidateSpec's rules of the spec.
+func validateSpec(spec *trainer.OptimizationJobSpec) field.ErrorList {
 	var errs field.ErrorList
 	objectives := field.NewPath("spec", "objectives")
 	switch n := len(spec.Objectives); {
@@ -123,6 +137,9 @@ func validateRange(path *field.Path, minBound, maxBound trainer.Double, typ trai
 	switch {
 	case lo >= hi:
 		errs = append(errs, field.Invalid(path.Child("min"), minBound, fmt.Sprintf("must be below max (%s): swap them, or widen the range", maxBound)))
+	case !log && math.IsInf(hi-lo, 0):
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("[%s, %s]", minBound, maxBound), fmt.Sprintf(
+			"the range's width, max − min, overflows float64 (above %.4g), so a draw would be +Inf: narrow the range", math.MaxFloat64)))
 	case log && lo <= 0:
 		errs = append(errs, field.Invalid(path.Child("min"), minBound, "a log-uniform range must start above 0: raise min, or use uniform for ranges from 0 or below"))
 	case typ == trainer.ParameterTypeInt && math.Ceil(lo) > math.Floor(hi):

@@ -20,7 +20,8 @@ const (
 	// Succeeded: Complete, with a numeric value of the objective metric.
 	Succeeded State = "Succeeded"
 	// NoMetric: Complete, but its trainerStatus has no objective metric of that name,
-	// or one that is not a finite number: the trial counts as run, without a result.
+	// or one that is not a finite number: the trial counts as failed (against the
+	// search's failure budget), without a result.
 	NoMetric State = "NoMetric"
 	// Failed: Failed.
 	Failed State = "Failed"
@@ -47,6 +48,29 @@ func Outcome(tj *trainer.TrainJob, metric string) (State, float64) {
 		}
 	}
 	return NoMetric, 0
+}
+
+// Failure says why a trial counts as failed, for the search's messages.
+type Failure struct {
+	// Reason groups the trials that failed alike: the reason of the TrainJob's Failed
+	// condition (the JobSet's, e.g. FailedJobs or DeadlineExceeded), or NoMetric.
+	Reason string
+	// Message says it in words: the Failed condition's message, or that the trial
+	// completed without the metric.
+	Message string
+}
+
+// FailureOf returns why tj, whose Outcome is Failed or NoMetric for metric, counts as
+// failed.
+func FailureOf(tj *trainer.TrainJob, metric string) Failure {
+	if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed); c != nil && c.Status == metav1.ConditionTrue {
+		reason := c.Reason
+		if reason == "" {
+			reason = trainer.TrainJobFailed
+		}
+		return Failure{Reason: reason, Message: c.Message}
+	}
+	return Failure{Reason: string(NoMetric), Message: "completed without reporting a numeric value of metric " + strconv.Quote(metric)}
 }
 
 // Better reports whether value a beats b in direction (Minimize unless Maximize).

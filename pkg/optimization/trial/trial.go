@@ -36,7 +36,23 @@ const (
 	// LabelIndex is the trial's index in the search, from 0: its assignment is the
 	// search's Assignment(index).
 	LabelIndex = "trainyard.dev/trial-index"
+	// AnnotationTrialsCreated is the controller's record on an OptimizationJob of how
+	// many trials it has created, a decimal integer: trials 0 to N-1 exist or existed.
+	// A trial below N that is gone was deleted — cancelled, not created again — which
+	// the trials alone cannot tell for the last ones. Written by the controller only
+	// (a merge patch after it creates trials); admission refuses it on CREATE.
+	AnnotationTrialsCreated = "trainyard.dev/trials-created"
 )
+
+// TrialsCreated returns job's AnnotationTrialsCreated, 0 when it is absent or not a
+// whole number.
+func TrialsCreated(job *trainer.OptimizationJob) int {
+	n, err := strconv.Atoi(job.Annotations[AnnotationTrialsCreated])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
 
 // maxNameLength is a TrainJob name's limit (an RFC 1035 label: it names the JobSet and
 // the pods' DNS subdomain).

@@ -11,6 +11,11 @@ const OptimizationJobKind = "OptimizationJob"
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[ ?(@.type=="Failed"),?(@.type=="Complete")].type`,description="Failed or Complete once the search has ended (the controller sets either only True); empty while it runs."
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[ ?(@.type=="Failed"),?(@.type=="Complete")].reason`,description="Why the search ended: MaxTrialsReached or SearchSpaceExhausted (Complete); NoTrialSucceeded, MaxFailedTrialsReached or InvalidSpec (Failed)."
+// +kubebuilder:printcolumn:name="Trials",type=string,JSONPath=`.status.conditions[?(@.type=="Created")].message`,description="The Created condition's message: trials created of the search's total, done (succeeded, failed, cancelled), running, and the best trial with its objective value; while a trial cannot be created, why."
+// +kubebuilder:printcolumn:name="Best",type=string,JSONPath=`.status.result.trainJobName`,description="status.result.trainJobName: the trial whose objective metric is best so far."
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // OptimizationJob is a hyperparameter search (KEP-3562): it runs trials, each a TrainJob
 // made from trainJobTemplate with one assignment of the parameters, and records the
@@ -300,8 +305,10 @@ const (
 	// OptimizationJobComplete is True once every trial the search makes has finished
 	// and at least one reported the objective metric.
 	OptimizationJobComplete = "Complete"
-	// OptimizationJobFailed is True when the search cannot run (reason InvalidSpec) or
-	// finished without any trial reporting the objective metric (NoTrialSucceeded).
+	// OptimizationJobFailed is True when the search cannot run (reason InvalidSpec),
+	// finished without any trial reporting the objective metric (NoTrialSucceeded), or
+	// ran out of its failure budget (MaxFailedTrialsReached: Trainyard's, annotation
+	// trainyard.dev/max-failed-trials, docs/compatibility.md#failure-budget).
 	OptimizationJobFailed = "Failed"
 
 	OptimizationJobTrialsCreatedReason           = "TrialsCreated"
@@ -310,4 +317,5 @@ const (
 	OptimizationJobSearchSpaceExhaustedReason    = "SearchSpaceExhausted"
 	OptimizationJobNoTrialSucceededReason        = "NoTrialSucceeded"
 	OptimizationJobInvalidSpecReason             = "InvalidSpec"
+	OptimizationJobMaxFailedTrialsReachedReason  = "MaxFailedTrialsReached"
 )
