@@ -29,16 +29,20 @@ func namespaceFlow(key cache.ObjectName) string { return key.Namespace }
 // processed), the metrics, shutdown, and the delaying and rate-limiting layers, which
 // reach it through Add. With one flow the order is client-go's FIFO exactly.
 //
-// Memory is proportional to the keys waiting: a flow is dropped when its last key is
-// popped, and a flow's buffer shrinks as it empties (ring), so no array the size of a
-// past burst is kept. Not safe for concurrent use: the workqueue calls it with its
-// lock held, as workqueue.Queue requires.
+// Memory follows the keys waiting: a flow is dropped when its last key is popped, with
+// its buffer (ring), so no array the size of a past burst is kept once the burst has
+// passed (like the in-flight gate's parkedKeys, and unlike client-go's FIFO, whose
+// slice keeps its array until an append outgrows it). Not safe for concurrent use: the
+// workqueue calls it with its lock held, as workqueue.Queue requires.
 type fairQueue struct {
 	flowOf flowKeyFunc
 	flows  map[string]*flow // flows with keys waiting
 	turns  ring[*flow]      // the flows in q.flows, next turn first
 	n      int              // keys waiting, over all flows
 	spare  *flow            // the last flow dropped, reused to spare an allocation
+	// last is the flow of the last Push while it has keys waiting: a burst pushes to one
+	// flow many times over, and comparing its name is cheaper than the map lookup.
+	last *flow
 }
 
 var _ workqueue.Queue[cache.ObjectName] = (*fairQueue)(nil)
@@ -61,8 +65,11 @@ func (q *fairQueue) Touch(cache.ObjectName) {}
 // turn after every flow that has.
 func (q *fairQueue) Push(key cache.ObjectName) {
 	name := q.flowOf(key)
-	f, ok := q.flows[name]
-	if !ok {
+	f := q.last
+	if f == nil || f.name != name {
+		f = q.flows[name]
+	}
+	if f == nil {
 		f = q.spare
 		if f == nil {
 			f = &flow{}
@@ -72,6 +79,7 @@ func (q *fairQueue) Push(key cache.ObjectName) {
 		q.flows[name] = f
 		q.turns.push(f)
 	}
+	q.last = f
 	f.keys.push(key)
 	q.n++
 }
@@ -92,6 +100,9 @@ func (q *fairQueue) Pop() cache.ObjectName {
 		delete(q.flows, f.name)
 		f.name = ""
 		q.spare = f
+		if q.last == f {
+			q.last = nil
+		}
 	case q.turns.len() > 1:
 		q.turns.push(q.turns.pop())
 	}
@@ -99,9 +110,11 @@ func (q *fairQueue) Pop() cache.ObjectName {
 }
 
 // ring is a FIFO in a circular buffer whose size is a power of two. It grows by
-// doubling when full and halves when a quarter full, down to ringMinSize, and drops its
-// buffer above ringMinSize once empty: its memory follows what it holds, not the most it
-// ever held. The zero ring is empty and ready to use.
+// doubling when full and drops a buffer larger than ringMinSize once empty, so it holds
+// at most twice the most it held since it was last empty. It does not shrink while it
+// holds keys: halving on the way down cost a copy per halving, 40% more CPU per key in
+// BenchmarkQueueStorage, for memory a burst frees anyway when it has passed. The zero
+// ring is empty and ready to use.
 type ring[T any] struct {
 	buf  []T
 	head int // index of the oldest element
@@ -139,11 +152,8 @@ func (r *ring[T]) pop() T {
 	r.buf[r.head] = zero // the buffer keeps no reference to what left it
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
-	switch {
-	case r.n == 0 && len(r.buf) > ringMinSize:
+	if r.n == 0 && len(r.buf) > ringMinSize {
 		r.buf, r.head = nil, 0
-	case r.n > 0 && len(r.buf) > ringMinSize && r.n <= len(r.buf)/4:
-		r.resize(len(r.buf) / 2)
 	}
 	return x
 }
