@@ -31,9 +31,10 @@ func namespaceFlow(key cache.ObjectName) string { return key.Namespace }
 //
 // Memory follows the keys waiting: a flow is dropped when its last key is popped, with
 // its buffer (ring), so no array the size of a past burst is kept once the burst has
-// passed (like the in-flight gate's parkedKeys, and unlike client-go's FIFO, whose
-// slice keeps its array until an append outgrows it). Not safe for concurrent use: the
-// workqueue calls it with its lock held, as workqueue.Queue requires.
+// passed (unlike client-go's FIFO, whose slice keeps its array until an append outgrows
+// it). The in-flight gate parks keys in one too (parkedKeys), so the gate and the stages
+// take namespaces in turn by one rule. Not safe for concurrent use: the workqueue calls
+// it with its lock held, as workqueue.Queue requires.
 type fairQueue struct {
 	flowOf flowKeyFunc
 	flows  map[string]*flow // flows with keys waiting

@@ -335,8 +335,8 @@ func TestParkedKeysAreLetGo(t *testing.T) {
 			}
 		}
 	}
-	if tr.parked.turns != nil || len(tr.parked.byNamespace) != 0 || tr.parked.len() != 0 {
-		t.Errorf("parked = %+v after every parked key got a slot, want nothing kept", tr.parked)
+	if tr.parked.len() != 0 || tr.parked.q.holds() != "" {
+		t.Errorf("parked keeps %d keys and %s after every parked key got a slot, want nothing kept", tr.parked.len(), tr.parked.q.holds())
 	}
 }
 
@@ -419,7 +419,7 @@ func TestParkedKeysRoundRobin(t *testing.T) {
 	if _, ok := p.pop(); ok {
 		t.Error("pop of an empty parkedKeys returned a key")
 	}
-	if p.turns != nil || len(p.byNamespace) != 0 {
-		t.Errorf("an emptied parkedKeys keeps %+v", p)
+	if held := p.q.holds(); held != "" {
+		t.Errorf("an emptied parkedKeys keeps %s", held)
 	}
 }
