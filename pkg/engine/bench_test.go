@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -226,4 +227,80 @@ func benchKeys(n, namespaces int) []cache.ObjectName {
 		keys[i] = cache.NewObjectName(fmt.Sprint("ns-", i%namespaces), fmt.Sprint("tj-", i))
 	}
 	return keys
+}
+
+// BenchmarkQuietNamespaceDuringBurst is issue 43's scenario in-process: each iteration
+// queues a burst of 2,000 TrainJobs' keys in one namespace, then one key of another, and
+// measures that one key's time through six stages whose last takes 2 ms a sync (an API
+// server's apply; 8 workers, so 4,000 keys/s) with the production worker counts and the
+// default in-flight bound. It reports the quiet key's median time during the burst
+// (quiet-ms) and alone, before any burst (alone-ms), over client-go's FIFO and over the
+// fair queue. Run it with a small -benchtime, e.g. 5x: an iteration lasts the burst.
+func BenchmarkQuietNamespaceDuringBurst(b *testing.B) {
+	const burstSize, apply = 2000, 2 * time.Millisecond
+	names := []string{"resolve_runtime", "merge_patches", "ml_policy", "gang", "dra", "status"}
+	workers := map[string]int{"resolve_runtime": 4, "merge_patches": 4, "ml_policy": 4, "gang": 2, "dra": 2, "status": 8}
+	for _, kind := range benchQueueKinds {
+		b.Run("queue="+kind.name, func(b *testing.B) {
+			var mu sync.Mutex
+			doneAt := map[cache.ObjectName]chan struct{}{}
+			burstDone := make(chan struct{}, burstSize)
+			var stages []Stage
+			for i, n := range names {
+				last := i == len(names)-1
+				stages = append(stages, &fakeStage{name: n, sync: func(_ context.Context, k cache.ObjectName) (Result, error) {
+					if !last {
+						return Continue(), nil
+					}
+					time.Sleep(apply)
+					if k.Namespace == "busy" {
+						burstDone <- struct{}{}
+						return Continue(), nil
+					}
+					mu.Lock()
+					close(doneAt[k])
+					mu.Unlock()
+					return Continue(), nil
+				}})
+			}
+			p, err := New(stages, WithWorkers(workers), WithMetrics(metrics.New(prometheus.NewRegistry())), withFlowKey(kind.flowKey))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = p.Run(ctx) }()
+			through := func(k cache.ObjectName) time.Duration {
+				ch := make(chan struct{})
+				mu.Lock()
+				doneAt[k] = ch
+				mu.Unlock()
+				start := time.Now()
+				p.EnqueueFirst(k)
+				<-ch
+				return time.Since(start)
+			}
+			var alone, quiet []time.Duration
+			for i := range 5 {
+				alone = append(alone, through(cache.NewObjectName("quiet", fmt.Sprint("alone-", i))))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				for j := range burstSize {
+					p.EnqueueFirst(cache.NewObjectName("busy", fmt.Sprintf("tj-%d-%d", i, j)))
+				}
+				quiet = append(quiet, through(cache.NewObjectName("quiet", fmt.Sprint("tj-", i))))
+				for range burstSize {
+					<-burstDone
+				}
+			}
+			b.StopTimer()
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Microseconds()) / 1000
+			}
+			b.ReportMetric(median(quiet), "quiet-ms")
+			b.ReportMetric(median(alone), "alone-ms")
+		})
+	}
 }
