@@ -4,7 +4,9 @@
 // current state from listers and the previous stage's plan (see Plans).
 //
 // Each stage has its own rate-limited workqueue, named after the stage, and a
-// pool of workers. A worker takes a key, calls Stage.Sync, and applies the
+// pool of workers. The queue is client-go's, over a storage that serves the keys'
+// namespaces in turn, so one namespace's burst does not hold another's keys in any
+// stage (docs/design/architecture.md#fair-queuing-in-every-stage). A worker takes a key, calls Stage.Sync, and applies the
 // returned Code: CodeContinue hands the key to the next stage's queue,
 // CodeRequeueAfter syncs it again in the same stage after a delay,
 // CodeWaitForEvent and CodeTerminal drop it, CodeRetry (and any error)

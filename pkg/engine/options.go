@@ -95,6 +95,11 @@ type config struct {
 	clock       clock.WithTicker
 	metrics     *metrics.Metrics
 	logger      klog.Logger
+	// flowKey names the flow each stage queue serves a key in, flows taking turns
+	// (fairQueue); nil means client-go's single FIFO. New sets namespaceFlow. The seam
+	// for another flow key: an Option setting this field (and a configuration field
+	// feeding it); nothing else in the engine depends on what a flow is.
+	flowKey flowKeyFunc
 }
 
 // WithWorkers sets the worker pool size of the named stages; each must be at

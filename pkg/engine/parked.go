@@ -10,61 +10,36 @@ import "k8s.io/client-go/tools/cache"
 // quiet namespace's key within as many slots as there are namespaces waiting
 // (docs/design/architecture.md#one-namespaces-burst-does-not-hold-another).
 //
-// Memory is proportional to the keys waiting: a namespace's FIFO and the turn order
-// drop their arrays when they empty, so no array the size of a past burst is kept.
-// Not safe for concurrent use; the tracker's mutex guards it.
+// The order is the stage queues' (a fairQueue by namespace), so the gate and the stages
+// behind it take namespaces in turn by one rule, and memory follows the keys waiting in
+// the same way: a namespace's FIFO is dropped when it empties. The zero parkedKeys is
+// empty and ready to use. Not safe for concurrent use; the tracker's mutex guards it.
 type parkedKeys struct {
-	byNamespace map[string][]cache.ObjectName // each oldest first; no empty entries
-	turns       []string                      // namespaces with keys waiting, next turn first
-	n           int                           // keys waiting, over all namespaces
+	q *fairQueue // nil until the first push
 }
 
 // push parks key behind the keys of its namespace. A namespace that had none waiting
 // takes its turn after every namespace already waiting.
 func (p *parkedKeys) push(key cache.ObjectName) {
-	if p.byNamespace == nil {
-		p.byNamespace = map[string][]cache.ObjectName{}
+	if p.q == nil {
+		p.q = newFairQueue(namespaceFlow)
 	}
-	q, waiting := p.byNamespace[key.Namespace]
-	if !waiting {
-		p.turns = append(p.turns, key.Namespace)
-	}
-	p.byNamespace[key.Namespace] = append(q, key)
-	p.n++
+	p.q.Push(key)
 }
 
 // pop unparks the oldest key of the namespace whose turn it is, and moves that namespace
 // to the end of the turn order if it has keys left. ok is false when no key waits.
 func (p *parkedKeys) pop() (key cache.ObjectName, ok bool) {
-	if len(p.turns) == 0 {
+	if p.len() == 0 {
 		return cache.ObjectName{}, false
 	}
-	ns := p.turns[0]
-	p.turns = shift(p.turns)
-	q := p.byNamespace[ns]
-	key = q[0] // before shift clears it
-	q = shift(q)
-	if q == nil {
-		delete(p.byNamespace, ns)
-	} else {
-		p.byNamespace[ns] = q
-		p.turns = append(p.turns, ns)
-	}
-	p.n--
-	return key, true
+	return p.q.Pop(), true
 }
 
 // len is the number of keys waiting.
-func (p *parkedKeys) len() int { return p.n }
-
-// shift drops the first element of s. It returns nil, not an empty slice, once s is
-// empty: the emptied slice would still hold the array a burst grew, and append would
-// keep filling it.
-func shift[T any](s []T) []T {
-	var zero T
-	s[0] = zero // the array keeps no reference to what left it
-	if len(s) == 1 {
-		return nil
+func (p *parkedKeys) len() int {
+	if p.q == nil {
+		return 0
 	}
-	return s[1:]
+	return p.q.Len()
 }

@@ -47,6 +47,7 @@ func New(stages []Stage, opts ...Option) (*Pipeline, error) {
 		maxInFlight: DefaultMaxInFlight,
 		clock:       clock.RealClock{},
 		logger:      klog.Background(),
+		flowKey:     namespaceFlow,
 	}
 	for _, opt := range opts {
 		opt(&cfg)

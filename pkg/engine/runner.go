@@ -34,18 +34,41 @@ func newRunner(s Stage, index, workers int, cfg config) *runner {
 		index:   index,
 		stage:   s,
 		workers: workers,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			cfg.rateLimit.newRateLimiter(cfg.clock),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
-				Name:            name,
-				MetricsProvider: cfg.metrics.WorkqueueMetricsProvider(),
-				Clock:           cfg.clock,
-			}),
+		queue:   newStageQueue(name, cfg),
 		clock:   cfg.clock,
 		metrics: cfg.metrics.Stage(name),
 	}
 	r.metrics.SetWorkers(workers)
 	return r
+}
+
+// newStageQueue builds the named stage's queue: client-go's rate-limiting, delaying
+// workqueue, named and instrumented as before (the workqueue_* metrics, label name),
+// whose storage is a fairQueue over cfg.flowKey — or client-go's FIFO if flowKey is nil
+// (the benchmarks' baseline). The three layers are built one by one because only the
+// innermost config takes a storage (workqueue.TypedQueueConfig.Queue).
+func newStageQueue(name string, cfg config) workqueue.TypedRateLimitingInterface[cache.ObjectName] {
+	var storage workqueue.Queue[cache.ObjectName] // nil: client-go's FIFO
+	if cfg.flowKey != nil {
+		storage = newFairQueue(cfg.flowKey)
+	}
+	provider := cfg.metrics.WorkqueueMetricsProvider()
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		cfg.rateLimit.newRateLimiter(cfg.clock),
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
+			Clock: cfg.clock,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[cache.ObjectName]{
+				Name:            name,
+				MetricsProvider: provider,
+				Clock:           cfg.clock,
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[cache.ObjectName]{
+					Name:            name,
+					MetricsProvider: provider,
+					Clock:           cfg.clock,
+					Queue:           storage,
+				}),
+			}),
+		})
 }
 
 // work is one worker: it processes keys until the queue shuts down.

@@ -113,8 +113,10 @@ func TestEventMovesWaitingKeyEarlier(t *testing.T) {
 }
 
 // Randomly routed events never make two stages sync one key at the same time, and
-// every event is followed by a sync of its stage.
+// every event is followed by a sync of its stage. The keys are spread over three
+// namespaces, so the stage queues' turns (fairQueue) are part of what is checked.
 func TestOneStageAtATimePerKey(t *testing.T) {
+	spread := func(i int) cache.ObjectName { return cache.NewObjectName(fmt.Sprint("team-", i%3), fmt.Sprint(i)) }
 	names := []string{"s0", "s1", "s2", "s3"}
 	var (
 		mu      sync.Mutex
@@ -156,7 +158,7 @@ func TestOneStageAtATimePerKey(t *testing.T) {
 	}
 	var events []event
 	for range 2000 {
-		v := visit{names[rand.IntN(len(names))], key(fmt.Sprint(rand.IntN(8)))}
+		v := visit{names[rand.IntN(len(names))], spread(rand.IntN(8))}
 		events = append(events, event{v, time.Now()})
 		if v.Stage == "s0" {
 			p.EnqueueFirst(v.Key)
@@ -169,7 +171,7 @@ func TestOneStageAtATimePerKey(t *testing.T) {
 	}
 	waitUntil(t, func() bool {
 		for i := range 8 {
-			if p.Has(key(fmt.Sprint(i))) {
+			if p.Has(spread(i)) {
 				return false
 			}
 		}
@@ -333,8 +335,8 @@ func TestParkedKeysAreLetGo(t *testing.T) {
 			}
 		}
 	}
-	if tr.parked.turns != nil || len(tr.parked.byNamespace) != 0 || tr.parked.len() != 0 {
-		t.Errorf("parked = %+v after every parked key got a slot, want nothing kept", tr.parked)
+	if tr.parked.len() != 0 || tr.parked.q.holds() != "" {
+		t.Errorf("parked keeps %d keys and %s after every parked key got a slot, want nothing kept", tr.parked.len(), tr.parked.q.holds())
 	}
 }
 
@@ -417,7 +419,7 @@ func TestParkedKeysRoundRobin(t *testing.T) {
 	if _, ok := p.pop(); ok {
 		t.Error("pop of an empty parkedKeys returned a key")
 	}
-	if p.turns != nil || len(p.byNamespace) != 0 {
-		t.Errorf("an emptied parkedKeys keeps %+v", p)
+	if held := p.q.holds(); held != "" {
+		t.Errorf("an emptied parkedKeys keeps %s", held)
 	}
 }
