@@ -68,6 +68,20 @@ func (l *leg) helmResult(args ...string) (string, error) {
 	return string(out), err
 }
 
+// imageLayout is the OCI image layout of the controller image (EnvImageLayout).
+func imageLayout() string { return os.Getenv(EnvImageLayout) }
+
+// chartDir is charts/trainyard of the repository.
+func (l *leg) chartDir() string { return filepath.Join(l.repo, "charts", "trainyard") }
+
+// kubectlStdin runs the cluster's kubectl with stdin and returns its combined output.
+func (l *leg) kubectlStdin(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(l.c.BinaryPath(cluster.Kubectl), append(args, "--kubeconfig", l.c.Kubeconfig())...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // appVersion returns the chart's appVersion, the image tag it deploys by default.
 func appVersion(t *testing.T, repo string) string {
 	t.Helper()
@@ -129,7 +143,7 @@ func TestChartLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s", l.helm(t, "version", "--short"))
-	l.pushImage(t, os.Getenv(EnvImageLayout), appVersion(t, repo))
+	l.pushImage(t, imageLayout(), appVersion(t, repo))
 
 	steps := []struct {
 		name string
@@ -138,6 +152,8 @@ func TestChartLifecycle(t *testing.T) {
 		{"install", testInstall},
 		{"admission through the Service", testAdmissionThroughTheService},
 		{"training reports progress through the Service", testTrainingReportsThroughTheService},
+		{"failover of the leader Pod under 200 creates", testFailover},
+		{"upgrade under a create loop, then the CRD upgrade step", testUpgrade},
 		{"uninstall", testUninstall},
 	}
 	for _, s := range steps {
@@ -155,7 +171,7 @@ var installCommand = []string{"install", release, "charts/trainyard", "--namespa
 // each controller process running as the chart's non-root user.
 func testInstall(t *testing.T, l *leg) {
 	args := append(append([]string{}, installCommand...), "--timeout", installTimeout.String())
-	args[2] = filepath.Join(l.repo, "charts", "trainyard")
+	args[2] = l.chartDir()
 	start := time.Now()
 	out, err := l.helmResult(args...)
 	if err != nil {
