@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,23 +90,30 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 // system:node:<name> in group system:nodes, bound to the built-in system:node
 // ClusterRole (the API server runs RBAC alone, without the Node authorizer).
 func (c *Cluster) nodeKubeconfig(ctx context.Context, dir string) (string, error) {
-	user := "system:node:" + RealNodeName
-	certPEM, keyPEM, err := c.pki.clientCert(user, "system:nodes")
+	return c.identityKubeconfig(ctx, dir, "system:node:"+RealNodeName, "system:node", "system:nodes")
+}
+
+// identityKubeconfig writes <dir>/kubeconfig for a node component: a client
+// certificate of the cluster CA for user (in groups), whom a ClusterRoleBinding
+// named trainyard:<user's last part> binds to clusterRole. It returns the file.
+func (c *Cluster) identityKubeconfig(ctx context.Context, dir, user, clusterRole string, groups ...string) (string, error) {
+	certPEM, keyPEM, err := c.pki.clientCert(user, groups...)
 	if err != nil {
 		return "", err
 	}
+	short := user[strings.LastIndex(user, ":")+1:]
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "trainyard:" + RealNodeName},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
+		ObjectMeta: metav1.ObjectMeta{Name: "trainyard:" + short},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}
 	if _, err := c.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("binding the node's user to system:node: %w", err)
+		return "", fmt.Errorf("binding %s to %s: %w", user, clusterRole, err)
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["trainyard"] = &clientcmdapi.Cluster{Server: c.serverURL(), CertificateAuthorityData: c.pki.caPEM}
-	cfg.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
-	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "trainyard", AuthInfo: "node"}
+	cfg.AuthInfos[short] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "trainyard", AuthInfo: short}
 	cfg.CurrentContext = "trainyard"
 	path := filepath.Join(dir, "kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)

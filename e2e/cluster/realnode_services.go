@@ -12,11 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 )
 
@@ -148,26 +144,8 @@ func (c *Cluster) startKubeProxy(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	const user = "system:kube-proxy"
-	certPEM, keyPEM, err := c.pki.clientCert(user)
+	kubeconfig, err := c.identityKubeconfig(ctx, dir, "system:kube-proxy", "system:node-proxier")
 	if err != nil {
-		return err
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "trainyard:" + KubeProxy},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}
-	if _, err := c.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("binding kube-proxy's user to system:node-proxier: %w", err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["trainyard"] = &clientcmdapi.Cluster{Server: c.serverURL(), CertificateAuthorityData: c.pki.caPEM}
-	cfg.AuthInfos["kube-proxy"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
-	cfg.Contexts["trainyard"] = &clientcmdapi.Context{Cluster: "trainyard", AuthInfo: "kube-proxy"}
-	cfg.CurrentContext = "trainyard"
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		return err
 	}
 	config := map[string]any{
