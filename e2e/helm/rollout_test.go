@@ -213,14 +213,16 @@ func (l *leg) waitReplicasReady(t *testing.T, want int32) {
 }
 
 // testUpgrade runs `helm upgrade` to a second image tag while TrainJobs are created
-// without pause: the Deployment rolls both replicas, no create is refused, and every
-// TrainJob created before, during and after gets its one JobSet. Then the CRD upgrade
+// without pause and two trainers report progress every 0.6 s: the Deployment rolls
+// both replicas, no create is refused, every TrainJob created before, during and after
+// gets its one JobSet, and each trainer's last report answered 200 is its status. Then the CRD upgrade
 // step the chart README documents (`helm show crds | kubectl apply --server-side`) is
 // applied over the existing TrainJobs, which keep their number and specs.
 func testUpgrade(t *testing.T, l *leg) {
 	ctx := context.Background()
 	const tag = "0.1.0-upgrade"
 	l.pushImage(t, imageLayout(), tag)
+	reports := startReporters(t, l, 2)
 	ns := cluster.NewNamespace(t, l.c)
 	cr := startCreating(l, ns, "upgrade", 0)
 	cluster.Eventually(t, time.Minute, "20 creates sent", func(context.Context) (bool, string) {
@@ -243,6 +245,7 @@ func testUpgrade(t *testing.T, l *leg) {
 	names := cr.finish(t)
 	t.Logf("%d TrainJobs created across the upgrade", len(names))
 	l.waitEachHasOneJobSet(t, ns, names)
+	reports.verify(t)
 
 	before, err := l.trainers.TrainerV1alpha1().TrainJobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
