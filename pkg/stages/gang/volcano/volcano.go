@@ -1,9 +1,10 @@
 // Package volcano is the Volcano gang backend (podGroupPolicy.volcano;
 // docs/compatibility.md#volcano): a scheduling.volcano.sh/v1beta1 PodGroup named after
 // the TrainJob with minMember, minResources, the queue from the JobSet annotation
-// scheduling.volcano.sh/queue-name, the priorityClassName of the last pod template that
-// sets one, and the network topology; and the annotation scheduling.k8s.io/group-name
-// on every pod. The runtime names the volcano scheduler in its pod templates.
+// scheduling.volcano.sh/queue-name, the trainer's priorityClassName (priorityClassName:
+// not upstream's, kubeflow/trainer#4084), and the network topology; and the annotation
+// scheduling.k8s.io/group-name on every pod. The runtime names the volcano scheduler in
+// its pod templates.
 package volcano
 
 import (
@@ -52,10 +53,8 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 	if queue, ok := p.JobSet.Annotations[AnnotationQueueName]; ok {
 		spec["queue"] = queue
 	}
-	for _, rj := range p.JobSet.Spec.ReplicatedJobs {
-		if name := rj.Template.Spec.Template.Spec.PriorityClassName; name != "" {
-			spec["priorityClassName"] = name
-		}
+	if name := priorityClassName(p); name != "" {
+		spec["priorityClassName"] = name
 	}
 	if nt := p.Runtime.Spec.PodGroupPolicy.Volcano.NetworkTopology; nt != nil {
 		topology := map[string]any{}
@@ -70,6 +69,28 @@ func (b Backend) Apply(ctx context.Context, tj *trainer.TrainJob, p *plan.Plan) 
 	p.Objects = append(p.Objects, gang.PodGroup(tj, GroupVersion, spec))
 	gang.SetPodAnnotation(p, AnnotationGroupName, tj.Name)
 	return nil
+}
+
+// priorityClassName is the PodGroup's priority class: the trainer replicatedJob's
+// (plan.TrainerJob, the first with the trainer ancestor label) pod template
+// priorityClassName, whatever the order of the replicatedJobs. When the trainer sets
+// none, the first replicatedJob in runtime order that sets one: a runtime that gives
+// only an initializer a priority class still meant the TrainJob to have one, and
+// upstream keeps it too. "" when none does. Upstream takes the last replicatedJob that
+// sets one, so an initializer listed after the trainer wins there (kubeflow/trainer#4084;
+// docs/compatibility.md#deliberate-differences).
+func priorityClassName(p *plan.Plan) string {
+	if rj := plan.TrainerJob(p.JobSet); rj != nil {
+		if name := plan.PodSpec(rj).PriorityClassName; name != "" {
+			return name
+		}
+	}
+	for i := range p.JobSet.Spec.ReplicatedJobs {
+		if name := plan.PodSpec(&p.JobSet.Spec.ReplicatedJobs[i]).PriorityClassName; name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 // ValidateQueue rejects an empty AnnotationQueueName among annotations, the desired

@@ -31,10 +31,25 @@ func priorityClass(rj, name string) func(*plan.Plan) {
 	return func(p *plan.Plan) { plan.PodSpec(plan.ReplicatedJob(p.JobSet, rj)).PriorityClassName = name }
 }
 
+// trainerFirst moves the trainer replicatedJob "node" to the front of the JobSet, before
+// the initializers: a runtime may list its replicatedJobs in any order.
+func trainerFirst(p *plan.Plan) {
+	rjs := p.JobSet.Spec.ReplicatedJobs
+	for i := range rjs {
+		if rjs[i].Name == "node" {
+			node := rjs[i]
+			copy(rjs[1:i+1], rjs[:i])
+			rjs[0] = node
+			return
+		}
+	}
+}
+
 // The PodGroup of docs/compatibility.md#volcano: named after the TrainJob, controlled by
 // it, minMember and minResources of every replicatedJob, the queue of the JobSet's
-// annotation, the priority class of the last pod template that sets one, the policy's
-// network topology; every pod template annotated with the PodGroup's name.
+// annotation, the trainer's priority class whatever the order of the replicatedJobs
+// (else the first one set, in runtime order), the policy's network topology; every pod
+// template annotated with the PodGroup's name.
 func TestPodGroup(t *testing.T) {
 	size3 := map[string]any{"minMember": int64(3), "minResources": map[string]any{"cpu": "3"}}
 	with := func(extra map[string]any) map[string]any {
@@ -63,16 +78,30 @@ func TestPodGroup(t *testing.T) {
 			numNodes: 1, annotations: map[string]string{volcano.AnnotationQueueName: "research", "other": "x"},
 			wantSpec: with(map[string]any{"queue": "research"}),
 		},
-		"the trainer's priority class": {
+		"priority class on the trainer only": {
 			numNodes: 1, edits: []func(*plan.Plan){priorityClass("node", "high")},
 			wantSpec: with(map[string]any{"priorityClassName": "high"}),
 		},
-		"the last pod template's priority class wins": {
+		"priority class on the trainer only, trainer listed first": {
+			numNodes: 1, edits: []func(*plan.Plan){trainerFirst, priorityClass("node", "high")},
+			wantSpec: with(map[string]any{"priorityClassName": "high"}),
+		},
+		"priority class on an initializer only: the initializer's": {
+			numNodes: 1, edits: []func(*plan.Plan){priorityClass("model-initializer", "low")},
+			wantSpec: with(map[string]any{"priorityClassName": "low"}),
+		},
+		"priority class on both, trainer listed last: the trainer's": {
 			numNodes: 1, edits: []func(*plan.Plan){priorityClass("dataset-initializer", "low"), priorityClass("node", "high")},
 			wantSpec: with(map[string]any{"priorityClassName": "high"}),
 		},
-		"an initializer's priority class when only it sets one": {
-			numNodes: 1, edits: []func(*plan.Plan){priorityClass("model-initializer", "low")},
+		// Upstream (kubeflow/trainer#4084) takes the last one set: "low" here.
+		"priority class on both, trainer listed first: the trainer's": {
+			numNodes: 1, edits: []func(*plan.Plan){trainerFirst, priorityClass("node", "high"), priorityClass("dataset-initializer", "low")},
+			wantSpec: with(map[string]any{"priorityClassName": "high"}),
+		},
+		// Upstream takes the last one set: "mid" here.
+		"priority class on both initializers, none on the trainer: the first in runtime order": {
+			numNodes: 1, edits: []func(*plan.Plan){priorityClass("dataset-initializer", "low"), priorityClass("model-initializer", "mid")},
 			wantSpec: with(map[string]any{"priorityClassName": "low"}),
 		},
 		"network topology, both fields": {
