@@ -38,9 +38,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvQPS(t, 300, 600) // the burst's creates and the checks' lists
+}
+
+// newEnvQPS is newEnv with clients of their own, limited to qps (burst).
+func newEnvQPS(t *testing.T, qps float32, burst int) *env {
+	t.Helper()
 	c := cluster.Shared(t)
 	cfg := c.RESTConfig()
-	cfg.QPS, cfg.Burst = 300, 600 // the burst's creates and the checks' lists
+	cfg.QPS, cfg.Burst = qps, burst
 	trainers, err := trainerclient.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +146,8 @@ func (e *env) startController(t *testing.T, name, user string, args ...string) *
 }
 
 // burst creates n TrainJobs named tj-0000... in ns from a background goroutine, 16 at a
-// time as users and queue controllers would, at most one per pace (0: no pace). A create that fails (the API server is
+// time as users and queue controllers would (startBurstClients: another count), at most
+// one per pace (0: no pace). A create that fails (the API server is
 // down, a connection is cut) is tried again until it succeeds or finds its TrainJob
 // already created by an earlier try whose answer was lost.
 type burst struct {
@@ -153,12 +160,17 @@ type burst struct {
 }
 
 func (e *env) startBurst(ns string, n int, pace time.Duration) *burst {
+	return e.startBurstClients(ns, n, pace, 16)
+}
+
+// startBurstClients is startBurst with clients creates at a time.
+func (e *env) startBurstClients(ns string, n int, pace time.Duration, clients int) *burst {
 	b := &burst{n: n, done: make(chan struct{}), start: time.Now()}
 	tjs := e.trainers.TrainerV1alpha1().TrainJobs(ns)
 	go func() {
 		defer close(b.done)
 		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
+		sem := make(chan struct{}, clients)
 		var tick <-chan time.Time
 		if pace > 0 {
 			ticker := time.NewTicker(pace)

@@ -23,6 +23,9 @@ import (
 var (
 	// burstSize is the TrainJob count of TestControllerKilledDuringBurst.
 	burstSize = flag.Int("faults.burst", 2000, "TrainJobs in the burst during which the controller is SIGKILLed three times")
+	// tenantBurst is the TrainJob count of one namespace's burst in
+	// TestBurstDoesNotDelayAnotherNamespace; issue 43's 10,000 with -faults.tenantburst=10000.
+	tenantBurst = flag.Int("faults.tenantburst", 3000, "TrainJobs of one namespace's burst during which another namespace creates one")
 	// seed drives every random choice of the suite (kill points, cut periods); 0 picks
 	// one from the clock. The tests log it: -faults.seed=<it> repeats a run.
 	seed = flag.Int64("faults.seed", 0, "seed of the random kill points and connection cuts; 0: from the clock")
