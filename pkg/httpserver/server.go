@@ -1,6 +1,6 @@
 // Package httpserver holds the bounds the controller's HTTP servers share: the progress
-// server (package progress), the admission server (package admission) and the metrics
-// server (cmd/trainyard/app). Each of them can be reached by any pod, so each bounds
+// server (package progress), the admission server (package admission), and the metrics
+// and health probe servers (cmd/trainyard/app). Each of them can be reached by any pod, so each bounds
 // what a client can make it hold:
 //
 //   - time: header, body, answer and idle timeouts free the connection of a client that

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
 	"github.com/trainyard/trainyard/pkg/lease"
@@ -212,7 +212,11 @@ func (c *controller) buildProbes(all *clients, profiling bool) error {
 	if c.progress != nil {
 		checks = append(checks, serverCheck{"progress", c.progress.ready})
 	}
-	c.probes = []*http.Server{healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, &c.stopping, ptrBool(c.cfg.LeaderElection.LeaderElect))}
+	health, err := healthServer(c.cfg.Health.HealthProbeBindAddress, synced, checks, &c.leading, &c.stopping, ptrBool(c.cfg.LeaderElection.LeaderElect))
+	if err != nil {
+		return err
+	}
+	c.probes = []*httpserver.Server{health}
 	metricsSrv, err := newMetricsServer(c.cfg.Metrics, c.registry, profiling, c.certificate, all.metricsAuth, c.logger)
 	if err != nil {
 		return err

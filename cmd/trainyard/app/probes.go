@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
 )
@@ -24,13 +25,77 @@ type serverCheck struct {
 	ready func() bool
 }
 
+// The health probe server's bounds (package httpserver). Its clients are the kubelet's
+// probes: one request per probe on a connection of its own (the kubelet's prober disables
+// keep-alive), sent at once with a header of a few hundred bytes (Host, User-Agent
+// kube-probe, Accept, a probe's httpHeaders), answered by a handler that reads flags and
+// does not block, within the probe's timeoutSeconds (1 s by default, 5 s in the chart,
+// failureThreshold 3). But the port is reachable from any pod (the chart's NetworkPolicy
+// admits any source: the kubelet dials from its node's address), so a client must not be able to hold what the
+// probes need: memory, file descriptors, or every accepted slot for longer than a probe
+// waits.
+const (
+	// probeMaxConns is how many connections are open at once (~30 KiB each with
+	// probeMaxHeaderBytes: goroutine, buffers, header: ~2 MiB in all, and 64 file
+	// descriptors); more wait in the kernel's accept queue, in order. The kubelet needs
+	// one a probe (liveness, readiness, startup).
+	probeMaxConns = 64
+	// probeMaxKeepAliveConns is how many are kept open between requests (a human's or a
+	// script's client reusing its connection); beyond it every answer closes its
+	// connection, so that once the cap is reached each held slot frees at its next
+	// answer.
+	probeMaxKeepAliveConns = 8
+	// probeMaxHeaderBytes bounds a request's header (net/http adds 4 KiB of slack: a
+	// header beyond ~12 KiB is answered 431); a probe's is a few hundred bytes.
+	probeMaxHeaderBytes = 8 << 10
+	// probeReadTimeout bounds a request's header and whole request (probes have no
+	// body) from the connection's first read: a silent client, one trickling its
+	// header, or one announcing a body it never sends, is cut after it.
+	probeReadTimeout = 500 * time.Millisecond
+	// probeIdleTimeout is how long a kept-alive connection waits for its next request.
+	probeIdleTimeout = 500 * time.Millisecond
+	// probeWriteTimeout bounds a request from its header to its answer: a few hundred
+	// bytes, which fit in the socket's buffer even when the client reads nothing.
+	probeWriteTimeout = time.Second
+)
+
+// probeLimits are the health server's bounds; the durations are why a probe gets
+// through while probeMaxConns connections are held by hostile clients.
+//
+// A slot is held without an answer for at most probeReadTimeout (500 ms) by a client
+// that sends slowly or nothing (header or body), and idle for at most probeIdleTimeout
+// (500 ms) by one kept alive; once more than probeMaxKeepAliveConns are open, every
+// answer closes its connection. So every slot but the ≤ probeMaxKeepAliveConns kept
+// alive (which, idle then trickling, last ≤ 1 s) frees within 500 ms of its taking, and
+// the kernel's accept queue hands it to the oldest waiting connection. A probe that
+// dials while the cap is held is answered within 500 ms (+ the handler's microseconds)
+// when fewer than probeMaxConns connections wait ahead of it: within the kubelet's
+// default 1 s. The cap and timeouts cannot do better than the queue's order: a client
+// keeping Q more connections queued ahead of the probe (reconnecting as soon as it is
+// cut) delays it ~(Q/probeMaxConns + 1) × 500 ms — beyond 1 s from Q ≥ 64, beyond the
+// chart's 5 s from Q ≥ ~580 — and once the accept queue (somaxconn) is full the
+// kernel drops the probe's SYN, which the kubelet's kernel retransmits only after 1 s.
+// Against such a flood the bound is the NetworkPolicy (an ipBlock of the nodes'
+// addresses), not this server; here it costs the process ≤ 2 MiB and 64 descriptors
+// instead of 1 MiB a connection, and the attacker a steady churn of connections.
+//
+// The timeouts are short for a kubelet, not for a process: the header is in the
+// socket's buffer when the connection is accepted, and 500 ms spans five CFS periods
+// of a CPU-throttled container.
+var probeLimits = httpserver.Limits{
+	ReadHeaderTimeout: probeReadTimeout, ReadTimeout: probeReadTimeout, WriteTimeout: probeWriteTimeout,
+	IdleTimeout: probeIdleTimeout, MaxHeaderBytes: probeMaxHeaderBytes,
+	MaxConns: probeMaxConns, MaxKeepAliveConns: probeMaxKeepAliveConns,
+}
+
 // healthServer serves /healthz (the process is alive) and /readyz (caches synced and
-// every server in servers ready). With leader election, followers are ready too — they
-// keep warm caches for a fast failover and serve admission and progress reports — and
-// /readyz?verbose reports whether this replica leads. Once stopping is set (SIGTERM),
-// /readyz fails, so that a Service's clients stop choosing this replica while it still
-// serves (shutdownDelay).
-func healthServer(addr string, synced func() bool, servers []serverCheck, leading, stopping *atomic.Bool, leaderElect bool) *http.Server {
+// every server in servers ready) on addr within probeLimits. With leader election,
+// followers are ready too — they keep warm caches for a fast failover and serve
+// admission and progress reports — and /readyz?verbose reports whether this replica
+// leads. Once stopping is set (SIGTERM), /readyz fails, so that a Service's clients stop
+// choosing this replica while it still serves (shutdownDelay). Errors: probeLimits
+// rejected by httpserver.New.
+func healthServer(addr string, synced func() bool, servers []serverCheck, leading, stopping *atomic.Bool, leaderElect bool) (*httpserver.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +129,11 @@ func healthServer(addr string, synced func() bool, servers []serverCheck, leadin
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv, err := httpserver.New(mux, addr, nil, probeLimits)
+	if err != nil {
+		return nil, fmt.Errorf("health probe server: %w", err)
+	}
+	return srv, nil
 }
 
 func shutdownServers(logger klog.Logger, servers []*http.Server) {

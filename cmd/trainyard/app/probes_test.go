@@ -1,16 +1,24 @@
 package app
 
 import (
+	"bufio"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/httpserver"
+	"github.com/trainyard/trainyard/pkg/httpserver/slowclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -124,7 +132,10 @@ func TestHealthServer(t *testing.T) {
 				servers = append(servers, serverCheck{"progress", func() bool { return *tc.progress }})
 			}
 			var stopping atomic.Bool
-			srv := healthServer(":0", func() bool { return tc.synced }, servers, &leading, &stopping, tc.leaderElect)
+			srv, err := healthServer(":0", func() bool { return tc.synced }, servers, &leading, &stopping, tc.leaderElect)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, p := range tc.probes {
 				rec := httptest.NewRecorder()
 				srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
@@ -141,7 +152,10 @@ func TestHealthServer(t *testing.T) {
 // as its inputs change (they are read per request, not captured at construction).
 func TestHealthServerFollowsState(t *testing.T) {
 	var synced, leading, stopping atomic.Bool
-	srv := healthServer(":0", synced.Load, nil, &leading, &stopping, true)
+	srv, err := healthServer(":0", synced.Load, nil, &leading, &stopping, true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -164,5 +178,159 @@ func TestHealthServerFollowsState(t *testing.T) {
 	}
 	if code, _ := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz stopping = %d, want 200: a stopping replica is alive", code)
+	}
+}
+
+// acceptCounter counts the connections its listener accepted.
+type acceptCounter struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *acceptCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// serveHealth serves a ready health server (synced, no leader election) on a loopback
+// port until the test ends, through the controller's Serve (its connection cap).
+func serveHealth(t *testing.T) (srv *httpserver.Server, addr string, accepted *acceptCounter) {
+	t.Helper()
+	var leading, stopping atomic.Bool
+	srv, err := healthServer("127.0.0.1:0", func() bool { return true }, nil, &leading, &stopping, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &acceptCounter{Listener: ln}
+	go func() { _ = srv.Serve(accepted) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, ln.Addr().String(), accepted
+}
+
+// kubeletProbe gets path as the kubelet's prober does: a connection of its own
+// (keep-alive off) and the default timeoutSeconds of 1 s.
+func kubeletProbe(addr, path string, header http.Header) (int, string, error) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header = header
+	req.Header.Set("User-Agent", "kube-probe/1.33")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err // the status even when the body fails
+}
+
+// waitClosed reads conn until the server closes it, and fails the test when it is still
+// open after within (far above the bound under test, so a loaded machine meets it).
+func waitClosed(t *testing.T, conn net.Conn, r io.Reader, within time.Duration, what string) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(within))
+	n, err := io.Copy(io.Discard, r)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: still open after %v, want closed by the server", what, within)
+	}
+	if n != 0 {
+		t.Errorf("%s: the server sent %d bytes before closing, want none", what, n)
+	}
+}
+
+// TestHealthServerRefusesLargeHeaders: a probe's header is a few hundred bytes; one of
+// 64 KiB is answered 431 instead of buffered (net/http's default allows 1 MiB).
+func TestHealthServerRefusesLargeHeaders(t *testing.T) {
+	_, addr, _ := serveHealth(t)
+	if code, body, err := kubeletProbe(addr, "/healthz", http.Header{"X-Probe": {strings.Repeat("a", 512)}}); err != nil || code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("a probe with a 512-byte header: %d %q %v, want 200 ok", code, body, err)
+	}
+	// The server answers before reading the whole header, then closes: the body may
+	// fail with a reset; the status is what counts.
+	if code, _, err := kubeletProbe(addr, "/healthz", http.Header{"X-Big": {strings.Repeat("a", 64<<10)}}); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request with a 64 KiB header: %d %v, want 431", code, err)
+	}
+}
+
+// TestHealthServerClosesIdleConnections: a connection kept alive after its answer is
+// closed by the server once idle for probeIdleTimeout (a kubelet never reuses one).
+func TestHealthServerClosesIdleConnections(t *testing.T) {
+	_, addr, _ := serveHealth(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /readyz HTTP/1.1\r\nHost: probe\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" || resp.Close {
+		t.Fatalf("GET /readyz = %d %q, close %v; want 200 ok, kept alive", resp.StatusCode, body, resp.Close)
+	}
+	waitClosed(t, conn, r, 10*probeIdleTimeout, "an idle kept-alive connection")
+}
+
+// TestHealthServerCutsSilentConnections: a connection that sends nothing is closed after
+// probeReadTimeout, freeing its slot.
+func TestHealthServerCutsSilentConnections(t *testing.T) {
+	_, addr, _ := serveHealth(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitClosed(t, conn, conn, 10*probeReadTimeout, "a silent connection")
+}
+
+// TestHealthServerAnswersProbesWhileSlowClientsHoldEveryConnection: probeMaxConns
+// clients trickling a header a byte a second hold every slot (more connections wait to
+// be accepted); the kubelet's probes dialed then are still answered within their 1 s,
+// because the slow connections are cut after probeReadTimeout and a probe is next in
+// the accept queue. Reconnecting slow clients queue behind it.
+func TestHealthServerAnswersProbesWhileSlowClientsHoldEveryConnection(t *testing.T) {
+	srv, addr, accepted := serveHealth(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); _ = srv.Close(); wg.Wait() })
+	for range probeMaxConns {
+		wg.Go(func() {
+			slowclient.TricklePlain(addr, "GET /healthz HTTP/1.1\r\nHost: probe\r\n", "X-Slow: 1\r\n", stop)
+		})
+	}
+	// Each round, the slow clients hold every slot again (those cut reconnect: the
+	// count of accepted connections grows by probeMaxConns), then the kubelet probes.
+	for round := range 3 { // the kubelet's default failureThreshold
+		holding := int64((round+1)*probeMaxConns + round) // the slow ones' and the earlier probes'
+		for deadline := time.Now().Add(10 * time.Second); srv.OpenConns() < probeMaxConns || accepted.n.Load() < holding; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d connections open, %d accepted; want the slow clients to hold all %d, %d accepted",
+					round, srv.OpenConns(), accepted.n.Load(), probeMaxConns, holding)
+			}
+		}
+		start := time.Now()
+		code, body, err := kubeletProbe(addr, "/healthz", http.Header{})
+		if err != nil || code != http.StatusOK || body != "ok\n" {
+			t.Fatalf("round %d: a probe while slow clients hold every connection: %d %q %v, want 200 ok within 1 s", round, code, body, err)
+		}
+		t.Logf("round %d: the probe was answered after %v", round, time.Since(start))
+		if open := srv.OpenConns(); open > probeMaxConns {
+			t.Errorf("round %d: %d connections open, above the cap %d", round, open, probeMaxConns)
+		}
 	}
 }

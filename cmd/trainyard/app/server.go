@@ -111,7 +111,7 @@ type controller struct {
 	// optimization runs OptimizationJobs; nil when the API server does not serve them.
 	optimization *optimizationJobs
 	// probes are the health server; metricsServer, nil when off, serves /metrics.
-	probes        []*http.Server
+	probes        []*httpserver.Server
 	metricsServer *httpserver.Server
 	// leading is true once this replica runs the pipeline (/readyz?verbose).
 	leading atomic.Bool
@@ -142,18 +142,14 @@ func startLogging(ctx context.Context, opts *Options) (context.Context, klog.Log
 // serveProbesAndMetrics serves /healthz, /readyz and /metrics at once, so that probes
 // answer while the caches sync. It returns the function that stops them.
 func (c *controller) serveProbesAndMetrics() (stop func()) {
+	var servers []*http.Server
 	for _, srv := range c.probes {
-		c.serveInBackground("serving "+srv.Addr, func() error {
-			if srv.TLSConfig != nil {
-				return srv.ListenAndServeTLS("", "")
-			}
-			return srv.ListenAndServe()
-		})
+		c.serveInBackground("serving "+srv.Addr, srv.ListenAndServe) // httpserver's: within its MaxConns
+		servers = append(servers, srv.Server)
 	}
-	servers := c.probes
 	if c.metricsServer != nil {
 		c.serveInBackground("serving "+c.metricsServer.Addr, c.metricsServer.ListenAndServe)
-		servers = append(servers[:len(servers):len(servers)], c.metricsServer.Server)
+		servers = append(servers, c.metricsServer.Server)
 	}
 	return func() { shutdownServers(c.logger, servers) }
 }
