@@ -5,6 +5,7 @@ package slowclient
 
 import (
 	"crypto/tls"
+	"net"
 	"time"
 )
 
@@ -21,8 +22,18 @@ func Dial(addr string) *tls.Conn {
 // Trickle sends prefix at once, then slow a byte a second, reconnecting when the
 // server closes the connection, until stop is closed or a connection fails.
 func Trickle(addr, prefix, slow string, stop <-chan struct{}) {
+	trickle(func() net.Conn {
+		if c := Dial(addr); c != nil {
+			return c
+		}
+		return nil // not a nil *tls.Conn in a non-nil interface
+	}, prefix, slow, stop)
+}
+
+// trickle is Trickle over the connections dial opens (nil: it cannot connect).
+func trickle(dial func() net.Conn, prefix, slow string, stop <-chan struct{}) {
 	for {
-		c := Dial(addr)
+		c := dial()
 		if c == nil {
 			return
 		}
