@@ -134,13 +134,19 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 	if cfg.Kubeconfig == "" {
 		cfg.Kubeconfig = c.Kubeconfig()
 	}
+	// The four ports at once, so they are distinct: ports asked for one at a time
+	// may come back the same once each probe listener is closed.
+	addrs, err := cluster.FreeAddrs(4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := &Process{
-		MetricsAddr: cluster.FreeAddr(t),
-		HealthAddr:  cluster.FreeAddr(t),
+		MetricsAddr: addrs[0],
+		HealthAddr:  addrs[1],
 		LogPath:     filepath.Join(c.LogDir(), name+".log"),
 		exited:      make(chan error, 1),
 	}
-	args := serverArgs(t, c, cfg, p)
+	args := serverArgs(t, c, cfg, p, addrs[2], addrs[3])
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -185,25 +191,25 @@ func Run(t testing.TB, c *cluster.Cluster, cfg Config) *Process {
 
 // serverArgs returns cfg.Args with the controller's serving flags: the Configuration
 // of cfg.ProvidedCertDir, and unless the args hold NoAdmission, its admission server
-// on a free 127.0.0.1 port (registered at p.WebhookURL, which it sets, without
-// provided certificates) and its progress server on another (at the real node's
+// on webhookAddr (registered at p.WebhookURL, which it sets, without provided
+// certificates) and its progress server on progressAddr's port (at the real node's
 // bridge address when the cluster has one, the Service exposing it created); else
 // no progress server. It sets p.ProgressAddr.
-func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process) []string {
+func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process, webhookAddr, progressAddr string) []string {
 	t.Helper()
 	args := slices.Clone(cfg.Args)
 	if cfg.ProvidedCertDir != "" {
 		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir))
 	}
 	if !slices.Contains(args, NoAdmission) {
-		addr := cluster.FreeAddr(t)
+		addr := webhookAddr
 		p.WebhookAddr = addr
 		args = append(args, "--webhook-bind-address="+addr)
 		if cfg.ProvidedCertDir == "" {
 			p.WebhookURL = "https://" + addr
 			args = append(args, "--webhook-register-url="+p.WebhookURL)
 		}
-		p.ProgressAddr = cluster.FreeAddr(t)
+		p.ProgressAddr = progressAddr
 		if c.HasRealNode() {
 			// Pods on the real node reach the host at its bridge address, by the
 			// name the controller injects (progress.BaseURL).
