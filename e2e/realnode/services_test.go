@@ -3,14 +3,7 @@ package realnode
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
@@ -175,7 +169,12 @@ func TestAPIServerCallsAWebhookThroughItsService(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := cluster.NewNamespace(t, c)
 	ctx := context.Background()
-	certPEM, keyPEM := selfSignedServing(t, "denier."+ns+".svc")
+	// client-go's self-signed pair: the serving certificate followed by its CA, which
+	// is also the caBundle the API server verifies it with.
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("denier."+ns+".svc", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Client().CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "denier-tls"}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM},
@@ -199,7 +198,7 @@ func TestAPIServerCallsAWebhookThroughItsService(t *testing.T) {
 		},
 	})
 	webhookName := "denier." + ns + ".trainyard.dev"
-	_, err := c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+	_, err = c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: ns + "-denier"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name: webhookName,
@@ -235,30 +234,6 @@ func TestAPIServerCallsAWebhookThroughItsService(t *testing.T) {
 		}
 		return strings.Contains(err.Error(), want), err.Error()
 	})
-}
-
-// selfSignedServing returns a self-signed serving certificate for dnsName and its key.
-func selfSignedServing(t *testing.T, dnsName string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: dnsName},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true, DNSNames: []string{dnsName},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
 // TestAServiceNeverSendsAPacketOffTheMachine gives a Service an endpoint outside the
