@@ -129,8 +129,23 @@ func runBuild(ctx context.Context, args []string) error {
 	if opts.RealNode {
 		what = "binaries and images"
 	}
-	fmt.Fprintf(os.Stderr, "%s ready in %s\n", what, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "%s ready in %s (%s CPU, builds included)\n", what, time.Since(start).Round(100*time.Millisecond), cpuUsed().Round(time.Second))
 	return nil
+}
+
+// cpuUsed is the user and system CPU time of this process and of every child
+// it has reaped (go builds, image builds and what they ran), or 0 when the
+// kernel does not say.
+func cpuUsed() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) != nil {
+			return 0
+		}
+		total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return total
 }
 
 func runUp(ctx context.Context, args []string) error {
