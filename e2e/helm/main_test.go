@@ -21,6 +21,11 @@ import (
 // the host, so a plain `go test ./...` skips it.
 const EnvHelm = "E2E_HELM"
 
+// EnvHelmSet adds `--set` values to the install (the upgrade reuses them): how a
+// step is shown to fail when what it guards is broken, e.g.
+// E2E_HELM_SET=shutdownDelay=0s (e2e/README.md#the-helm-leg-broken-on-purpose).
+const EnvHelmSet = "E2E_HELM_SET"
+
 // EnvImageLayout names the OCI image layout of the controller image (`make image`:
 // _output/image/oci).
 const EnvImageLayout = "E2E_IMAGE_LAYOUT"

@@ -17,20 +17,25 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 )
 
-// reportLoop is a trainer that reports progress 1, 2, … 99 to the URL the controller
+// reportLoop is a trainer that reports progress 1, 2, 3, … to the URL the controller
 // injected, with its projected token (read before each report, as a rotation demands)
-// and the injected CA, every 0.6 s, printing each answer; 99 stays below 100, whose
-// first report is written at once, so the last report waits for the write period like
-// any other. Errors are printed and the loop goes on: a report is the trainer's to
-// retry, and what the test checks is that none answered 200 is lost.
+// and the injected CA, every 0.6 s, printing each answer, until %[1]d s after it started;
+// then it prints when its final report was sent and stays up another 20 s before it
+// exits, so that the final report reaches the status through the write period (or a
+// draining replica's flush), not through the TrainJob's completion. Progress stays
+// below 100, whose first report is written at once. Errors are printed and the loop
+// goes on: a report is the trainer's to retry, and what the test checks is that none
+// answered 200 is lost.
 const reportLoop = `import datetime, json, os, ssl, time, urllib.error, urllib.request
 url = os.environ["KUBEFLOW_TRAINER_SERVER_URL"]
 ctx = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+start = time.monotonic()
 for i in range(1, 100):
     token = open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")
     body = json.dumps({"trainerStatus": {"progressPercentage": i, "lastUpdatedTime": now}}).encode()
     req = urllib.request.Request(url, data=body, method="POST", headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    sent = time.time()
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             print(f"report {i}: HTTP {resp.status}", flush=True)
@@ -38,27 +43,38 @@ for i in range(1, 100):
         print(f"report {i}: HTTP {e.code}", flush=True)
     except Exception as e:
         print(f"report {i}: error {e}", flush=True)
+    if time.monotonic() - start >= %[1]d or i == 99:
+        print(f"final report {i} sent at {sent:.3f}", flush=True)
+        break
     time.sleep(0.6)
+time.sleep(20)
 print("reports done", flush=True)
 `
 
-var reportLine = regexp.MustCompile(`(?m)^report (\d+): (HTTP (\d+)|error .*)$`)
+var (
+	reportLine = regexp.MustCompile(`(?m)^report (\d+): (HTTP (\d+)|error .*)$`)
+	finalLine  = regexp.MustCompile(`(?m)^final report (\d+) sent at (\d+\.\d+)$`)
+)
 
 // reporters are TrainJobs whose trainers run reportLoop.
 type reporters struct {
 	l     *leg
 	ns    string
 	names []string
+	// finals holds when each trainer sent its final report, by TrainJob name.
+	finals map[string]time.Time
 }
 
-// startReporters creates n reporting TrainJobs and waits until each has a first
-// report in its status, so that the loop is running when what is tested begins.
-func startReporters(t *testing.T, l *leg, n int) *reporters {
+// startReporters creates len(finalAfter) reporting TrainJobs, the i-th sending its
+// final report finalAfter[i] after its trainer started, and waits until each has a
+// first report in its status, so that the loops are running when what is tested begins.
+func startReporters(t *testing.T, l *leg, finalAfter []time.Duration) *reporters {
 	t.Helper()
-	r := &reporters{l: l, ns: cluster.NewNamespace(t, l.c)}
-	for i := range n {
+	r := &reporters{l: l, ns: cluster.NewNamespace(t, l.c), finals: map[string]time.Time{}}
+	for i, after := range finalAfter {
 		name := fmt.Sprintf("reporter-%d", i)
-		tj := training.ShellTrainJob(r.ns, name, training.TorchRuntime, 1, training.InlineScript("/tmp/report.py", reportLoop)+"python3 /tmp/report.py")
+		script := fmt.Sprintf(reportLoop, int(after.Seconds()))
+		tj := training.ShellTrainJob(r.ns, name, training.TorchRuntime, 1, training.InlineScript("/tmp/report.py", script)+"python3 /tmp/report.py")
 		if _, err := l.trainers.TrainerV1alpha1().TrainJobs(r.ns).Create(context.Background(), tj, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +122,10 @@ func (r *reporters) verify(t *testing.T) {
 		}
 		if lastAccepted == 0 {
 			t.Fatalf("%s: no report answered 200; its log:\n%s", name, log)
+		}
+		if m := finalLine.FindStringSubmatch(log); m != nil {
+			sec, _ := strconv.ParseFloat(m[2], 64)
+			r.finals[name] = time.UnixMilli(int64(sec * 1000))
 		}
 		t.Logf("%s: last report answered 200: %d; other answers: %v", name, lastAccepted, other)
 		cluster.Eventually(t, 30*time.Second, fmt.Sprintf("%s's status at its last accepted report, %d", name, lastAccepted), func(ctx context.Context) (bool, string) {

@@ -197,6 +197,57 @@ func testFailover(t *testing.T, l *leg) {
 	l.waitReplicasReady(t, 2)
 }
 
+// drainWindow is when a controller Pod was seen terminating: from its first poll with a
+// deletionTimestamp to its first poll without it in the list (zero if still there).
+type drainWindow struct{ from, to time.Time }
+
+// drainWatch records the drain windows of the release's Pods, polling every 250 ms.
+type drainWatch struct {
+	stopCh  chan struct{}
+	done    chan struct{}
+	windows map[string]drainWindow
+}
+
+func watchDrains(l *leg) *drainWatch {
+	d := &drainWatch{stopCh: make(chan struct{}), done: make(chan struct{}), windows: map[string]drainWindow{}}
+	go func() {
+		defer close(d.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			pods, err := l.c.Client().CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+			if err == nil {
+				now, seen := time.Now(), map[string]bool{}
+				for _, p := range pods.Items {
+					seen[p.Name] = true
+					if _, ok := d.windows[p.Name]; !ok && p.DeletionTimestamp != nil {
+						d.windows[p.Name] = drainWindow{from: now}
+					}
+				}
+				for name, w := range d.windows {
+					if !seen[name] && w.to.IsZero() {
+						w.to = now
+						d.windows[name] = w
+					}
+				}
+			}
+			select {
+			case <-d.stopCh:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return d
+}
+
+// stop ends the watch and returns the windows by Pod name.
+func (d *drainWatch) stop() map[string]drainWindow {
+	close(d.stopCh)
+	<-d.done
+	return d.windows
+}
+
 // waitReplicasReady waits until the Deployment has want updated, ready replicas and
 // no old one left.
 func (l *leg) waitReplicasReady(t *testing.T, want int32) {
@@ -213,16 +264,20 @@ func (l *leg) waitReplicasReady(t *testing.T, want int32) {
 }
 
 // testUpgrade runs `helm upgrade` to a second image tag while TrainJobs are created
-// without pause and two trainers report progress every 0.6 s: the Deployment rolls
-// both replicas, no create is refused, every TrainJob created before, during and after
-// gets its one JobSet, and each trainer's last report answered 200 is its status. Then the CRD upgrade
+// without pause and four trainers report progress every 0.6 s, their final reports
+// spread over the rollout (12–36 s after they start, the upgrade beginning a few
+// seconds after): the Deployment rolls both replicas, no create is refused, every
+// TrainJob created before, during and after gets its one JobSet, and each trainer's
+// last report answered 200 is its status, also one a draining replica answered (how
+// many final reports were sent while an old replica drained is logged). Then the CRD upgrade
 // step the chart README documents (`helm show crds | kubectl apply --server-side`) is
 // applied over the existing TrainJobs, which keep their number and specs.
 func testUpgrade(t *testing.T, l *leg) {
 	ctx := context.Background()
 	const tag = "0.1.0-upgrade"
 	l.pushImage(t, imageLayout(), tag)
-	reports := startReporters(t, l, 2)
+	reports := startReporters(t, l, []time.Duration{12 * time.Second, 20 * time.Second, 28 * time.Second, 36 * time.Second})
+	drains := watchDrains(l)
 	ns := cluster.NewNamespace(t, l.c)
 	cr := startCreating(l, ns, "upgrade", 0)
 	cluster.Eventually(t, time.Minute, "20 creates sent", func(context.Context) (bool, string) {
@@ -246,6 +301,14 @@ func testUpgrade(t *testing.T, l *leg) {
 	t.Logf("%d TrainJobs created across the upgrade", len(names))
 	l.waitEachHasOneJobSet(t, ns, names)
 	reports.verify(t)
+	windows := drains.stop()
+	for name, sent := range reports.finals {
+		for pod, w := range windows {
+			if !sent.Before(w.from) && (w.to.IsZero() || !sent.After(w.to)) {
+				t.Logf("%s's final report was sent at %s, while the old replica %s drained (%s to %s): in the status", name, sent.Format(time.StampMilli), pod, w.from.Format(time.StampMilli), w.to.Format(time.StampMilli))
+			}
+		}
+	}
 
 	before, err := l.trainers.TrainerV1alpha1().TrainJobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
