@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -38,7 +39,7 @@ func (b *builder) debianLayer(ctx context.Context, r *Recipe, base *Image, blobD
 	}
 	args := mmdebstrapArgs(r.Debian, baseLayer, srcs)
 	fmt.Fprintf(log, "$ mmdebstrap %s\n", strings.Join(quoteAll(args), " "))
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd := groupCommand(ctx, "mmdebstrap", args...)
 	cmd.Stderr = log
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
 	rootfs, err := cmd.StdoutPipe()
@@ -127,4 +128,21 @@ func quoteAll(args []string) []string {
 		out[i] = shellQuote(a)
 	}
 	return out
+}
+
+// groupCancelGrace is how long a cancelled groupCommand's processes have to clean up
+// after SIGTERM before the leader is killed.
+const groupCancelGrace = 10 * time.Second
+
+// groupCommand is exec.CommandContext in a process group of its own, whose
+// cancellation sends SIGTERM to the whole group: mmdebstrap runs apt-get and dpkg as
+// processes of its own, which killing mmdebstrap alone leaves running (seen: a
+// cancelled build's apt-get and dpkg went on unpacking for minutes, reparented to
+// init). Past groupCancelGrace the leader is killed and Wait returns.
+func groupCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = groupCancelGrace
+	return cmd
 }
