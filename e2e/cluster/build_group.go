@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/mod/modfile"
 )
 
 // The go builds: the sources grouped by build module and link flags, one go
@@ -53,18 +55,96 @@ func groupSources(srcs []Source) []*buildGroup {
 	return groups
 }
 
-// buildAll builds the groups concurrently: each go build already compiles in
-// parallel, but its link steps are serial, and overlapping them with another
-// build's compiles shortens a cold build. The first failure cancels the rest and
-// is the error returned, naming the builds it stopped.
+// buildAll builds the groups in lanes (see lanes), the lanes concurrently: each go
+// build already compiles in parallel, but its link steps are serial, and
+// overlapping them with another build's compiles shortens a cold build. The first
+// failure cancels the rest and is the error returned, naming the builds it stopped.
 func (o *BuildOptions) buildAll(ctx context.Context, srcs []Source) error {
 	ctx, failures := newFirstFailure(ctx)
 	var wg sync.WaitGroup
-	for _, g := range groupSources(srcs) {
-		wg.Go(func() { failures.fail(g.describe(), o.buildGroup(ctx, g)) })
+	for _, lane := range o.lanes(groupSources(srcs)) {
+		wg.Go(func() {
+			for i, g := range lane {
+				if ctx.Err() != nil {
+					// Stopped by another lane's failure: name what never started.
+					for _, rest := range lane[i:] {
+						failures.fail(rest.describe(), context.Cause(ctx))
+					}
+					return
+				}
+				failures.fail(g.describe(), o.buildGroup(ctx, g))
+			}
+		})
 	}
 	wg.Wait()
 	return failures.Err()
+}
+
+// lanes orders groups for building: groups whose build modules select the same
+// versions of client-go and of what it compiles against (clientGoPin) share most of
+// what they compile (the Kubernetes staging modules and their dependencies), and Go's
+// build cache gives a compiled package only to a build that starts after it was
+// written: built side by side, each compiles it again (seen cold: the Kubernetes
+// servers, kubectl, JobSet and kwok, and kube-proxy each compiling client-go v0.36.3
+// at once). So such groups build one after another, in first-seen order (the
+// Kubernetes servers, listed first, then what reuses their packages), and every other
+// group, or one whose go.mod cannot be read, in a lane of its own.
+func (o *BuildOptions) lanes(groups []*buildGroup) [][]*buildGroup {
+	var lanes [][]*buildGroup
+	byPin := map[string]int{}
+	for _, g := range groups {
+		pin := ""
+		if g.module != "" {
+			pin = clientGoPin(filepath.Join(o.RepoRoot, "hack", "kube-bins", g.module, "go.mod"))
+		}
+		if i, ok := byPin[pin]; ok && pin != "" {
+			lanes[i] = append(lanes[i], g)
+			continue
+		}
+		byPin[pin] = len(lanes)
+		lanes = append(lanes, []*buildGroup{g})
+	}
+	return lanes
+}
+
+// clientGoClosure are the modules whose versions decide whether client-go's compiled
+// packages are the same in two builds: client-go, the modules it imports most, and
+// theirs. Two build modules agreeing on all of them share those packages; Kueue's,
+// say, selects newer golang.org/x/net, kube-openapi and structured-merge-diff than the
+// Kubernetes servers' and shares nothing with them.
+var clientGoClosure = []string{
+	"k8s.io/client-go", "k8s.io/apimachinery", "k8s.io/api", "k8s.io/kube-openapi", "k8s.io/utils",
+	"sigs.k8s.io/structured-merge-diff/v6", "golang.org/x/net", "google.golang.org/protobuf",
+}
+
+// clientGoPin returns the versions the go.mod at path selects for clientGoClosure (a
+// replace directive's version, else the requirement's), joined, e.g.
+// "k8s.io/client-go@v0.36.3 k8s.io/apimachinery@v0.36.3 …"; or "" when it does not
+// build client-go or cannot be read.
+func clientGoPin(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	f, err := modfile.Parse(path, data, nil)
+	if err != nil {
+		return ""
+	}
+	selected := map[string]string{}
+	for _, r := range f.Require {
+		selected[r.Mod.Path] = r.Mod.Version
+	}
+	for _, r := range f.Replace {
+		selected[r.Old.Path] = r.New.Path + "@" + r.New.Version
+	}
+	if selected["k8s.io/client-go"] == "" {
+		return ""
+	}
+	pins := make([]string, len(clientGoClosure))
+	for i, mod := range clientGoClosure {
+		pins[i] = mod + "@" + selected[mod]
+	}
+	return strings.Join(pins, " ")
 }
 
 // buildGroup builds a group's binaries with one go build, then fills a
