@@ -225,6 +225,19 @@ func TestValidateOptimizationJob(t *testing.T) {
 			}),
 			errs: []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
 		},
+		// Issue 42, item 4.
+		"final report wait past an hour": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationFinalReportWait: "2h"}
+			}),
+			errs:      []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/final-report-wait]"},
+			inMessage: []string{`"2h"`, "duration from 0s to 1h"},
+		},
+		"final report wait of 30s": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationFinalReportWait: "30s"}
+			}),
+		},
 		"the controller's record of trials created": {
 			job: optJob(func(j *trainer.OptimizationJob) {
 				j.Annotations = map[string]string{"trainyard.dev/trials-created": "4"}

@@ -61,7 +61,8 @@ type Config struct {
 	OptimizationJobs trainerlisters.OptimizationJobLister
 	TrainJobs        trainerlisters.TrainJobLister
 	// Settle is how long after a trial completes its objective metric is taken, when
-	// the trainer's last stored report is not its final one (trial.Unsettled); 0 means
+	// the trainer's last stored report is not its final one (trial.Unsettled), for an
+	// OptimizationJob without annotation search.AnnotationFinalReportWait; 0 means
 	// DefaultSettle.
 	Settle time.Duration
 	// Clock times Settle; nil means the real clock.
@@ -107,7 +108,8 @@ func (s *Stage) Name() string { return Name }
 // WaitForEvent when there is nothing more to do until a trial changes (its events
 // enqueue the OptimizationJob) or the OptimizationJob has finished (Complete, or
 // Failed: no trial succeeded, or the failure budget, search.FailureBudget, is spent);
-// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle);
+// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle, or
+// the OptimizationJob's search.AnnotationFinalReportWait);
 // Terminal when its spec cannot be searched (search.ValidateSpec: Failed, reason
 // InvalidSpec, saying why); an error, retried with backoff, when a create or the
 // status write failed.
@@ -134,7 +136,8 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 			"The search cannot run: "+err.Error()+". Create a new OptimizationJob with the fix; its spec cannot change.")
 		return engine.Terminal(), s.writeStatus(ctx, job, st)
 	}
-	budget, _ := search.FailureBudget(job) // ValidateSpec checked it
+	budget, _ := search.FailureBudget(job)                 // ValidateSpec checked it
+	settle, _ := search.FinalReportWait(job, s.cfg.Settle) // and this
 	trials, err := s.trials(ctx, job)
 	if err != nil {
 		return engine.Result{}, err
@@ -147,7 +150,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if err != nil {
 		return engine.Result{}, err
 	}
-	p := plan(job, srch, trials, missingTrials{created: created, gone: gone, lagging: lagging}, s.cfg.Clock.Now(), s.cfg.Settle, budget)
+	p := plan(job, srch, trials, missingTrials{created: created, gone: gone, lagging: lagging}, s.cfg.Clock.Now(), settle, budget)
 	createErr := s.create(ctx, job, srch, p)
 	if err := s.recordCreated(ctx, job, p.created); err != nil && createErr == nil {
 		createErr = err

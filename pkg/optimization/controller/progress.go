@@ -98,7 +98,9 @@ func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*tra
 			}
 		}
 	}
-	if p.budgetSpent = budget.Exhausted(len(p.failures), p.succeeded); p.budgetSpent {
+	// A settling trial may still succeed: the default budget, spent only while none
+	// has, is not spent before it is ranked.
+	if p.budgetSpent = budget.Exhausted(len(p.failures), p.succeeded+p.settling); p.budgetSpent {
 		return p
 	}
 	room := parallelTrials(job) - p.running

@@ -39,6 +39,8 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 //     reaching past ±2^53;
 //   - metadata.annotations[trainyard.dev/max-failed-trials] (AnnotationMaxFailedTrials)
 //     that is not a whole number from 1 (FailureBudget);
+//   - metadata.annotations[trainyard.dev/final-report-wait] (AnnotationFinalReportWait)
+//     that is not a duration from 0s to 1h (FinalReportWait);
 //   - spec.trainJobTemplate.metadata.finalizers that are not empty
 //     (validateTemplateFinalizers; issue 41, finding 8).
 //
@@ -50,6 +52,9 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 func ValidateSpec(job *trainer.OptimizationJob) field.ErrorList {
 	errs := validateSpec(&job.Spec)
 	if _, err := FailureBudget(job); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := FinalReportWait(job, 0); err != nil {
 		errs = append(errs, err)
 	}
 	return append(errs, validateTemplateFinalizers(job)...)
