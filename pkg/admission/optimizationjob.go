@@ -43,7 +43,8 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 }
 
 // trialAuthorizationTimeout bounds authorizeTrials' SubjectAccessReview, within the
-// webhook's timeout (the chart's 10 s).
+// webhook's default timeout (TimeoutSeconds, the chart's webhook.timeoutSeconds: 10 s);
+// a review the API server answers in milliseconds.
 const trialAuthorizationTimeout = 5 * time.Second
 
 // authorizeTrials asks the API server (a SubjectAccessReview) whether user may create
