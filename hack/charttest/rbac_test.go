@@ -110,6 +110,8 @@ var controllerCalls = []grant{
 // Volcano rule's PriorityClass informer. The rest of what it reads (runtimes,
 // TrainJobs, JobSets) is in controllerCalls.
 var admissionCalls = []grant{
+	// Whether an OptimizationJob's creator may create its trials (issue 41, finding 8).
+	{"authorization.k8s.io", "subjectaccessreviews", "create", ""},
 	{"scheduling.k8s.io", "priorityclasses", "get", ""},
 	{"scheduling.k8s.io", "priorityclasses", "list", ""},
 	{"scheduling.k8s.io", "priorityclasses", "watch", ""},
@@ -353,10 +355,6 @@ func TestRBACGrantsNothingDangerous(t *testing.T) {
 			if name == "no-status-server" {
 				// Without the progress server, nothing at all on Pods.
 				extra = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
-			}
-			if name == "no-metrics-auth" {
-				// Without the metrics filter, no SubjectAccessReviews.
-				extra = []rbacv1.PolicyRule{{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}}
 			}
 			rbacGrantsNothingDangerous(t, combinations[name], needed, extra...)
 		})

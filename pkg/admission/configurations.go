@@ -20,7 +20,8 @@ const (
 	WebhookValidateOptimizationJob = "validator.optimizationjob.trainer.kubeflow.org"
 
 	// TimeoutSeconds is how long the API server waits for a review; the rules read only
-	// caches, so a review takes milliseconds.
+	// caches, so a review takes milliseconds — but for an OptimizationJob's CREATE, which
+	// asks one SubjectAccessReview (bounded by trialAuthorizationTimeout).
 	TimeoutSeconds = 10
 )
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/tools/cache"
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
@@ -39,6 +40,11 @@ type Deps struct {
 	// Plugins are the ML policies, as the ML policy stage runs them; nil means
 	// mlpolicy.DefaultPlugins (validation does not depend on Secret names).
 	Plugins []mlpolicy.Plugin
+	// SubjectAccessReviews asks the API server whether the creator of an
+	// OptimizationJob may create TrainJobs in its namespace, as the controller will
+	// for it (authorizeTrials; RBAC: create subjectaccessreviews); nil skips that
+	// check. client-go's AuthorizationV1().SubjectAccessReviews() satisfies it.
+	SubjectAccessReviews authorizationv1client.SubjectAccessReviewInterface
 	// Now is the clock of runtimePatches[].time defaulting; nil means time.Now.
 	Now func() time.Time
 	// Observer is told about every review and every request refused for Limits; nil

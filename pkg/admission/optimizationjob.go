@@ -1,12 +1,16 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,13 +27,69 @@ import (
 // trainJobTemplatePath is where an OptimizationJob keeps its trials' TrainJob spec.
 var trainJobTemplatePath = field.NewPath("spec", "trainJobTemplate", "spec")
 
-// validateOptimizationJob answers the OptimizationJob validating webhook.
+// validateOptimizationJob answers the OptimizationJob validating webhook: the rules of
+// ValidateOptimizationJob and, on CREATE, that the requester may create the trials
+// (authorizeTrials).
 func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	job, old, resp := decodeRequest[trainer.OptimizationJob](req)
 	if resp != nil {
 		return resp
 	}
-	return verdict(d.ValidateOptimizationJob(old, job))
+	warnings, errs := d.ValidateOptimizationJob(old, job)
+	if req.Operation == admissionv1.Create {
+		errs = append(errs, d.authorizeTrials(req.UserInfo, req.Namespace)...)
+	}
+	return verdict(warnings, errs)
+}
+
+// trialAuthorizationTimeout bounds authorizeTrials' SubjectAccessReview, within the
+// webhook's default timeout (TimeoutSeconds, the chart's webhook.timeoutSeconds: 10 s);
+// a review the API server answers in milliseconds.
+const trialAuthorizationTimeout = 5 * time.Second
+
+// authorizeTrials asks the API server (a SubjectAccessReview) whether user may create
+// trainjobs.trainer.kubeflow.org in namespace. The controller creates an
+// OptimizationJob's trials with its own identity, so without this check whoever may
+// create an OptimizationJob could run TrainJobs — and through runtimePatches, pods
+// under any service account of the namespace — that RBAC does not let them create
+// themselves. With it, creating an OptimizationJob grants nothing creating its trials
+// directly would not (docs/compatibility.md#who-may-create-an-optimizationjob; issue
+// 41, finding 8). Errors: Forbidden at spec.trainJobTemplate when the review denies,
+// naming the user, the namespace and the fix; InternalError (code 500, the create
+// fails: the check fails closed) when the review itself fails. Nil
+// Deps.SubjectAccessReviews skips the check.
+func (d *Deps) authorizeTrials(user authenticationv1.UserInfo, namespace string) field.ErrorList {
+	if d.SubjectAccessReviews == nil {
+		return nil
+	}
+	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+	for k, v := range user.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), trialAuthorizationTimeout)
+	defer cancel()
+	review, err := d.SubjectAccessReviews.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: "create", Group: trainer.GroupName, Version: trainer.SchemeGroupVersion.Version, Resource: "trainjobs",
+		},
+	}}, metav1.CreateOptions{})
+	path := field.NewPath("spec", "trainJobTemplate")
+	if err != nil {
+		return field.ErrorList{field.InternalError(path, fmt.Errorf(
+			"asking whether %q may create the trials (trainjobs in namespace %q), a SubjectAccessReview: %w; retry, and if it persists check the controller's RBAC (create subjectaccessreviews)",
+			user.Username, namespace, err))}
+	}
+	if review.Status.Allowed {
+		return nil
+	}
+	why := ""
+	if review.Status.Reason != "" {
+		why = " (" + review.Status.Reason + ")"
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf(
+		"%q may not create trainjobs.trainer.kubeflow.org in namespace %q%s, and every trial of an OptimizationJob is a TrainJob created for its creator: "+
+			"ask for a Role granting create on trainjobs.trainer.kubeflow.org in the namespace, bound to you by a RoleBinding", user.Username, namespace, why))}
 }
 
 // ValidateOptimizationJob checks an OptimizationJob on CREATE (old nil) and on an
@@ -45,8 +105,8 @@ func (d *Deps) validateOptimizationJob(req *admissionv1.AdmissionRequest) *admis
 //     trials it counts look deleted;
 //   - the trials' names, trial.Name(metadata.name, index), are RFC 1035 labels, as a
 //     TrainJob's name must be (at metadata.name);
-//   - spec.trainJobTemplate.metadata's labels, annotations and finalizers are valid for
-//     a TrainJob (validateTemplateMetadata);
+//   - spec.trainJobTemplate.metadata's labels and annotations are valid for a TrainJob
+//     (validateTemplateMetadata), and it has no finalizers (search.ValidateSpec);
 //   - spec.trainJobTemplate.spec is a valid TrainJob spec: the trial TrainJob of index 0
 //     (trial.New, with the search's first assignment) passes ValidateTrainJob, its
 //     findings and warnings reported at spec.trainJobTemplate.spec.… (a missing runtime
@@ -161,13 +221,13 @@ func validateTrialNames(name string, numTrials int) field.ErrorList {
 // validateTemplateMetadata checks what the trials copy from
 // spec.trainJobTemplate.metadata as the API server checks a TrainJob's metadata, which
 // it does not check in an OptimizationJob (an embedded object's metadata is not
-// validated): label keys and values, annotation keys and total size, finalizer names.
-// Each trial's create would be refused otherwise.
+// validated): label keys and values, annotation keys and total size. Each trial's
+// create would be refused otherwise. Finalizers are refused whatever their names
+// (search.ValidateSpec).
 func validateTemplateMetadata(meta *metav1.ObjectMeta) field.ErrorList {
 	path := field.NewPath("spec", "trainJobTemplate", "metadata")
 	errs := metavalidation.ValidateLabels(meta.Labels, path.Child("labels"))
-	errs = append(errs, apivalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
-	return append(errs, apivalidation.ValidateFinalizers(meta.Finalizers, path.Child("finalizers"))...)
+	return append(errs, apivalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
 }
 
 // templateFields matches the TrainJob spec's field paths in a rule's field or message

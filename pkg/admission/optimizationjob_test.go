@@ -153,19 +153,26 @@ func TestValidateOptimizationJob(t *testing.T) {
 		"long name: trial names are cut with a hash": {
 			job: optJob(func(j *trainer.OptimizationJob) { j.Name = strings.Repeat("digits-", 30) + "x" }),
 		},
-		"template: label key and finalizer the API server refuses": {
+		"template: label key the API server refuses": {
 			job: optJob(func(j *trainer.OptimizationJob) {
 				j.Spec.TrainJobTemplate.Labels = map[string]string{"team name": "ml"}
-				j.Spec.TrainJobTemplate.Finalizers = []string{"clean up"}
 			}),
-			errs: []string{"FieldValueInvalid: spec.trainJobTemplate.metadata.finalizers", "FieldValueInvalid: spec.trainJobTemplate.metadata.labels"},
+			errs: []string{"FieldValueInvalid: spec.trainJobTemplate.metadata.labels"},
 		},
-		"template: labels, annotations and finalizers a TrainJob takes": {
+		"template: labels and annotations a TrainJob takes": {
 			job: optJob(func(j *trainer.OptimizationJob) {
 				j.Spec.TrainJobTemplate.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
 				j.Spec.TrainJobTemplate.Annotations = map[string]string{"example.com/owner": "ml team"}
+			}),
+		},
+		// Issue 41, finding 8: a finalizer every trial carries holds the trials back from
+		// the garbage collector once the OptimizationJob is deleted.
+		"template: finalizers, even valid ones": {
+			job: optJob(func(j *trainer.OptimizationJob) {
 				j.Spec.TrainJobTemplate.Finalizers = []string{"example.com/cleanup"}
 			}),
+			errs:      []string{"FieldValueForbidden: spec.trainJobTemplate.metadata.finalizers"},
+			inMessage: []string{"garbage collector", "put finalizers on the OptimizationJob itself"},
 		},
 		"template: runtime of another group": {
 			job: optJob(func(j *trainer.OptimizationJob) {
@@ -217,6 +224,19 @@ func TestValidateOptimizationJob(t *testing.T) {
 				j.Annotations = map[string]string{search.AnnotationMaxFailedTrials: "0"}
 			}),
 			errs: []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/max-failed-trials]"},
+		},
+		// Issue 42, item 4.
+		"final report wait past an hour": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationFinalReportWait: "2h"}
+			}),
+			errs:      []string{"FieldValueInvalid: metadata.annotations[trainyard.dev/final-report-wait]"},
+			inMessage: []string{`"2h"`, "duration from 0s to 1h"},
+		},
+		"final report wait of 30s": {
+			job: optJob(func(j *trainer.OptimizationJob) {
+				j.Annotations = map[string]string{search.AnnotationFinalReportWait: "30s"}
+			}),
 		},
 		"the controller's record of trials created": {
 			job: optJob(func(j *trainer.OptimizationJob) {

@@ -67,7 +67,9 @@ func newAdmissionServer(cfg configv1alpha1.WebhookConfiguration, certificate *se
 		PriorityClasses:         schedulinglisters.NewPriorityClassLister(s.priorityClasses.GetIndexer()),
 		TrainJobs:               admission.IndexedTrainJobs{Indexer: inf.TrainJobs.GetIndexer()},
 		Claims:                  claims,
-		Observer:                m,
+		// Whether an OptimizationJob's creator may create its trials (issue 41, finding 8).
+		SubjectAccessReviews: kube.AuthorizationV1().SubjectAccessReviews(),
+		Observer:             m,
 	}
 	server, err := httpserver.New(admission.NewHandler(deps), cfg.BindAddress, s.certificate.TLSConfig(), admission.ServerLimits())
 	if err != nil {

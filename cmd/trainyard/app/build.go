@@ -134,7 +134,7 @@ func (c *controller) buildCaches(all, leader *clients) error {
 			return err
 		}
 	}
-	c.optimization, err = newOptimizationJobs(c.cfg, all.trainers, leader.trainers, c.apis.served, c.informers, c.metrics, c.logger)
+	c.optimization, err = newOptimizationJobs(c.cfg, all.trainers, leader.trainers, c.apis.served, c.informers, c.recorder, c.metrics, c.logger)
 	return err
 }
 

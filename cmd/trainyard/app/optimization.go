@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
@@ -41,9 +42,10 @@ type optimizationJobs struct {
 
 // newOptimizationJobs returns the OptimizationJob controller, or nil when the API server
 // does not serve optimizationjobs. watch lists and watches; leader creates trials and
-// writes status. Errors: invalid engine options (a wiring bug).
+// writes status; recorder records the trials' Events on their OptimizationJob. Errors:
+// invalid engine options (a wiring bug).
 func newOptimizationJobs(cfg *configv1alpha1.Configuration, watch, leader trainerclient.Interface, served *informers.ServedAPIs,
-	inf *informers.Informers, m *metrics.Metrics, logger klog.Logger,
+	inf *informers.Informers, recorder events.EventRecorder, m *metrics.Metrics, logger klog.Logger,
 ) (*optimizationJobs, error) {
 	logger = logger.WithName("optimization")
 	restart := func(context.Context) {
@@ -64,6 +66,7 @@ func newOptimizationJobs(cfg *configv1alpha1.Configuration, watch, leader traine
 		Client:           leader,
 		OptimizationJobs: trainerlisters.NewOptimizationJobLister(o.informer.GetIndexer()),
 		TrainJobs:        inf.TrainJobLister,
+		Recorder:         recorder,
 	})
 	if err != nil {
 		return nil, err

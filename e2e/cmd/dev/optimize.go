@@ -56,6 +56,7 @@ func runSearch(ctx context.Context, root string, trainers trainerclient.Interfac
 			continue
 		}
 		if c := meta.FindStatusCondition(oj.Status.Conditions, trainer.OptimizationJobFailed); c != nil && c.Status == metav1.ConditionTrue {
+			sayTable(ctx, trainers, ns, name, say)
 			return errors.New("OptimizationJob failed: " + c.Reason + ": " + c.Message)
 		}
 		if c := meta.FindStatusCondition(oj.Status.Conditions, trainer.OptimizationJobComplete); c != nil && c.Status == metav1.ConditionTrue {
@@ -63,10 +64,23 @@ func runSearch(ctx context.Context, root string, trainers trainerclient.Interfac
 			if r := oj.Status.Result; r != nil {
 				say("best trial: %s with %s", r.TrainJobName, assignment(r.Parameters))
 			}
-			say("The cluster keeps running: export KUBECONFIG=$PWD/_output/cluster/kubeconfig; kubectl get optimizationjobs,trainjobs; make cluster-down to stop it.")
+			sayTable(ctx, trainers, ns, name, say)
+			say("The cluster keeps running: export KUBECONFIG=$PWD/_output/cluster/kubeconfig; kubectl get optimizationjobs,trainjobs; kubectl describe optimizationjob %s (each trial's parameters and value under Events); make cluster-down to stop it.", name)
 			return nil
 		}
 	}
+}
+
+// sayTable prints the OptimizationJob's `kubectl get optimizationjobs` line — its
+// state, the trials' tally and the best trial with its value, from the CRD's printer
+// columns as the API server renders them — or why it could not be read.
+func sayTable(ctx context.Context, trainers trainerclient.Interface, ns, name string, say func(string, ...any)) {
+	table, err := training.GetOptimizationJob(ctx, trainers, ns, name, time.Now())
+	if err != nil {
+		say("kubectl get optimizationjobs: %v", err)
+		return
+	}
+	say("$ kubectl get optimizationjobs -n %s %s\n%s", ns, name, table)
 }
 
 // describeTrial says where trial tj stands: its parameters, then Running, Failed, or

@@ -149,7 +149,8 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
 		authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Name: "some-trainer-pod", Namespace: "team-a"})
 	// The authenticated metrics endpoint (metrics.auth.enabled, on by default): a
-	// scraper's token (the TokenReview above) and its right to get /metrics.
+	// scraper's token (the TokenReview above) and its right to get /metrics; and the
+	// OptimizationJob webhook: whether the creator may create the trials.
 	needed = append(needed, authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"})
 	for _, verb := range []string{"list", "watch", "delete", "create", "patch"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Name: "trainyard-status-server-ca", Namespace: "team-a"})

@@ -25,12 +25,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -61,26 +63,35 @@ type Config struct {
 	OptimizationJobs trainerlisters.OptimizationJobLister
 	TrainJobs        trainerlisters.TrainJobLister
 	// Settle is how long after a trial completes its objective metric is taken, when
-	// the trainer's last stored report is not its final one (trial.Unsettled); 0 means
+	// the trainer's last stored report is not its final one (trial.Unsettled), for an
+	// OptimizationJob without annotation search.AnnotationFinalReportWait; 0 means
 	// DefaultSettle.
 	Settle time.Duration
 	// Clock times Settle; nil means the real clock.
 	Clock clock.PassiveClock
+	// Recorder records an Event on the OptimizationJob for each trial it creates and
+	// each trial that finishes, with the trial's parameters and objective value: what
+	// `kubectl describe optimizationjob` shows of its trials (announce); nil records
+	// none. RBAC: create and patch events.k8s.io events.
+	Recorder events.EventRecorder
 }
 
 // Stage syncs one OptimizationJob per key.
 type Stage struct {
 	cfg Config
-	// mu guards gone: per OptimizationJob, the indexes of its trials a live read
-	// found deleted, so each is read once per controller run (missing).
+	// mu guards seen: per OptimizationJob, what this controller run found of its
+	// trials.
 	mu   sync.Mutex
-	gone map[cache.ObjectName]goneTrials
+	seen map[cache.ObjectName]*seenTrials
 }
 
-// goneTrials are the deleted trial indexes of the OptimizationJob of uid.
-type goneTrials struct {
-	uid     types.UID
-	indexes map[int]bool
+// seenTrials is what this controller run found of the trials of the OptimizationJob
+// of uid: the indexes a live read found deleted, so each is read once (missing), and
+// those whose end an Event announced, so each is announced once (announce).
+type seenTrials struct {
+	uid       types.UID
+	gone      map[int]bool
+	announced map[int]bool
 }
 
 var _ engine.Stage = (*Stage)(nil)
@@ -96,7 +107,7 @@ func New(cfg Config) (*Stage, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Stage{cfg: cfg, gone: map[cache.ObjectName]goneTrials{}}, nil
+	return &Stage{cfg: cfg, seen: map[cache.ObjectName]*seenTrials{}}, nil
 }
 
 // Name implements engine.Stage.
@@ -107,7 +118,8 @@ func (s *Stage) Name() string { return Name }
 // WaitForEvent when there is nothing more to do until a trial changes (its events
 // enqueue the OptimizationJob) or the OptimizationJob has finished (Complete, or
 // Failed: no trial succeeded, or the failure budget, search.FailureBudget, is spent);
-// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle);
+// RequeueAfter when a completed trial's metric is not settled yet (Config.Settle, or
+// the OptimizationJob's search.AnnotationFinalReportWait);
 // Terminal when its spec cannot be searched (search.ValidateSpec: Failed, reason
 // InvalidSpec, saying why); an error, retried with backoff, when a create or the
 // status write failed.
@@ -134,7 +146,8 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 			"The search cannot run: "+err.Error()+". Create a new OptimizationJob with the fix; its spec cannot change.")
 		return engine.Terminal(), s.writeStatus(ctx, job, st)
 	}
-	budget, _ := search.FailureBudget(job) // ValidateSpec checked it
+	budget, _ := search.FailureBudget(job)                 // ValidateSpec checked it
+	settle, _ := search.FinalReportWait(job, s.cfg.Settle) // and this
 	trials, err := s.trials(ctx, job)
 	if err != nil {
 		return engine.Result{}, err
@@ -147,7 +160,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if err != nil {
 		return engine.Result{}, err
 	}
-	p := plan(job, srch, trials, missingTrials{created: created, gone: gone, lagging: lagging}, s.cfg.Clock.Now(), s.cfg.Settle, budget)
+	p := plan(job, srch, trials, missingTrials{created: created, gone: gone, lagging: lagging}, s.cfg.Clock.Now(), settle, budget)
 	createErr := s.create(ctx, job, srch, p)
 	if err := s.recordCreated(ctx, job, p.created); err != nil && createErr == nil {
 		createErr = err
@@ -155,6 +168,7 @@ func (s *Stage) Sync(ctx context.Context, key cache.ObjectName) (engine.Result, 
 	if err := s.writeStatus(ctx, job, p.status(job, createErr)); err != nil {
 		return engine.Result{}, err
 	}
+	s.announce(job, key, p)
 	if createErr != nil {
 		return engine.Result{}, createErr
 	}
@@ -194,13 +208,9 @@ func (s *Stage) trials(ctx context.Context, job *trainer.OptimizationJob) (map[i
 // failed otherwise than NotFound.
 func (s *Stage) missing(ctx context.Context, job *trainer.OptimizationJob, key cache.ObjectName, trials map[int]*trainer.TrainJob, created int) (map[int]bool, int, error) {
 	s.mu.Lock()
-	known := s.gone[key]
-	if known.uid != job.UID {
-		known = goneTrials{uid: job.UID, indexes: map[int]bool{}}
-		s.gone[key] = known
-	}
-	gone := make(map[int]bool, len(known.indexes))
-	for index := range known.indexes {
+	known := s.seenLocked(job, key)
+	gone := make(map[int]bool, len(known.gone))
+	for index := range known.gone {
 		gone[index] = true
 	}
 	s.mu.Unlock()
@@ -221,19 +231,30 @@ func (s *Stage) missing(ctx context.Context, job *trainer.OptimizationJob, key c
 		klog.FromContext(ctx).V(2).Info("A trial was deleted: counted as cancelled, not created again", "optimizationJob", klog.KObj(job), "index", index)
 	}
 	s.mu.Lock()
-	if cur := s.gone[key]; cur.uid == job.UID {
-		for index := range gone {
-			cur.indexes[index] = true
-		}
+	known = s.seenLocked(job, key)
+	for index := range gone {
+		known.gone[index] = true
 	}
 	s.mu.Unlock()
 	return gone, lagging, nil
 }
 
-// forget drops what missing remembers of the OptimizationJob at key (finished or gone).
+// seenLocked returns what this run found of job's trials, new when job (at key) is
+// not the OptimizationJob it last saw there (by uid). s.mu must be held.
+func (s *Stage) seenLocked(job *trainer.OptimizationJob, key cache.ObjectName) *seenTrials {
+	known := s.seen[key]
+	if known == nil || known.uid != job.UID {
+		known = &seenTrials{uid: job.UID, gone: map[int]bool{}, announced: map[int]bool{}}
+		s.seen[key] = known
+	}
+	return known
+}
+
+// forget drops what the Stage remembers of the OptimizationJob at key (finished or
+// gone).
 func (s *Stage) forget(key cache.ObjectName) {
 	s.mu.Lock()
-	delete(s.gone, key)
+	delete(s.seen, key)
 	s.mu.Unlock()
 }
 
@@ -267,9 +288,13 @@ func (s *Stage) create(ctx context.Context, job *trainer.OptimizationJob, srch *
 		if err != nil {
 			return err
 		}
-		_, err = s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Create(ctx, tj, metav1.CreateOptions{FieldManager: "trainyard"})
-		if apierrors.IsAlreadyExists(err) {
+		created, err := s.cfg.Client.TrainerV1alpha1().TrainJobs(job.Namespace).Create(ctx, tj, metav1.CreateOptions{FieldManager: "trainyard"})
+		switch {
+		case apierrors.IsAlreadyExists(err):
 			err = s.checkOwnTrial(ctx, job, tj.Name)
+		case err == nil && s.cfg.Recorder != nil:
+			s.cfg.Recorder.Eventf(job, created, corev1.EventTypeNormal, ReasonTrialCreated, actionCreate, "%s",
+				eventNote(fmt.Sprintf("Created trial %s: %s", tj.Name, formatParameters(assignment))))
 		}
 		if err != nil {
 			return fmt.Errorf("creating trial %s of OptimizationJob %s/%s: %w", tj.Name, job.Namespace, job.Name, err)

@@ -466,3 +466,22 @@ func TestCollidingVariablesFailInvalidSpec(t *testing.T) {
 		t.Errorf("%d trials created", f.creates)
 	}
 }
+
+// TestTemplateFinalizersFailInvalidSpec (issue 41, finding 8): an OptimizationJob admitted
+// without the webhook whose trainJobTemplate carries a finalizer gets no trial — each
+// would carry it, and a finalizer only another controller removes keeps the trials
+// (and their pods) after the OptimizationJob is deleted — but Failed, InvalidSpec,
+// naming the field.
+func TestTemplateFinalizersFailInvalidSpec(t *testing.T) {
+	job := optimizationJob(2, 1, random, lr)
+	job.Spec.TrainJobTemplate.Finalizers = []string{"example.com/cleanup"}
+	f := newFixture(t, job)
+	f.sync(engine.Terminal())
+	c := f.condition(trainer.OptimizationJobFailed)
+	if c == nil || c.Reason != trainer.OptimizationJobInvalidSpecReason || !strings.Contains(c.Message, "spec.trainJobTemplate.metadata.finalizers") {
+		t.Fatalf("Failed = %+v; want InvalidSpec naming spec.trainJobTemplate.metadata.finalizers", c)
+	}
+	if f.creates != 0 {
+		t.Errorf("%d trials created", f.creates)
+	}
+}

@@ -43,6 +43,21 @@ type progress struct {
 	// back for settleWait at most.
 	settling   int
 	settleWait time.Duration
+
+	// ended are the trials that finished — ranked, failed or cancelled — by index,
+	// for the Events that announce them (Stage.announce).
+	ended []endedTrial
+}
+
+// endedTrial is a finished trial as an Event announces it.
+type endedTrial struct {
+	index      int
+	name       string
+	tj         *trainer.TrainJob // nil for a trial deleted and gone
+	parameters []trainer.ParameterAssignment
+	state      trial.State // Succeeded, Failed or NoMetric; "" when cancelled
+	value      float64     // the objective metric's, when Succeeded
+	failure    trial.Failure
 }
 
 // failedTrial is a trial that counts against the failure budget.
@@ -69,10 +84,16 @@ type missingTrials struct {
 func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*trainer.TrainJob, m missingTrials, now time.Time, settle time.Duration, budget search.Budget) *progress {
 	p := &progress{target: min(numTrials(job), srch.Size()), created: m.created, budget: budget, cancelled: len(m.gone), running: m.lagging}
 	objective := job.Spec.Objectives[0]
+	for _, index := range slices.Sorted(maps.Keys(m.gone)) {
+		assignment, _ := srch.Assignment(index) // the parameters it ran; ValidateSpec passed
+		p.ended = append(p.ended, endedTrial{index: index, name: trial.Name(job.Name, index), parameters: assignment})
+	}
 	for _, index := range slices.Sorted(maps.Keys(trials)) { // ascending: the first of equal bests wins
 		tj := trials[index]
+		rec, _ := trial.Read(tj) // it read in trials()
 		if tj.DeletionTimestamp != nil {
 			p.cancelled++
+			p.ended = append(p.ended, endedTrial{index: index, name: tj.Name, tj: tj, parameters: rec.Parameters})
 			continue
 		}
 		state, value := trial.Outcome(tj, objective.Metric)
@@ -81,24 +102,30 @@ func plan(job *trainer.OptimizationJob, srch *search.Search, trials map[int]*tra
 			p.settleWait = max(p.settleWait, wait)
 			continue
 		}
+		var failure trial.Failure
 		switch state {
 		case trial.Running:
 			p.running++
+			continue
 		case trial.Failed:
 			p.failed++
-			p.failures = append(p.failures, failedTrial{tj.Name, trial.FailureOf(tj, objective.Metric)})
+			failure = trial.FailureOf(tj, objective.Metric)
+			p.failures = append(p.failures, failedTrial{tj.Name, failure})
 		case trial.NoMetric:
 			p.noMetric++
-			p.failures = append(p.failures, failedTrial{tj.Name, trial.FailureOf(tj, objective.Metric)})
+			failure = trial.FailureOf(tj, objective.Metric)
+			p.failures = append(p.failures, failedTrial{tj.Name, failure})
 		case trial.Succeeded:
 			p.succeeded++
 			if p.best == nil || trial.Better(value, p.bestValue, objective.Direction) {
-				rec, _ := trial.Read(tj) // it read in trials()
 				p.best, p.bestValue = &trainer.OptimizationResult{TrainJobName: tj.Name, Parameters: rec.Parameters}, value
 			}
 		}
+		p.ended = append(p.ended, endedTrial{index: index, name: tj.Name, tj: tj, parameters: rec.Parameters, state: state, value: value, failure: failure})
 	}
-	if p.budgetSpent = budget.Exhausted(len(p.failures), p.succeeded); p.budgetSpent {
+	// A settling trial may still succeed: the default budget, spent only while none
+	// has, is not spent before it is ranked.
+	if p.budgetSpent = budget.Exhausted(len(p.failures), p.succeeded+p.settling); p.budgetSpent {
 		return p
 	}
 	room := parallelTrials(job) - p.running

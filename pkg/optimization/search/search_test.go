@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
@@ -501,6 +503,33 @@ func TestHugeGridDoesNotOverflow(t *testing.T) {
 		seen[strings.Join(key, ",")] = true
 		if a[0].Value != strconv.Itoa(i%10) {
 			t.Errorf("trial %d: p0 = %s, want %d", i, a[0].Value, i%10)
+		}
+	}
+}
+
+// TestFinalReportWait (issue 42, item 4): the wait for a trial's final report is the
+// controller's default without annotation trainyard.dev/final-report-wait, the
+// annotation's duration from 0s to 1h with it, and any other value is refused at the
+// annotation, naming the fix, by FinalReportWait and ValidateSpec.
+func TestFinalReportWait(t *testing.T) {
+	job := func(v string) *trainer.OptimizationJob {
+		return &trainer.OptimizationJob{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{search.AnnotationFinalReportWait: v}}}
+	}
+	if d, err := search.FinalReportWait(&trainer.OptimizationJob{}, 5*time.Second); err != nil || d != 5*time.Second {
+		t.Errorf("no annotation: %v, %v; want the default 5s", d, err)
+	}
+	for v, want := range map[string]time.Duration{"0s": 0, "30s": 30 * time.Second, "2m30s": 150 * time.Second, "1h": time.Hour} {
+		if d, err := search.FinalReportWait(job(v), 5*time.Second); err != nil || d != want {
+			t.Errorf("annotation %q: %v, %v; want %v", v, d, err, want)
+		}
+	}
+	for _, v := range []string{"", "30", "-1s", "61m", "soon", "1h0m1s"} {
+		_, err := search.FinalReportWait(job(v), 5*time.Second)
+		if err == nil || err.Field != "metadata.annotations[trainyard.dev/final-report-wait]" || !strings.Contains(err.Error(), "duration from 0s to 1h") {
+			t.Errorf("annotation %q: error %v; want one at the annotation naming the range", v, err)
+		}
+		if errs := search.ValidateSpec(job(v)); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "final-report-wait") {
+			t.Errorf("annotation %q: ValidateSpec %v; want the wait's error", v, errs)
 		}
 	}
 }

@@ -38,7 +38,11 @@ func Validate(spec *trainer.OptimizationJobSpec) error {
 //     +Inf); a log-uniform min not above 0; an Int range holding no integer, or
 //     reaching past ±2^53;
 //   - metadata.annotations[trainyard.dev/max-failed-trials] (AnnotationMaxFailedTrials)
-//     that is not a whole number from 1 (FailureBudget).
+//     that is not a whole number from 1 (FailureBudget);
+//   - metadata.annotations[trainyard.dev/final-report-wait] (AnnotationFinalReportWait)
+//     that is not a duration from 0s to 1h (FinalReportWait);
+//   - spec.trainJobTemplate.metadata.finalizers that are not empty
+//     (validateTemplateFinalizers; issue 41, finding 8).
 //
 // The CRD's schema and CEL rules refuse most of the spec's already (docs/compatibility.md#optimizationjob-validation);
 // ValidateSpec is the controller's own check (an OptimizationJob that fails it gets
@@ -50,7 +54,25 @@ func ValidateSpec(job *trainer.OptimizationJob) field.ErrorList {
 	if _, err := FailureBudget(job); err != nil {
 		errs = append(errs, err)
 	}
-	return errs
+	if _, err := FinalReportWait(job, 0); err != nil {
+		errs = append(errs, err)
+	}
+	return append(errs, validateTemplateFinalizers(job)...)
+}
+
+// validateTemplateFinalizers refuses finalizers in spec.trainJobTemplate.metadata: every
+// trial would carry them, and a trial is deleted with its OptimizationJob by the garbage
+// collector (its controller owner reference), which a finalizer that only another
+// controller removes holds back — deleted or not, the trials and their pods would stay.
+// Trainyard puts no finalizer on a TrainJob; a user's own clean-up belongs on the
+// OptimizationJob (docs/compatibility.md#who-may-create-an-optimizationjob).
+func validateTemplateFinalizers(job *trainer.OptimizationJob) field.ErrorList {
+	if len(job.Spec.TrainJobTemplate.Finalizers) == 0 {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(field.NewPath("spec", "trainJobTemplate", "metadata", "finalizers"),
+		fmt.Sprintf("must be empty, not %q: every trial would carry them, and trials are deleted with their OptimizationJob by the garbage collector, "+
+			"which a finalizer only another controller removes holds back; put finalizers on the OptimizationJob itself", job.Spec.TrainJobTemplate.Finalizers))}
 }
 
 // validateSpec is ValidateSpec's rules of the spec.

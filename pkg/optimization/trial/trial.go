@@ -88,8 +88,9 @@ func EnvName(name string) string {
 	return b.String()
 }
 
-// New returns trial index of job, running assignment: trainJobTemplate's metadata and
-// spec (deep-copied), named Name(job.Name, index) in job's namespace, labelled
+// New returns trial index of job, running assignment: trainJobTemplate's labels,
+// annotations and spec (deep-copied; never its finalizers, which would hold the trial
+// back from the garbage collector — search.ValidateSpec refuses them), named Name(job.Name, index) in job's namespace, labelled
 // LabelOptimizationJob and LabelIndex, annotated AnnotationParameters, controlled by
 // job (deleting it deletes its trials), and with each parameter's variable set in
 // spec.trainer.env (replacing one of that name the template sets). Errors: a TrainJob
@@ -104,7 +105,7 @@ func New(job *trainer.OptimizationJob, index int, assignment []trainer.Parameter
 		TypeMeta: metav1.TypeMeta{APIVersion: trainer.SchemeGroupVersion.String(), Kind: trainer.TrainJobKind},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: Name(job.Name, index), Namespace: job.Namespace,
-			Labels: tmpl.Labels, Annotations: tmpl.Annotations, Finalizers: tmpl.Finalizers,
+			Labels: tmpl.Labels, Annotations: tmpl.Annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, trainer.SchemeGroupVersion.WithKind(trainer.OptimizationJobKind))},
 		},
 		Spec: tmpl.Spec,

@@ -132,3 +132,17 @@ func TestReadRefusesWhatIsNotATrial(t *testing.T) {
 		}
 	}
 }
+
+// TestNewCopiesNoFinalizer (issue 41, finding 8): a trial never carries the template's
+// finalizers, which would hold it back from the garbage collector.
+func TestNewCopiesNoFinalizer(t *testing.T) {
+	job := &trainer.OptimizationJob{ObjectMeta: metav1.ObjectMeta{Name: "digits", Namespace: "team-a", UID: "uid"}}
+	job.Spec.TrainJobTemplate.Finalizers = []string{"example.com/cleanup"}
+	tj, err := trial.New(job, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tj.Finalizers) != 0 {
+		t.Errorf("trial finalizers %v; want none", tj.Finalizers)
+	}
+}
