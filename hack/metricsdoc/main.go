@@ -61,6 +61,8 @@ var runtimeLabels = map[string]string{
 	metrics.LabelVersion:   "the binary's version (`git describe`)",
 	metrics.LabelGitCommit: "the commit it was built from",
 	metrics.LabelGoVersion: "the Go toolchain that built it",
+	metrics.LabelRuntime: fmt.Sprintf("the name of a TrainingRuntime or ClusterTrainingRuntime in the informer cache (the first %d by kind and name; "+
+		"a runtime's series go when it is deleted), or `%s`", metrics.MaxRuntimeSeries, metrics.RuntimeOther),
 }
 
 func main() {
@@ -219,8 +221,8 @@ Conventions:
 - Trainyard's own metrics start with ` + "`trainyard_`" + `. The work queue and REST client metrics keep
   client-go's standard names (` + "`workqueue_*`" + `, ` + "`rest_client_*`" + `) so stock controller dashboards
   work; the work queue label ` + "`name`" + ` is the stage.
-- Every label is a closed set: no label carries a TrainJob's namespace, name or UID, so the number
-  of series does not grow with the number of TrainJobs.
+- Every label is a closed set but ` + "`runtime`" + `: no label carries a TrainJob's namespace, name or UID, so the number
+  of series does not grow with the number of TrainJobs. ` + "`runtime`" + ` names only runtimes that exist, at most 50 (see below).
 - Every stage × result and stage × reason series exists from start-up at zero, so ` + "`rate()`" + ` and
   ratios have data before the first sync.
 - Histograms have classic buckets (listed below; upper bounds in seconds) and are also native
@@ -250,7 +252,7 @@ func writeTable(b *bytes.Buffer, decls []decl, families map[string]*dto.MetricFa
 		}
 		fmt.Fprintf(b, "| [`%s`](#%s) | %s | %s | %s |\n", d.name, d.name, typeName(mf), strings.Join(codeList(labelNames(mf)), ", "), count)
 	}
-	fmt.Fprintf(b, "\nFixed series per replica: %d, plus the REST client series, which grow with the status codes and verbs seen (typically under 200).\n", total)
+	fmt.Fprintf(b, "\nFixed series per replica: %d, plus the REST client series, which grow with the status codes and verbs seen (typically under 200), and the `%s` series, 5 per runtime in the cache (at most %d) plus %d.\n", total, metrics.TrainJobsByRuntime, 5*metrics.MaxRuntimeSeries, 15)
 }
 
 // writeSections writes a section per metric of decls: its doc comment, type, labels
@@ -310,8 +312,18 @@ func series(mf *dto.MetricFamily) (int, bool) {
 	if h := mf.GetMetric()[0].GetHistogram(); h != nil {
 		per = len(h.GetBucket()) + 3
 	}
-	if len(runtimeLabelNames(mf)) > 0 && mf.GetName() != metrics.BuildInfo {
-		return per, false
+	if names := runtimeLabelNames(mf); len(names) > 0 && mf.GetName() != metrics.BuildInfo {
+		// Per combination of the run-time labels (a runtime is its kind and name):
+		// the children over the combinations.
+		combos := map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			var key []string
+			for _, l := range append(names, metrics.LabelRuntimeKind) {
+				key = append(key, labelValue(m, l))
+			}
+			combos[strings.Join(key, "\x00")] = true
+		}
+		return per * len(mf.GetMetric()) / len(combos), false
 	}
 	return per * len(mf.GetMetric()), true
 }
@@ -325,6 +337,16 @@ func runtimeLabelNames(mf *dto.MetricFamily) []string {
 		}
 	}
 	return names
+}
+
+// labelValue returns m's value of label, "" when it has none.
+func labelValue(m *dto.Metric, label string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == label {
+			return lp.GetValue()
+		}
+	}
+	return ""
 }
 
 func labelValues(mf *dto.MetricFamily, label string) []string {

@@ -118,6 +118,18 @@ const (
 	// phase, computed at scrape time. Labels: phase (Phase* values).
 	TrainJobs = "trainyard_trainjobs"
 
+	// TrainJobsByRuntime is a gauge (TrainJobs): TrainJobs in the informer cache
+	// by phase and by the runtime they reference, computed at scrape time: the
+	// failed or suspended TrainJobs of one runtime, say. Bounded: only runtimes
+	// that exist in the cache are named, the first MaxRuntimeSeries (50) by kind
+	// and name; TrainJobs of a missing runtime, of a runtime past the cap or of
+	// another kind count under runtime="<other>". A TrainingRuntime's namespace
+	// is not a label: copies of one runtime in many namespaces share a series. A
+	// deleted runtime's series are gone at the next scrape. Series: 5 per named
+	// runtime, plus 15. Labels: phase (Phase* values), runtime_kind (RuntimeKind*
+	// values), runtime (a cached runtime's name, or RuntimeOther).
+	TrainJobsByRuntime = "trainyard_trainjobs_by_runtime"
+
 	// CertificateExpiryTimestampSeconds is a gauge (Unix seconds): the NotAfter
 	// of the self-managed serving certificate this process serves, and of the
 	// active CA that signs it. Rotation replaces them once RenewFraction of
@@ -251,6 +263,7 @@ const (
 	LabelResult      = "result"
 	LabelReason      = "reason"
 	LabelRuntimeKind = "runtime_kind"
+	LabelRuntime     = "runtime"
 	LabelPhase       = "phase"
 	LabelVersion     = "version"
 	LabelGitCommit   = "git_commit"
@@ -328,6 +341,8 @@ const (
 	RuntimeKindTrainingRuntime        = "TrainingRuntime"
 	RuntimeKindClusterTrainingRuntime = "ClusterTrainingRuntime"
 	RuntimeKindOther                  = "other"
+
+	RuntimeOther = "<other>" // "runtime" of TrainJobs whose runtime has no series of its own; no object name can take it
 )
 
 // Values of the "phase" label of TrainJobs: Pending until the JobSet reports jobs,
