@@ -52,6 +52,13 @@ var enumLabels = map[string]bool{
 	metrics.LabelOperation: true, metrics.LabelCached: true, metrics.LabelEndpoint: true,
 }
 
+// isEnum reports whether mf's label l is a closed set: an enumLabels one, or the
+// verb of trainyard_api_writes_total (Kubernetes verbs), which on the REST client
+// metrics is any HTTP method.
+func isEnum(mf *dto.MetricFamily, l string) bool {
+	return enumLabels[l] || (l == metrics.LabelVerb && mf.GetName() == metrics.APIWritesTotal)
+}
+
 // runtimeLabels describes the labels whose values are not enumerated.
 var runtimeLabels = map[string]string{
 	"code":                 "HTTP status code, or `<error>` when no response arrived",
@@ -265,7 +272,7 @@ func writeSections(b *bytes.Buffer, decls []decl, families map[string]*dto.Metri
 		fmt.Fprintf(b, "%s\n\n", d.doc)
 		fmt.Fprintf(b, "- Type: %s\n", typeName(mf))
 		for _, l := range labelNames(mf) {
-			if enumLabels[l] {
+			if isEnum(mf, l) {
 				fmt.Fprintf(b, "- Label `%s`: %s\n", l, strings.Join(codeList(labelValues(mf, l)), ", "))
 			} else {
 				fmt.Fprintf(b, "- Label `%s`: %s\n", l, runtimeLabels[l])
@@ -332,7 +339,7 @@ func series(mf *dto.MetricFamily) (int, bool) {
 func runtimeLabelNames(mf *dto.MetricFamily) []string {
 	var names []string
 	for _, l := range labelNames(mf) {
-		if !enumLabels[l] {
+		if !isEnum(mf, l) {
 			names = append(names, l)
 		}
 	}

@@ -264,6 +264,7 @@ const (
 	LabelReason      = "reason"
 	LabelRuntimeKind = "runtime_kind"
 	LabelRuntime     = "runtime"
+	LabelVerb        = "verb"
 	LabelPhase       = "phase"
 	LabelVersion     = "version"
 	LabelGitCommit   = "git_commit"
@@ -460,6 +461,46 @@ const (
 	// in the client-side rate limiter (QPS/burst), by verb and host: the signal for
 	// tuning --kube-api-qps and --kube-api-burst. Buckets: 5 ms … 60 s.
 	RESTClientRateLimiterDurationSeconds = "rest_client_rate_limiter_duration_seconds"
+
+	// APIWritesTotal is a counter (requests): Kubernetes API writes this process
+	// sent, retries included, whatever their answer (rest_client_requests_total
+	// has the status codes), from the REST client's request hook. Which objects
+	// the controller writes, and how often, is its API economy. Labels: verb
+	// (Verb* values: create, update, patch, delete), kind (Kind* values: the
+	// kinds Trainyard writes, a subresource counting as its object's; other).
+	APIWritesTotal = "trainyard_api_writes_total"
+)
+
+// Values of the "verb" label of trainyard_api_writes_total: the Kubernetes verbs of
+// the HTTP methods POST, PUT, PATCH and DELETE.
+const (
+	VerbCreate = "create"
+	VerbUpdate = "update"
+	VerbPatch  = "patch"
+	VerbDelete = "delete"
+)
+
+// Values of the "kind" label of trainyard_api_writes_total: the kinds Trainyard
+// writes (the chart's RBAC). Any other is recorded as KindOther.
+const (
+	KindTrainJob                       = "TrainJob"
+	KindOptimizationJob                = "OptimizationJob"
+	KindJobSet                         = "JobSet"
+	KindEvent                          = "Event"
+	KindConfigMap                      = "ConfigMap"
+	KindSecret                         = "Secret"
+	KindLease                          = "Lease"
+	KindWorkload                       = "Workload"
+	KindPodGroup                       = "PodGroup"
+	KindValidatingWebhookConfiguration = "ValidatingWebhookConfiguration"
+	KindMutatingWebhookConfiguration   = "MutatingWebhookConfiguration"
+	KindOther                          = "other"
+)
+
+var (
+	writeVerbs = []string{VerbCreate, VerbUpdate, VerbPatch, VerbDelete}
+	writeKinds = []string{KindTrainJob, KindOptimizationJob, KindJobSet, KindEvent, KindConfigMap, KindSecret, KindLease,
+		KindWorkload, KindPodGroup, KindValidatingWebhookConfiguration, KindMutatingWebhookConfiguration, KindOther}
 )
 
 // Leader election metrics, under client-go's standard names. Registered by

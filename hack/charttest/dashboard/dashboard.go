@@ -446,6 +446,8 @@ func (l *layout) apiClientRow() {
 		target(`sum by (method) (`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "{{method}}"))))
 	l.add(8, 8, timeseries("Failed request share", "Share of API requests answered 429 (priority and fairness), 5xx, or not at all.", "percentunit",
 		target(`sum(`+rate(`rest_client_requests_total{`+sel+`, code=~"429|5..|<error>"}`)+`)`+"\n/\n"+`sum(`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "failed")))
+	l.add(12, 8, stacked(timeseries("API writes by verb and kind", "Writes the controller sends per second, retries included, by verb (create, update, patch, delete) and kind of the object (a subresource counts as its object: TrainJob is status and finalizer writes), over all replicas. A rate that stays up while no TrainJob changes is writes that do not converge (see docs/metrics.md).", "reqps",
+		target(`sum by (verb, kind) (`+rate(`trainyard_api_writes_total{`+sel+`}`)+`) > 0`, "{{verb}} {{kind}}"))))
 	l.add(12, 8, timeseries("Request latency p50 / p99", "API request latency by verb, as the controller sees it (network and API server).", "s",
 		target(quantile("0.5", "rest_client_request_duration_seconds", sel, "verb"), "p50 {{verb}}"),
 		target(quantile("0.99", "rest_client_request_duration_seconds", sel, "verb"), "p99 {{verb}}")))
