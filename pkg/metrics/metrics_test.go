@@ -399,15 +399,6 @@ func counterValues(t *testing.T, reg prometheus.Gatherer, name, by string) map[s
 	return out
 }
 
-func gaugeValues(t *testing.T, reg prometheus.Gatherer, name, by string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for _, m := range family(t, reg, name) {
-		out[labelValue(m, by)] = m.GetGauge().GetValue()
-	}
-	return out
-}
-
 func histograms(t *testing.T, reg prometheus.Gatherer, name, by string) map[string]histogram {
 	t.Helper()
 	out := map[string]histogram{}
