@@ -209,3 +209,13 @@ func TestLegend(t *testing.T) {
 		t.Errorf("Legend of an empty template = %q", got)
 	}
 }
+
+func TestTimeFormat(t *testing.T) {
+	at := func(d time.Duration) []time.Time { return []time.Time{time.Unix(0, 0), time.Unix(0, 0).Add(d)} }
+	if got := timeFormat(PanelData{Series: []Series{{Times: at(20 * time.Second)}}}); got != "15:04:05" {
+		t.Errorf("a make dev run's 20 s: format %q, want seconds", got)
+	}
+	if got := timeFormat(PanelData{Series: []Series{{Times: at(time.Hour)}}}); got != "15:04" {
+		t.Errorf("an hour: format %q, want minutes", got)
+	}
+}

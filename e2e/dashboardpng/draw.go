@@ -146,7 +146,7 @@ func drawPanel(pd PanelData) *plot.Plot {
 	p.Title.TextStyle.Font.Size = vg.Points(13)
 	p.Y.Label.Text = units[pd.Unit]
 	p.Y.Min = 0
-	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: plot.UnixTimeIn(time.UTC)}
+	p.X.Tick.Marker = plot.TimeTicks{Format: timeFormat(pd), Time: plot.UnixTimeIn(time.UTC)}
 	p.X.Label.Text = "UTC"
 	p.Add(plotter.NewGrid())
 	for i, s := range pd.Series {
@@ -170,7 +170,29 @@ func drawPanel(pd PanelData) *plot.Plot {
 		}
 		flush()
 	}
+	// A panel of zeros (an idle queue) keeps 0 at the bottom rather than centred.
+	if p.Y.Max <= p.Y.Min {
+		p.Y.Max = p.Y.Min + 1
+	}
 	return p
+}
+
+// timeFormat is the x axis's tick format: with seconds for a span of minutes,
+// such as a make dev run.
+func timeFormat(pd PanelData) string {
+	var first, last time.Time
+	for _, s := range pd.Series {
+		if len(s.Times) > 0 && (first.IsZero() || s.Times[0].Before(first)) {
+			first = s.Times[0]
+		}
+		if len(s.Times) > 0 && s.Times[len(s.Times)-1].After(last) {
+			last = s.Times[len(s.Times)-1]
+		}
+	}
+	if last.Sub(first) < 10*time.Minute {
+		return "15:04:05"
+	}
+	return "15:04"
 }
 
 func legend(pd PanelData) plot.Legend {
