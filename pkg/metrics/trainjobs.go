@@ -65,7 +65,7 @@ var _ prometheus.Collector = (*trainJobCollector)(nil)
 func newTrainJobCollector() *trainJobCollector {
 	return &trainJobCollector{
 		byPhase: prometheus.NewDesc(TrainJobs,
-			"TrainJobs in the informer cache by phase (Pending, Created, Suspended, Running, Complete, Failed).",
+			"TrainJobs in the informer cache by phase (Pending, Suspended, Running, Complete, Failed).",
 			[]string{LabelPhase}, nil),
 		byRuntime: prometheus.NewDesc(TrainJobsByRuntime,
 			"TrainJobs in the informer cache by phase, runtime_kind and runtime: the name of a runtime in the cache (the first 50 by kind and name), or <other>.",

@@ -32,7 +32,7 @@ func TestTrainJobPhases(t *testing.T) {
 	}
 	m.SetTrainJobCounts(func() *metrics.TrainJobCounts { return counts })
 	want := `
-# HELP trainyard_trainjobs TrainJobs in the informer cache by phase (Pending, Created, Suspended, Running, Complete, Failed).
+# HELP trainyard_trainjobs TrainJobs in the informer cache by phase (Pending, Suspended, Running, Complete, Failed).
 # TYPE trainyard_trainjobs gauge
 trainyard_trainjobs{phase="Complete"} 0
 trainyard_trainjobs{phase="Failed"} 1
