@@ -84,6 +84,9 @@ func gatherExported() (map[string]family, error) {
 // there it is the Lease name, which the chart sets.)
 var enumLabels = []string{"name", "stage", "result", "reason", "runtime_kind", "phase", "certificate", "webhook", "kind", "operation", "cached"}
 
+// literalAlternation matches a regular expression that is only literals joined by |.
+var literalAlternation = regexp.MustCompile(`^[A-Za-z0-9_]+(\|[A-Za-z0-9_]+)+$`)
+
 // checkQuery parses expr and checks each selector against the exported
 // families: the metric exists (as itself or as a histogram's _bucket, _sum or
 // _count), each matched label exists on it, and literal values of enumerated
@@ -132,6 +135,15 @@ func checkQuery(errorf func(string, ...any), where, expr string, fams map[string
 				}
 				if !matched {
 					errorf("%s: %s matcher %s matches none of the exported values %v", where, base, m, values)
+				}
+				// An alternation of literals ("Failed|Suspended"): each must be a value,
+				// or a misspelt one silently shows nothing.
+				if m.Type == labels.MatchRegexp && literalAlternation.MatchString(m.Value) {
+					for _, alt := range strings.Split(m.Value, "|") {
+						if !slices.Contains(values, alt) {
+							errorf("%s: %s matcher %s: %q is none of the exported values %v", where, base, m, alt, values)
+						}
+					}
 				}
 			}
 		}
@@ -332,6 +344,8 @@ func TestDashboardCheckCatchesMistakes(t *testing.T) {
 		`trainyard_progress_writes_total{result="conflict"}`,                  // write results are success, error
 		`trainyard_progress_token_reviews_total{cached="yes"}`,                // cached is true or false
 		`workqueue_depth{name="progres"}`,                                     // misspelt stage
+		`trainyard_trainjobs_by_runtime{phase=~"Failed|Succeeded"}`,           // not a phase: Complete
+		`trainyard_trainjobs_by_runtime{runtime_kind="Runtime"}`,              // not a runtime kind
 	} {
 		var complaints []string
 		checkQuery(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) }, "test", expr, fams, nil)

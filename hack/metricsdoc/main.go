@@ -52,6 +52,13 @@ var enumLabels = map[string]bool{
 	metrics.LabelOperation: true, metrics.LabelCached: true, metrics.LabelEndpoint: true,
 }
 
+// isEnum reports whether mf's label l is a closed set: an enumLabels one, or the
+// verb of trainyard_api_writes_total (Kubernetes verbs), which on the REST client
+// metrics is any HTTP method.
+func isEnum(mf *dto.MetricFamily, l string) bool {
+	return enumLabels[l] || (l == metrics.LabelVerb && mf.GetName() == metrics.APIWritesTotal)
+}
+
 // runtimeLabels describes the labels whose values are not enumerated.
 var runtimeLabels = map[string]string{
 	"code":                 "HTTP status code, or `<error>` when no response arrived",
@@ -61,6 +68,8 @@ var runtimeLabels = map[string]string{
 	metrics.LabelVersion:   "the binary's version (`git describe`)",
 	metrics.LabelGitCommit: "the commit it was built from",
 	metrics.LabelGoVersion: "the Go toolchain that built it",
+	metrics.LabelRuntime: fmt.Sprintf("the name of a TrainingRuntime or ClusterTrainingRuntime in the informer cache (the first %d by kind and name; "+
+		"a runtime's series go when it is deleted), or `%s`", metrics.MaxRuntimeSeries, metrics.RuntimeOther),
 }
 
 func main() {
@@ -219,8 +228,8 @@ Conventions:
 - Trainyard's own metrics start with ` + "`trainyard_`" + `. The work queue and REST client metrics keep
   client-go's standard names (` + "`workqueue_*`" + `, ` + "`rest_client_*`" + `) so stock controller dashboards
   work; the work queue label ` + "`name`" + ` is the stage.
-- Every label is a closed set: no label carries a TrainJob's namespace, name or UID, so the number
-  of series does not grow with the number of TrainJobs.
+- Every label is a closed set but ` + "`runtime`" + `: no label carries a TrainJob's namespace, name or UID, so the number
+  of series does not grow with the number of TrainJobs. ` + "`runtime`" + ` names only runtimes that exist, at most 50 (see below).
 - Every stage × result and stage × reason series exists from start-up at zero, so ` + "`rate()`" + ` and
   ratios have data before the first sync.
 - Histograms have classic buckets (listed below; upper bounds in seconds) and are also native
@@ -250,7 +259,7 @@ func writeTable(b *bytes.Buffer, decls []decl, families map[string]*dto.MetricFa
 		}
 		fmt.Fprintf(b, "| [`%s`](#%s) | %s | %s | %s |\n", d.name, d.name, typeName(mf), strings.Join(codeList(labelNames(mf)), ", "), count)
 	}
-	fmt.Fprintf(b, "\nFixed series per replica: %d, plus the REST client series, which grow with the status codes and verbs seen (typically under 200).\n", total)
+	fmt.Fprintf(b, "\nFixed series per replica: %d, plus the REST client series, which grow with the status codes and verbs seen (typically under 200), and the `%s` series, 5 per runtime in the cache (at most %d) plus %d.\n", total, metrics.TrainJobsByRuntime, 5*metrics.MaxRuntimeSeries, 15)
 }
 
 // writeSections writes a section per metric of decls: its doc comment, type, labels
@@ -263,7 +272,7 @@ func writeSections(b *bytes.Buffer, decls []decl, families map[string]*dto.Metri
 		fmt.Fprintf(b, "%s\n\n", d.doc)
 		fmt.Fprintf(b, "- Type: %s\n", typeName(mf))
 		for _, l := range labelNames(mf) {
-			if enumLabels[l] {
+			if isEnum(mf, l) {
 				fmt.Fprintf(b, "- Label `%s`: %s\n", l, strings.Join(codeList(labelValues(mf, l)), ", "))
 			} else {
 				fmt.Fprintf(b, "- Label `%s`: %s\n", l, runtimeLabels[l])
@@ -310,8 +319,18 @@ func series(mf *dto.MetricFamily) (int, bool) {
 	if h := mf.GetMetric()[0].GetHistogram(); h != nil {
 		per = len(h.GetBucket()) + 3
 	}
-	if len(runtimeLabelNames(mf)) > 0 && mf.GetName() != metrics.BuildInfo {
-		return per, false
+	if names := runtimeLabelNames(mf); len(names) > 0 && mf.GetName() != metrics.BuildInfo {
+		// Per combination of the run-time labels (a runtime is its kind and name):
+		// the children over the combinations.
+		combos := map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			var key []string
+			for _, l := range append(names, metrics.LabelRuntimeKind) {
+				key = append(key, labelValue(m, l))
+			}
+			combos[strings.Join(key, "\x00")] = true
+		}
+		return per * len(mf.GetMetric()) / len(combos), false
 	}
 	return per * len(mf.GetMetric()), true
 }
@@ -320,11 +339,21 @@ func series(mf *dto.MetricFamily) (int, bool) {
 func runtimeLabelNames(mf *dto.MetricFamily) []string {
 	var names []string
 	for _, l := range labelNames(mf) {
-		if !enumLabels[l] {
+		if !isEnum(mf, l) {
 			names = append(names, l)
 		}
 	}
 	return names
+}
+
+// labelValue returns m's value of label, "" when it has none.
+func labelValue(m *dto.Metric, label string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == label {
+			return lp.GetValue()
+		}
+	}
+	return ""
 }
 
 func labelValues(mf *dto.MetricFamily, label string) []string {

@@ -20,7 +20,9 @@ func Catalogue(reg prometheus.Registerer, stages []string) *Metrics {
 	RegisterLeaderElectionMetrics(reg, "trainyard-controller")
 	m := New(reg)
 	m.SetBuildInfo("v0.0.0", "0000000")
-	m.SetTrainJobPhaseCounts(func() map[string]int { return nil })
+	m.SetTrainJobCounts(func() *TrainJobCounts {
+		return &TrainJobCounts{Runtimes: []Runtime{{Kind: RuntimeKindClusterTrainingRuntime, Name: "torch-distributed"}}}
+	})
 	for _, c := range certificates {
 		m.SetCertificateExpiry(c, time.Unix(0, 0))
 	}

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"context"
+	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +19,7 @@ type clientMetrics struct {
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	rateLimiter *prometheus.HistogramVec
+	writes      *prometheus.CounterVec
 }
 
 var registerClientOnce sync.Once
@@ -42,10 +45,19 @@ func RegisterClientMetrics(reg prometheus.Registerer) {
 				Buckets: clientBuckets,
 			}, []string{"verb", "host"}),
 		}
-		reg.MustRegister(m.requests, m.latency, m.rateLimiter)
+		m.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: APIWritesTotal,
+			Help: "Kubernetes API write requests this process sent, by verb (create, update, patch, delete) and kind of the object written (other: any other).",
+		}, []string{LabelVerb, LabelKind})
+		for _, verb := range writeVerbs {
+			for _, kind := range writeKinds {
+				m.writes.WithLabelValues(verb, kind)
+			}
+		}
+		reg.MustRegister(m.requests, m.latency, m.rateLimiter, m.writes)
 		clientmetrics.Register(clientmetrics.RegisterOpts{
 			RequestResult:      resultAdapter{m.requests},
-			RequestLatency:     latencyAdapter{m.latency},
+			RequestLatency:     requestLatencyAdapter{latencyAdapter{m.latency}, m.writes},
 			RateLimiterLatency: latencyAdapter{m.rateLimiter},
 		})
 	})
@@ -61,4 +73,64 @@ type latencyAdapter struct{ v *prometheus.HistogramVec }
 
 func (a latencyAdapter) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
 	a.v.WithLabelValues(verb, u.Host).Observe(latency.Seconds())
+}
+
+// requestLatencyAdapter observes a request's latency and, for a write, counts it by
+// verb and kind: client-go reports each request, retries included, once to this hook
+// with its method and URL template (/apis/GROUP/VERSION/namespaces/{namespace}/RESOURCE/{name}).
+type requestLatencyAdapter struct {
+	latencyAdapter
+	writes *prometheus.CounterVec
+}
+
+func (a requestLatencyAdapter) Observe(ctx context.Context, verb string, u url.URL, latency time.Duration) {
+	a.latencyAdapter.Observe(ctx, verb, u, latency)
+	if w, ok := writeVerb[verb]; ok {
+		a.writes.WithLabelValues(w, writeKind(u.Path)).Inc()
+	}
+}
+
+// writeVerb maps the HTTP methods of writes to Kubernetes verbs.
+var writeVerb = map[string]string{
+	http.MethodPost: VerbCreate, http.MethodPut: VerbUpdate, http.MethodPatch: VerbPatch, http.MethodDelete: VerbDelete,
+}
+
+// writtenKinds maps the resources Trainyard writes (chart RBAC) to their kinds;
+// TokenReviews and SubjectAccessReviews are creates that write nothing and are
+// left out, any other resource is KindOther.
+var writtenKinds = map[string]string{
+	"trainjobs": KindTrainJob, "optimizationjobs": KindOptimizationJob, "jobsets": KindJobSet,
+	"events": KindEvent, "configmaps": KindConfigMap, "secrets": KindSecret, "leases": KindLease,
+	"workloads": KindWorkload, "podgroups": KindPodGroup,
+	"validatingwebhookconfigurations": KindValidatingWebhookConfiguration,
+	"mutatingwebhookconfigurations":   KindMutatingWebhookConfiguration,
+}
+
+// writeKind returns the kind of the resource of an API path (/api/v1/..., or
+// /apis/GROUP/VERSION/..., after any base path), subresources counting as their
+// object's: /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status
+// is a TrainJob.
+func writeKind(path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for i, s := range segs {
+		var rest []string
+		switch s {
+		case "api":
+			rest = segs[min(i+2, len(segs)):]
+		case "apis":
+			rest = segs[min(i+3, len(segs)):]
+		default:
+			continue
+		}
+		if len(rest) >= 3 && rest[0] == "namespaces" {
+			rest = rest[2:]
+		}
+		if len(rest) > 0 {
+			if kind, ok := writtenKinds[rest[0]]; ok {
+				return kind
+			}
+		}
+		return KindOther
+	}
+	return KindOther
 }

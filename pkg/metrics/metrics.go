@@ -50,7 +50,7 @@ type Metrics struct {
 	jobSetCreationLatency *prometheus.HistogramVec
 	jobSetCreationSeen    *uidSet
 
-	trainJobs *phaseCollector
+	trainJobs *trainJobCollector
 	buildInfo *prometheus.GaugeVec
 
 	certExpiry    *prometheus.GaugeVec
@@ -172,7 +172,7 @@ func (m *Metrics) createTrainJobMetrics() {
 		"Time from a TrainJob's creation to this process creating its JobSet, in seconds, once per TrainJob, by runtime_kind (TrainingRuntime, ClusterTrainingRuntime, other).",
 		jobSetCreationBuckets), []string{LabelRuntimeKind})
 	m.jobSetCreationSeen = newUIDSet(jobSetCreationMemory)
-	m.trainJobs = newPhaseCollector()
+	m.trainJobs = newTrainJobCollector()
 	// Create every child at zero so that ratios over the histogram have
 	// series before the first JobSet is created.
 	for _, kind := range runtimeKinds {

@@ -45,7 +45,10 @@ func TestLint(t *testing.T) {
 	s.Retried()
 	s.Panicked()
 	m.ObserveJobSetCreation("uid-1", metrics.RuntimeKindClusterTrainingRuntime, 2*time.Second)
-	m.SetTrainJobPhaseCounts(func() map[string]int { return map[string]int{metrics.PhaseRunning: 1} })
+	torch := metrics.Runtime{Kind: metrics.RuntimeKindClusterTrainingRuntime, Name: "torch"}
+	m.SetTrainJobCounts(func() *metrics.TrainJobCounts {
+		return &metrics.TrainJobCounts{Runtimes: []metrics.Runtime{torch}, ByRuntime: map[metrics.Runtime]map[string]int{torch: {metrics.PhaseRunning: 1}}}
+	})
 	m.SetBuildInfo("v0.1.0", "abc123")
 	m.SetCertificateExpiry(metrics.CertificateServing, time.Unix(1700000000, 0))
 	m.CertificateRotated(metrics.CertificateCA)
@@ -74,7 +77,7 @@ func TestLint(t *testing.T) {
 		metrics.WorkqueueLongestRunningProcessorSeconds, metrics.WorkqueueRetriesTotal,
 		metrics.StageDurationSeconds, metrics.StageSyncsTotal, metrics.StageRetriesTotal,
 		metrics.StageErrorsTotal, metrics.StagePanicsTotal, metrics.StageInflight, metrics.StageWorkers,
-		metrics.JobSetCreationLatencySeconds, metrics.TrainJobs, metrics.BuildInfo,
+		metrics.JobSetCreationLatencySeconds, metrics.TrainJobs, metrics.TrainJobsByRuntime, metrics.BuildInfo,
 		metrics.CertificateExpiryTimestampSeconds, metrics.CertificateRotationsTotal,
 		metrics.AdmissionRequestsTotal, metrics.AdmissionDurationSeconds, metrics.AdmissionWarningsTotal,
 		metrics.ProgressReportsTotal, metrics.ProgressReportsRejectedTotal, metrics.ProgressReportDurationSeconds,
@@ -266,41 +269,6 @@ func TestWritesRefused(t *testing.T) {
 	}
 }
 
-func TestTrainJobPhases(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-
-	if n, err := testutil.GatherAndCount(reg, metrics.TrainJobs); err != nil || n != 0 {
-		t.Fatalf("before a source is set: got %d series (err %v), want 0", n, err)
-	}
-
-	counts := map[string]int{metrics.PhaseRunning: 3, metrics.PhaseFailed: 1, "NotAPhase": 7}
-	m.SetTrainJobPhaseCounts(func() map[string]int { return counts })
-	want := `
-# HELP trainyard_trainjobs TrainJobs in the informer cache by phase (Pending, Created, Suspended, Running, Complete, Failed).
-# TYPE trainyard_trainjobs gauge
-trainyard_trainjobs{phase="Complete"} 0
-trainyard_trainjobs{phase="Failed"} 1
-trainyard_trainjobs{phase="Pending"} 0
-trainyard_trainjobs{phase="Running"} 3
-trainyard_trainjobs{phase="Suspended"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.TrainJobs); err != nil {
-		t.Error(err)
-	}
-
-	// Computed at scrape time: a changed source shows at the next scrape.
-	counts = map[string]int{metrics.PhaseComplete: 4}
-	if got := gaugeValues(t, reg, metrics.TrainJobs, metrics.LabelPhase)[metrics.PhaseComplete]; got != 4 {
-		t.Errorf("Complete after change: got %v, want 4", got)
-	}
-
-	m.SetTrainJobPhaseCounts(nil)
-	if n, err := testutil.GatherAndCount(reg, metrics.TrainJobs); err != nil || n != 0 {
-		t.Errorf("after clearing the source: got %d series (err %v), want 0", n, err)
-	}
-}
-
 func TestBuildInfo(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -427,15 +395,6 @@ func counterValues(t *testing.T, reg prometheus.Gatherer, name, by string) map[s
 	out := map[string]float64{}
 	for _, m := range family(t, reg, name) {
 		out[labelValue(m, by)] = m.GetCounter().GetValue()
-	}
-	return out
-}
-
-func gaugeValues(t *testing.T, reg prometheus.Gatherer, name, by string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for _, m := range family(t, reg, name) {
-		out[labelValue(m, by)] = m.GetGauge().GetValue()
 	}
 	return out
 }

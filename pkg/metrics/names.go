@@ -118,6 +118,18 @@ const (
 	// phase, computed at scrape time. Labels: phase (Phase* values).
 	TrainJobs = "trainyard_trainjobs"
 
+	// TrainJobsByRuntime is a gauge (TrainJobs): TrainJobs in the informer cache
+	// by phase and by the runtime they reference, computed at scrape time: the
+	// failed or suspended TrainJobs of one runtime, say. Bounded: only runtimes
+	// that exist in the cache are named, the first MaxRuntimeSeries (50) by kind
+	// and name; TrainJobs of a missing runtime, of a runtime past the cap or of
+	// another kind count under runtime="<other>". A TrainingRuntime's namespace
+	// is not a label: copies of one runtime in many namespaces share a series. A
+	// deleted runtime's series are gone at the next scrape. Series: 5 per named
+	// runtime, plus 15. Labels: phase (Phase* values), runtime_kind (RuntimeKind*
+	// values), runtime (a cached runtime's name, or RuntimeOther).
+	TrainJobsByRuntime = "trainyard_trainjobs_by_runtime"
+
 	// CertificateExpiryTimestampSeconds is a gauge (Unix seconds): the NotAfter
 	// of the self-managed serving certificate this process serves, and of the
 	// active CA that signs it. Rotation replaces them once RenewFraction of
@@ -251,6 +263,8 @@ const (
 	LabelResult      = "result"
 	LabelReason      = "reason"
 	LabelRuntimeKind = "runtime_kind"
+	LabelRuntime     = "runtime"
+	LabelVerb        = "verb"
 	LabelPhase       = "phase"
 	LabelVersion     = "version"
 	LabelGitCommit   = "git_commit"
@@ -328,6 +342,8 @@ const (
 	RuntimeKindTrainingRuntime        = "TrainingRuntime"
 	RuntimeKindClusterTrainingRuntime = "ClusterTrainingRuntime"
 	RuntimeKindOther                  = "other"
+
+	RuntimeOther = "<other>" // "runtime" of TrainJobs whose runtime has no series of its own; no object name can take it
 )
 
 // Values of the "phase" label of TrainJobs: Pending until the JobSet reports jobs,
@@ -445,6 +461,46 @@ const (
 	// in the client-side rate limiter (QPS/burst), by verb and host: the signal for
 	// tuning --kube-api-qps and --kube-api-burst. Buckets: 5 ms … 60 s.
 	RESTClientRateLimiterDurationSeconds = "rest_client_rate_limiter_duration_seconds"
+
+	// APIWritesTotal is a counter (requests): Kubernetes API writes this process
+	// sent, retries included, whatever their answer (rest_client_requests_total
+	// has the status codes), from the REST client's request hook. Which objects
+	// the controller writes, and how often, is its API economy. Labels: verb
+	// (Verb* values: create, update, patch, delete), kind (Kind* values: the
+	// kinds Trainyard writes, a subresource counting as its object's; other).
+	APIWritesTotal = "trainyard_api_writes_total"
+)
+
+// Values of the "verb" label of trainyard_api_writes_total: the Kubernetes verbs of
+// the HTTP methods POST, PUT, PATCH and DELETE.
+const (
+	VerbCreate = "create"
+	VerbUpdate = "update"
+	VerbPatch  = "patch"
+	VerbDelete = "delete"
+)
+
+// Values of the "kind" label of trainyard_api_writes_total: the kinds Trainyard
+// writes (the chart's RBAC). Any other is recorded as KindOther.
+const (
+	KindTrainJob                       = "TrainJob"
+	KindOptimizationJob                = "OptimizationJob"
+	KindJobSet                         = "JobSet"
+	KindEvent                          = "Event"
+	KindConfigMap                      = "ConfigMap"
+	KindSecret                         = "Secret"
+	KindLease                          = "Lease"
+	KindWorkload                       = "Workload"
+	KindPodGroup                       = "PodGroup"
+	KindValidatingWebhookConfiguration = "ValidatingWebhookConfiguration"
+	KindMutatingWebhookConfiguration   = "MutatingWebhookConfiguration"
+	KindOther                          = "other"
+)
+
+var (
+	writeVerbs = []string{VerbCreate, VerbUpdate, VerbPatch, VerbDelete}
+	writeKinds = []string{KindTrainJob, KindOptimizationJob, KindJobSet, KindEvent, KindConfigMap, KindSecret, KindLease,
+		KindWorkload, KindPodGroup, KindValidatingWebhookConfiguration, KindMutatingWebhookConfiguration, KindOther}
 )
 
 // Leader election metrics, under client-go's standard names. Registered by

@@ -13,9 +13,10 @@ import (
 	"k8s.io/klog/v2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/httpserver"
-	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // serverCheck is a readiness check of one of the controller's HTTPS servers (admission,
@@ -146,16 +147,42 @@ func shutdownServers(logger klog.Logger, servers []*http.Server) {
 	}
 }
 
-// phaseCounter counts cached TrainJobs by phase for trainyard_trainjobs.
-func phaseCounter(inf *informers.Informers) func() map[string]int {
-	return func() map[string]int {
-		jobs, err := inf.TrainJobLister.List(labels.Everything())
+// trainJobCounter counts cached TrainJobs by runtime and phase, and lists the cached
+// runtimes, for trainyard_trainjobs and trainyard_trainjobs_by_runtime. A cache that
+// cannot be listed exports nothing rather than a wrong zero.
+func trainJobCounter(trainJobs trainerlisters.TrainJobLister, runtimes trainerlisters.TrainingRuntimeLister,
+	clusterRuntimes trainerlisters.ClusterTrainingRuntimeLister) func() *metrics.TrainJobCounts {
+	return func() *metrics.TrainJobCounts {
+		jobs, err := trainJobs.List(labels.Everything())
 		if err != nil {
 			return nil
 		}
-		counts := make(map[string]int, 6)
+		rts, err := runtimes.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		crts, err := clusterRuntimes.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		counts := &metrics.TrainJobCounts{
+			ByRuntime: map[metrics.Runtime]map[string]int{},
+			Runtimes:  make([]metrics.Runtime, 0, len(rts)+len(crts)),
+		}
+		for _, rt := range rts {
+			counts.Runtimes = append(counts.Runtimes, metrics.Runtime{Kind: metrics.RuntimeKindTrainingRuntime, Name: rt.Name})
+		}
+		for _, rt := range crts {
+			counts.Runtimes = append(counts.Runtimes, metrics.Runtime{Kind: metrics.RuntimeKindClusterTrainingRuntime, Name: rt.Name})
+		}
 		for _, tj := range jobs {
-			counts[phaseOf(tj)]++
+			// An unsupported kind or group counts as RuntimeKindOther.
+			kind, _ := trainjob.RuntimeKind(tj)
+			rt := metrics.Runtime{Kind: kind, Name: tj.Spec.RuntimeRef.Name}
+			if counts.ByRuntime[rt] == nil {
+				counts.ByRuntime[rt] = map[string]int{}
+			}
+			counts.ByRuntime[rt][phaseOf(tj)]++
 		}
 		return counts
 	}

@@ -13,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/httpserver"
 	"github.com/trainyard/trainyard/pkg/httpserver/slowclient"
 	"github.com/trainyard/trainyard/pkg/metrics"
@@ -337,5 +341,86 @@ func TestHealthServerAnswersProbesWhileSlowClientsHoldEveryConnection(t *testing
 		if open := srv.OpenConns(); open > probeMaxConns {
 			t.Errorf("round %d: %d connections open, above the cap %d", round, open, probeMaxConns)
 		}
+	}
+}
+
+// TestTrainJobCounter checks the counter the controller scrapes through a registry:
+// TrainJobs counted by the runtime they name, the cached runtimes listed (series at 0
+// when unused), a runtime's series gone once it leaves the cache.
+func TestTrainJobCounter(t *testing.T) {
+	idx := func() cache.Indexer {
+		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	}
+	jobs, rts, crts := idx(), idx(), idx()
+	running := utiltesting.JobStatus("node", 1, 0, 0, 1, 0)
+	for _, obj := range []any{
+		utiltesting.MakeTrainJob("a", "tj1").RuntimeRef("", "torch").JobsStatus(running).Obj(),
+		utiltesting.MakeTrainJob("b", "tj2").RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj(),
+		utiltesting.MakeTrainJob("a", "tj3").RuntimeRef(trainer.TrainingRuntimeKind, "mpi").Obj(),
+		utiltesting.MakeTrainJob("b", "tj4").RuntimeRef(trainer.TrainingRuntimeKind, "mpi").Obj(),
+		utiltesting.MakeTrainJob("a", "tj5").RuntimeRef("Job", "x").Obj(),
+	} {
+		if err := jobs.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range []any{utiltesting.MakeTrainingRuntime("a", "mpi"), utiltesting.MakeTrainingRuntime("b", "mpi"), utiltesting.MakeTrainingRuntime("a", "unused")} {
+		if err := rts.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	torch := utiltesting.MakeClusterTrainingRuntime("torch")
+	if err := crts.Add(torch); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.SetTrainJobCounts(trainJobCounter(trainerlisters.NewTrainJobLister(jobs), trainerlisters.NewTrainingRuntimeLister(rts), trainerlisters.NewClusterTrainingRuntimeLister(crts)))
+	scrape := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != metrics.TrainJobsByRuntime {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range s.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if v := s.GetGauge().GetValue(); v != 0 || l[metrics.LabelPhase] == metrics.PhasePending {
+					out[l[metrics.LabelRuntimeKind]+"/"+l[metrics.LabelRuntime]+" "+l[metrics.LabelPhase]] = v
+				}
+			}
+		}
+		return out
+	}
+	want := map[string]float64{
+		"ClusterTrainingRuntime/torch Running":   1,
+		"ClusterTrainingRuntime/torch Pending":   1,
+		"TrainingRuntime/mpi Pending":            2,
+		"TrainingRuntime/unused Pending":         0,
+		"other/<other> Pending":                  1,
+		"ClusterTrainingRuntime/<other> Pending": 0,
+		"TrainingRuntime/<other> Pending":        0,
+	}
+	if diff := cmp.Diff(want, scrape()); diff != "" {
+		t.Errorf("by runtime (-want,+got):\n%s", diff)
+	}
+
+	if err := crts.Delete(torch); err != nil {
+		t.Fatal(err)
+	}
+	got := scrape()
+	if _, ok := got["ClusterTrainingRuntime/torch Pending"]; ok {
+		t.Error("the deleted ClusterTrainingRuntime torch still has series")
+	}
+	if got["ClusterTrainingRuntime/<other> Running"] != 1 || got["ClusterTrainingRuntime/<other> Pending"] != 1 {
+		t.Errorf("torch's TrainJobs not under <other> once it is deleted: %v", got)
 	}
 }

@@ -193,7 +193,7 @@ func (c *controller) waitForCacheSync(ctx context.Context) error {
 		return errors.New("informer caches did not sync before shutdown")
 	}
 	go c.apis.served.Run(ctx)
-	c.metrics.SetTrainJobPhaseCounts(phaseCounter(c.informers))
+	c.metrics.SetTrainJobCounts(trainJobCounter(c.informers.TrainJobLister, c.informers.TrainingRuntimeLister, c.informers.ClusterTrainingRuntimeLister))
 	c.logger.Info("Caches synced")
 	return nil
 }

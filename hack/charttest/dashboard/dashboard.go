@@ -1,10 +1,24 @@
+// The SDK marks its classic dashboard model deprecated in favour of dashboardv2, the
+// schema of Grafana 12's dashboard API. The chart ships a ConfigMap that Grafana's
+// sidecar or file provisioning loads, and Grafana 10 and 11 read only the classic model.
+//lint:file-ignore SA1019 the classic model is what provisioning reads; see above.
+
 package dashboard
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	gstat "github.com/grafana/grafana-foundation-sdk/go/stat"
+	gtimeseries "github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
 // UID is the dashboard's fixed uid: links and provisioning rely on it.
@@ -14,7 +28,10 @@ const UID = "trainyard-stages"
 const sel = `namespace="$namespace", job="$job"`
 
 // ds is the data source of every panel and query: the ${datasource} variable.
-var ds = Datasource{Type: "prometheus", UID: "${datasource}"}
+var ds = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datasource}")}
+
+// Step is one threshold; a nil Value is the base step.
+type Step = dashboard.Threshold
 
 // leader is the leader election gauge of the installation. The controller
 // will export it (see docs/metrics.md); until it does, queries that use
@@ -60,129 +77,124 @@ func burn(window string) string {
 	return fmt.Sprintf("(1 - (\n%s\n)) / (1 - $slo_objective)", sli(window))
 }
 
-func target(expr, legend string) Target {
-	return Target{Datasource: ds, Expr: expr, LegendFormat: legend, Range: true}
+// query is one PromQL query of a panel: a range query for time series, or an
+// instant one (stat panels).
+type query struct {
+	expr, legend string
+	instant      bool
 }
 
-func instant(expr, legend string) Target {
-	return Target{Datasource: ds, Expr: expr, LegendFormat: legend, Instant: true}
+func target(expr, legend string) query  { return query{expr: expr, legend: legend} }
+func instant(expr, legend string) query { return query{expr: expr, legend: legend, instant: true} }
+
+// targets returns qs as Prometheus data queries with refIds A, B, ...
+func targets(qs []query) []cog.Builder[variants.Dataquery] {
+	out := make([]cog.Builder[variants.Dataquery], 0, len(qs))
+	for i, q := range qs {
+		b := prometheus.NewDataqueryBuilder().Datasource(ds).RefId(string(rune('A' + i))).Expr(q.expr).LegendFormat(q.legend)
+		if q.instant {
+			b.Instant()
+		} else {
+			b.Range()
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// timeseries is a line chart of targets in unit.
-func timeseries(title, description, unit string, targets ...Target) *Panel {
-	return &Panel{
-		Type:        "timeseries",
-		Title:       title,
-		Description: description,
-		Datasource:  &ds,
-		Targets:     targets,
-		FieldConfig: &FieldConfig{
-			Defaults: FieldDefaults{
-				Unit: unit,
-				Min:  ptr(0.0),
-				Custom: map[string]any{
-					"drawStyle":         "line",
-					"lineWidth":         1,
-					"fillOpacity":       10,
-					"showPoints":        "never",
-					"spanNulls":         false,
-					"axisSoftMin":       0,
-					"gradientMode":      "none",
-					"lineInterpolation": "linear",
-				},
-				Color: map[string]any{"mode": "palette-classic"},
-			},
-			Overrides: []Override{},
-		},
-		Options: map[string]any{
-			"legend":  map[string]any{"displayMode": "table", "placement": "bottom", "showLegend": true, "calcs": []string{"mean", "max", "lastNotNull"}},
-			"tooltip": map[string]any{"mode": "multi", "sort": "desc"},
-		},
-	}
+// timeseries is a line chart of queries in unit (a Grafana unit id: s, ops,
+// reqps, bytes, percentunit, none).
+func timeseries(title, description, unit string, qs ...query) *gtimeseries.PanelBuilder {
+	return gtimeseries.NewPanelBuilder().
+		Title(title).Description(description).Datasource(ds).Targets(targets(qs)).
+		Unit(unit).Min(0).AxisSoftMin(0).
+		DrawStyle(common.GraphDrawStyleLine).LineWidth(1).FillOpacity(10).
+		ShowPoints(common.VisibilityModeNever).SpanNulls(common.BoolOrFloat64{Bool: ptr(false)}).
+		GradientMode(common.GraphGradientModeNone).LineInterpolation(common.LineInterpolationLinear).
+		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdPaletteClassic)).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).
+			Placement(common.LegendPlacementBottom).ShowLegend(true).Calcs([]string{"mean", "max", "lastNotNull"})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending))
 }
 
 // stacked turns a timeseries into a stacked area chart.
-func stacked(p *Panel) *Panel {
-	p.FieldConfig.Defaults.Custom["stacking"] = map[string]any{"mode": "normal", "group": "A"}
-	p.FieldConfig.Defaults.Custom["fillOpacity"] = 40
-	return p
+func stacked(p *gtimeseries.PanelBuilder) *gtimeseries.PanelBuilder {
+	return p.Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal).Group("A")).FillOpacity(40)
 }
 
 // dashed draws the series whose legend matches regex as dashed lines: the
 // limits (workers, thresholds) next to the measured values.
-func dashed(p *Panel, regex string) *Panel {
-	p.FieldConfig.Overrides = append(p.FieldConfig.Overrides, Override{
-		Matcher: Matcher{ID: "byRegexp", Options: regex},
-		Properties: []Property{
-			{ID: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}},
-			{ID: "custom.fillOpacity", Value: 0},
-		},
+func dashed(p *gtimeseries.PanelBuilder, regex string) *gtimeseries.PanelBuilder {
+	return p.OverrideByRegexp(regex, []dashboard.DynamicConfigValue{
+		{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}},
+		{Id: "custom.fillOpacity", Value: 0},
 	})
-	return p
 }
 
 // thresholdLines draws steps as horizontal lines on a timeseries.
-func thresholdLines(p *Panel, steps ...Step) *Panel {
-	p.FieldConfig.Defaults.Thresholds = &Thresholds{Mode: "absolute", Steps: steps}
-	p.FieldConfig.Defaults.Custom["thresholdsStyle"] = map[string]any{"mode": "line"}
-	return p
+func thresholdLines(p *gtimeseries.PanelBuilder, steps ...Step) *gtimeseries.PanelBuilder {
+	return p.Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(steps)).
+		ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeLine))
 }
 
 // stat is a single-value panel. textMode "name" shows the series name
 // (legend) instead of the value, for "which pod leads" style panels.
-func stat(title, description, unit, textMode string, steps []Step, targets ...Target) *Panel {
+func stat(title, description, unit string, textMode common.BigValueTextMode, steps []Step, qs ...query) *gstat.PanelBuilder {
 	if steps == nil {
 		steps = []Step{{Color: "text"}}
 	}
-	return &Panel{
-		Type:        "stat",
-		Title:       title,
-		Description: description,
-		Datasource:  &ds,
-		Targets:     targets,
-		FieldConfig: &FieldConfig{
-			Defaults: FieldDefaults{
-				Unit:       unit,
-				Thresholds: &Thresholds{Mode: "absolute", Steps: steps},
-				Color:      map[string]any{"mode": "thresholds"},
-				NoValue:    "none",
-			},
-			Overrides: []Override{},
-		},
-		Options: map[string]any{
-			"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false},
-			"textMode":      textMode,
-			"colorMode":     "value",
-			"graphMode":     "none",
-			"justifyMode":   "auto",
-			"orientation":   "auto",
-		},
-	}
+	return gstat.NewPanelBuilder().
+		Title(title).Description(description).Datasource(ds).Targets(targets(qs)).
+		Unit(unit).NoValue("none").
+		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(steps)).
+		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdThresholds)).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}).Fields("").Values(false)).
+		TextMode(textMode).ColorMode(common.BigValueColorModeValue).GraphMode(common.BigValueGraphModeNone).
+		JustifyMode(common.BigValueJustifyModeAuto).Orientation(common.VizOrientationAuto)
 }
 
-func row(title string) *Panel {
-	return &Panel{Type: "row", Title: title, Collapsed: ptr(false), Panels: []*Panel{}}
+const (
+	textValue = common.BigValueTextModeValue
+	textName  = common.BigValueTextModeName
+)
+
+func row(title string) *dashboard.RowBuilder {
+	return dashboard.NewRowBuilder(title).Collapsed(false)
 }
 
 // layout assigns ids and grid positions: panels fill rows of 24 columns left
-// to right; a row panel starts a new line.
+// to right; a row panel starts a new line. It places every panel itself
+// rather than leaving it to the SDK's DashboardBuilder, which positions only
+// panels without a position and wraps after a line is full, not before a
+// panel that does not fit.
 type layout struct {
-	panels []*Panel
-	x, y   int
-	height int
-	nextID int
+	dash   *dashboard.DashboardBuilder
+	errs   []error
+	x, y   uint32
+	height uint32
+	nextID uint32
 }
 
-func (l *layout) add(w, h int, p *Panel) {
+// placed is a built panel, positioned by layout.
+type placed dashboard.Panel
+
+func (p placed) Build() (dashboard.Panel, error) { return dashboard.Panel(p), nil }
+
+func (l *layout) add(w, h uint32, b cog.Builder[dashboard.Panel]) {
 	if l.x+w > 24 {
 		l.newline()
 	}
+	p, err := b.Build()
+	if err != nil {
+		l.errs = append(l.errs, err)
+		return
+	}
 	l.nextID++
-	p.ID = l.nextID
-	p.GridPos = GridPos{H: h, W: w, X: l.x, Y: l.y}
-	l.panels = append(l.panels, p)
+	p.Id = ptr(l.nextID)
+	p.GridPos = &dashboard.GridPos{H: h, W: w, X: l.x, Y: l.y}
+	l.dash.WithPanel(placed(p))
 	l.x += w
 	l.height = max(l.height, h)
 }
@@ -192,17 +204,22 @@ func (l *layout) newline() {
 	l.x, l.height = 0, 0
 }
 
-func (l *layout) row(p *Panel) {
+func (l *layout) row(r *dashboard.RowBuilder) {
 	if l.x > 0 {
 		l.newline()
 	}
-	l.add(24, 1, p)
+	l.nextID++
+	l.dash.WithRow(r.Id(l.nextID).GridPos(dashboard.GridPos{H: 1, W: 24, X: 0, Y: l.y}))
+	l.height = 1
 	l.newline()
 }
 
-// Build returns the dashboard.
-func Build() *Dashboard {
-	var l layout
+// Build returns the dashboard, built with Grafana's Foundation SDK so that its
+// JSON is Grafana's dashboard model (schema version 42: Grafana 12 reads it,
+// and provisions it from a file or a ConfigMap as it is). Errors: a panel or
+// variable the SDK refuses (a bug here).
+func Build() (dashboard.Dashboard, error) {
+	l := layout{dash: dashboard.NewDashboardBuilder("Trainyard")}
 	l.overviewRow()
 	l.pipelineRow()
 	l.perStageRow()
@@ -212,33 +229,28 @@ func Build() *Dashboard {
 	l.apiClientRow()
 	l.certificatesRow()
 	l.processRow()
-
-	return &Dashboard{
-		UID:           UID,
-		Title:         "Trainyard",
-		Description:   "Trainyard TrainJob controller: per-stage queues and workers, end-to-end JobSet creation latency and SLO, TrainJobs by phase, admission webhooks, training progress server, Kubernetes API client, process. Generated by hack/charttest/cmd/gendashboard; metrics are described in docs/metrics.md.",
-		Tags:          []string{"trainyard", "kubeflow", "controller"},
-		Editable:      true,
-		GraphTooltip:  1,
-		Refresh:       "30s",
-		SchemaVersion: 39,
-		Time:          TimeRange{From: "now-6h", To: "now"},
-		Timezone:      "browser",
-		Annotations: Annotations{List: []Annotation{{
-			BuiltIn: 1, Datasource: Datasource{Type: "grafana", UID: "-- Grafana --"},
-			Enable: true, Hide: true, IconColor: "rgba(0, 211, 255, 1)", Name: "Annotations & Alerts", Type: "dashboard",
-		}}},
-		Templating: Templating{List: variables()},
-		Panels:     l.panels,
-		Links: []Link{{
-			Title: "Metrics catalogue", Type: "link", TargetBlank: true, Icon: "doc",
-			URL: "https://github.com/trainyard/trainyard/blob/main/docs/metrics.md",
-		}, {
-			Title: "Runbooks", Type: "link", TargetBlank: true, Icon: "doc",
-			URL: "https://github.com/trainyard/trainyard/blob/main/docs/runbooks.md",
-		}},
-		Version: 1,
+	if err := errors.Join(l.errs...); err != nil {
+		return dashboard.Dashboard{}, err
 	}
+
+	l.dash.Uid(UID).
+		Description("Trainyard TrainJob controller: per-stage queues and workers, end-to-end JobSet creation latency and SLO, TrainJobs by phase and runtime, admission webhooks, training progress server, Kubernetes API client, process. Generated by hack/charttest/cmd/gendashboard; metrics are described in docs/metrics.md.").
+		Tags([]string{"trainyard", "kubeflow", "controller"}).
+		Editable().
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Refresh("30s").
+		Time("now-6h", "now").
+		Timezone("browser").
+		Version(1).
+		Annotation(dashboard.NewAnnotationQueryBuilder().
+			BuiltIn(1).Datasource(common.DataSourceRef{Type: ptr("grafana"), Uid: ptr("-- Grafana --")}).
+			Enable(true).Hide(true).IconColor("rgba(0, 211, 255, 1)").Name("Annotations & Alerts").Type("dashboard")).
+		Link(dashboard.NewDashboardLinkBuilder("Metrics catalogue").Type(dashboard.DashboardLinkTypeLink).TargetBlank(true).Icon("doc").
+			Url("https://github.com/trainyard/trainyard/blob/main/docs/metrics.md")).
+		Link(dashboard.NewDashboardLinkBuilder("Runbooks").Type(dashboard.DashboardLinkTypeLink).TargetBlank(true).Icon("doc").
+			Url("https://github.com/trainyard/trainyard/blob/main/docs/runbooks.md")).
+		Variables(variables())
+	return l.dash.Build()
 }
 
 // overviewRow adds the "Overview" row: replicas, leader, versions, the JobSet
@@ -247,17 +259,17 @@ func (l *layout) overviewRow() {
 	green, amber, red := "green", "orange", "red"
 
 	l.row(row("Overview"))
-	l.add(4, 4, stat("Replicas up", "Controller pods Prometheus scrapes successfully.", "none", "value",
+	l.add(4, 4, stat("Replicas up", "Controller pods Prometheus scrapes successfully.", "none", textValue,
 		[]Step{{Color: red}, {Color: green, Value: ptr(1.0)}},
 		instant(`sum(up{`+sel+`})`, "")))
-	l.add(5, 4, stat("Leader", "The pod holding the leader election Lease. Shows \"none\" while no replica holds it, or when the binary does not export leader_election_master_status: then the pod with a non-zero rate in \"Syncs by pod\" leads.", "none", "name", nil,
+	l.add(5, 4, stat("Leader", "The pod holding the leader election Lease. Shows \"none\" while no replica holds it, or when the binary does not export leader_election_master_status: then the pod with a non-zero rate in \"Syncs by pod\" leads.", "none", textName, nil,
 		instant(`max by (pod) (`+leader+`) == 1`, "{{pod}}")))
-	l.add(5, 4, stat("Version", "Controller versions running (trainyard_build_info); two during a rollout.", "none", "name", nil,
+	l.add(5, 4, stat("Version", "Controller versions running (trainyard_build_info); two during a rollout.", "none", textName, nil,
 		instant(`count by (version) (trainyard_build_info{`+sel+`})`, "{{version}}")))
-	l.add(5, 4, stat("JobSets created within SLO latency", "Share of TrainJobs, over the selected time range, whose JobSet was created within $slo_latency s of the TrainJob (the SLI).", "percentunit", "value",
+	l.add(5, 4, stat("JobSets created within SLO latency", "Share of TrainJobs, over the selected time range, whose JobSet was created within $slo_latency s of the TrainJob (the SLI).", "percentunit", textValue,
 		[]Step{{Color: red}, {Color: amber, Value: ptr(0.95)}, {Color: green, Value: ptr(0.99)}},
 		instant(sli("$__range"), "")))
-	l.add(5, 4, stat("Error budget left", "Share of the error budget of the $slo_objective objective left over the selected time range; negative means the SLO is missed over this range.", "percentunit", "value",
+	l.add(5, 4, stat("Error budget left", "Share of the error budget of the $slo_objective objective left over the selected time range; negative means the SLO is missed over this range.", "percentunit", textValue,
 		[]Step{{Color: red}, {Color: amber, Value: ptr(0.0)}, {Color: green, Value: ptr(0.5)}},
 		instant("1 - (\n"+burn("$__range")+"\n)", "")))
 
@@ -271,6 +283,13 @@ func (l *layout) overviewRow() {
 		Step{Color: "green"}, Step{Color: "red", Value: ptr(6.0)}, Step{Color: "orange", Value: ptr(14.4)}))
 	l.add(8, 8, stacked(timeseries("TrainJobs by phase", "TrainJobs in the controller's cache by phase. Every replica caches them; max avoids counting them once per replica.", "none",
 		target(`max by (phase) (trainyard_trainjobs{`+sel+`})`, "{{phase}}"))))
+	byRuntime := func(phases string) string {
+		return `max by (runtime_kind, runtime, phase) (trainyard_trainjobs_by_runtime{` + sel + `, phase=~"` + phases + `"}) > 0`
+	}
+	l.add(12, 8, stacked(timeseries("Active TrainJobs by runtime", "Pending, running and suspended TrainJobs by the runtime they reference (kind and name; a TrainingRuntime's copies in several namespaces add up). <other> is the TrainJobs of a runtime that does not exist, of an unsupported kind, or past the 50 runtimes that get series of their own (docs/metrics.md).", "none",
+		target(byRuntime("Pending|Running|Suspended"), "{{runtime}} ({{runtime_kind}}) {{phase}}"))))
+	l.add(12, 8, stacked(timeseries("Failed and suspended TrainJobs by runtime", "Failed and suspended TrainJobs by runtime: a runtime whose TrainJobs fail, or stay suspended (by Kueue, say), stands out here.", "none",
+		target(byRuntime("Failed|Suspended"), "{{runtime}} ({{runtime_kind}}) {{phase}}"))))
 }
 
 // pipelineRow adds the "Pipeline stages" row: every stage's queue, syncs, errors,
@@ -319,9 +338,7 @@ func (l *layout) pipelineRow() {
 // perStageRow adds the "Stage: $stage" row, repeated per selected stage: its
 // processing time by result, errors and workers.
 func (l *layout) perStageRow() {
-	perStage := row("Stage: $stage")
-	perStage.Repeat = "stage"
-	l.row(perStage)
+	l.row(row("Stage: $stage").Repeat("stage"))
 	oneStage := sel + `, stage=~"$stage"`
 	l.add(12, 8, timeseries("$stage: processing time by result", "p50 and p99 of Sync time of this stage, split by result: slow errors and slow successes have different causes.", "s",
 		target(quantile("0.5", "trainyard_stage_duration_seconds", oneStage, "result"), "p50 {{result}}"),
@@ -429,6 +446,8 @@ func (l *layout) apiClientRow() {
 		target(`sum by (method) (`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "{{method}}"))))
 	l.add(8, 8, timeseries("Failed request share", "Share of API requests answered 429 (priority and fairness), 5xx, or not at all.", "percentunit",
 		target(`sum(`+rate(`rest_client_requests_total{`+sel+`, code=~"429|5..|<error>"}`)+`)`+"\n/\n"+`sum(`+rate(`rest_client_requests_total{`+sel+`}`)+`)`, "failed")))
+	l.add(12, 8, stacked(timeseries("API writes by verb and kind", "Writes the controller sends per second, retries included, by verb (create, update, patch, delete) and kind of the object (a subresource counts as its object: TrainJob is status and finalizer writes), over all replicas. A rate that stays up while no TrainJob changes is writes that do not converge (see docs/metrics.md).", "reqps",
+		target(`sum by (verb, kind) (`+rate(`trainyard_api_writes_total{`+sel+`}`)+`) > 0`, "{{verb}} {{kind}}"))))
 	l.add(12, 8, timeseries("Request latency p50 / p99", "API request latency by verb, as the controller sees it (network and API server).", "s",
 		target(quantile("0.5", "rest_client_request_duration_seconds", sel, "verb"), "p50 {{verb}}"),
 		target(quantile("0.99", "rest_client_request_duration_seconds", sel, "verb"), "p99 {{verb}}")))
@@ -462,35 +481,34 @@ func (l *layout) processRow() {
 		target(`sum by (pod) (process_open_fds{`+sel+`})`, "{{pod}} open fds")))
 }
 
-func variables() []*Variable {
-	query := func(name, label, description, q string, multi bool) *Variable {
-		v := &Variable{
-			Name: name, Label: label, Description: description, Type: "query",
-			Datasource: &ds, Definition: q,
-			Query:   map[string]any{"query": q, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-			Refresh: 2, Sort: 1, Multi: multi, IncludeAll: multi, Options: []Option{},
-		}
+func variables() []cog.Builder[dashboard.VariableModel] {
+	text := func(s string) dashboard.StringOrArrayOfString { return dashboard.StringOrArrayOfString{String: ptr(s)} }
+	query := func(name, label, description, q string, multi bool) cog.Builder[dashboard.VariableModel] {
+		v := dashboard.NewQueryVariableBuilder(name).Label(label).Description(description).
+			Datasource(ds).Definition(q).
+			Query(dashboard.StringOrMap{Map: map[string]any{"query": q, "refId": "PrometheusVariableQueryEditor-VariableQuery"}}).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(multi).IncludeAll(multi).Options([]dashboard.VariableOption{})
 		if multi {
-			v.Current = &Current{Selected: true, Text: []string{"All"}, Value: []string{"$__all"}}
+			all := []string{"All"}
+			v.Current(dashboard.VariableOption{Selected: ptr(true), Text: dashboard.StringOrArrayOfString{ArrayOfString: all},
+				Value: dashboard.StringOrArrayOfString{ArrayOfString: []string{"$__all"}}})
 		}
 		return v
 	}
-	custom := func(name, label, description string, values []string, current string) *Variable {
-		v := &Variable{
-			Name: name, Label: label, Description: description, Type: "custom",
-			Query:   strings.Join(values, ","),
-			Current: &Current{Selected: true, Text: current, Value: current},
-		}
+	custom := func(name, label, description string, values []string, current string) cog.Builder[dashboard.VariableModel] {
+		var options []dashboard.VariableOption
 		for _, val := range values {
-			v.Options = append(v.Options, Option{Selected: val == current, Text: val, Value: val})
+			options = append(options, dashboard.VariableOption{Selected: ptr(val == current), Text: text(val), Value: text(val)})
 		}
-		return v
+		return dashboard.NewCustomVariableBuilder(name).Label(label).Description(description).
+			Values(dashboard.StringOrMap{String: ptr(strings.Join(values, ","))}).
+			Current(dashboard.VariableOption{Selected: ptr(true), Text: text(current), Value: text(current)}).
+			Options(options)
 	}
-	return []*Variable{
-		{
-			Name: "datasource", Label: "Data source", Type: "datasource", Query: "prometheus",
-			Current: &Current{Selected: true, Text: "default", Value: "default"}, Options: []Option{},
-		},
+	return []cog.Builder[dashboard.VariableModel]{
+		dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus").
+			Current(dashboard.VariableOption{Selected: ptr(true), Text: text("default"), Value: text("default")}),
 		query("namespace", "Namespace", "Namespace of the Trainyard installation.",
 			`label_values(trainyard_build_info, namespace)`, false),
 		query("job", "Job", "Prometheus job of the installation (the metrics Service's name with a ServiceMonitor).",
@@ -506,11 +524,15 @@ func variables() []*Variable {
 
 // JSON returns the dashboard as indented JSON with a trailing newline.
 func JSON() ([]byte, error) {
+	d, err := Build()
+	if err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(Build()); err != nil {
+	if err := enc.Encode(d); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
