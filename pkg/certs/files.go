@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -71,9 +72,12 @@ func (f *Files) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 }
 
 // takes reports whether the new pair replaces the loaded one now: with none loaded,
-// without Trusted, when Trusted accepts it, or once the loaded one has expired.
+// without Trusted, when the same CA issued both (same issuer name and authority key
+// ID: every client that verifies the served certificate verifies the new one, e.g. a
+// renewal, or a CA renewed with its key kept), when Trusted accepts it, or once the
+// loaded one has expired.
 func (f *Files) takes(pair *tls.Certificate) bool {
-	if f.loaded == nil || f.Trusted == nil {
+	if f.loaded == nil || f.Trusted == nil || sameIssuer(pair.Leaf, f.loaded.Leaf) {
 		return true
 	}
 	chain := make([]*x509.Certificate, 0, len(pair.Certificate))
@@ -97,6 +101,12 @@ func (f *Files) takes(pair *tls.Certificate) bool {
 		return true
 	}
 	return false
+}
+
+// sameIssuer reports whether a and b name the same issuer and carry the same, non-empty,
+// authority key identifier (RFC 5280 4.2.1.1: the issuer's key).
+func sameIssuer(a, b *x509.Certificate) bool {
+	return len(a.AuthorityKeyId) > 0 && bytes.Equal(a.AuthorityKeyId, b.AuthorityKeyId) && bytes.Equal(a.RawIssuer, b.RawIssuer)
 }
 
 // loadPair loads a pair with its Leaf set.

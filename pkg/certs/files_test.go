@@ -89,8 +89,11 @@ func TestFilesHoldsARenewalUntilTrusted(t *testing.T) {
 	pki := testPKI{t: t, now: time.Now()}
 	dir := t.TempDir()
 	first, firstKey := pki.leaf(pki.ca("first", nil))
-	second, secondKey := pki.leaf(pki.ca("second", nil))
-	third, thirdKey := pki.leaf(pki.ca("third", nil))
+	// A new CA of the same name: a new key, as cert-manager's rotationPolicy Always makes.
+	second, secondKey := pki.leaf(pki.ca("first", nil))
+	secondCA := pki.ca("second", nil)
+	third, thirdKey := pki.leaf(secondCA)
+	fourth, fourthKey := pki.leaf(secondCA)
 	t0 := pki.now.Add(-time.Hour)
 	write := func(c *tls.Certificate, key []byte, at time.Time) {
 		t.Helper()
@@ -134,5 +137,13 @@ func TestFilesHoldsARenewalUntilTrusted(t *testing.T) {
 	clk.Step(2 * time.Hour)
 	if got := servedBy(t, f); !bytes.Equal(got, third.Certificate[0]) {
 		t.Fatal("the renewal not served once the served pair expired")
+	}
+
+	// A renewal by the CA that issued the served certificate: served at once, without
+	// asking (every client that verifies the served one verifies it).
+	asked.Store(0)
+	write(fourth, fourthKey, t0.Add(3*time.Minute))
+	if got := servedBy(t, f); !bytes.Equal(got, fourth.Certificate[0]) || asked.Load() != 0 {
+		t.Fatalf("a renewal by the same CA: served %v, Trusted asked %d times; want served at once", bytes.Equal(got, fourth.Certificate[0]), asked.Load())
 	}
 }
