@@ -40,7 +40,12 @@ type Files struct {
 	modTime time.Time // the newer of the two files' modification times when loaded
 	held    *tls.Certificate
 	heldMod time.Time
+	nextAsk time.Time // Trusted is asked at most once per trustedAskInterval
 }
+
+// trustedAskInterval bounds how often a held-back pair's Trusted is asked: handshakes
+// come in thousands a second under load, and the answer changes in minutes.
+const trustedAskInterval = time.Second
 
 // GetCertificate returns the pair in Dir, reloading it when a file changed since the
 // last load (a new pair held back by Trusted aside). Errors: a file missing or
@@ -59,7 +64,10 @@ func (f *Files) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				klog.Background().Info("Holding back the renewed provided certificate until its CA has reached the trainer pods",
 					"certDir", f.Dir, "subject", pair.Leaf.Subject.String(), "issuer", pair.Leaf.Issuer.String(),
 					"servingUntil", f.loaded.Leaf.NotAfter)
+				return f.loaded, nil
 			}
+			f.loaded, f.modTime, f.held = pair, modTime, nil
+			return f.loaded, nil
 		}
 	}
 	if f.held != nil && f.takes(f.held) {
@@ -74,21 +82,10 @@ func (f *Files) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // takes reports whether the new pair replaces the loaded one now: with none loaded,
 // without Trusted, when the same CA issued both (same issuer name and authority key
 // ID: every client that verifies the served certificate verifies the new one, e.g. a
-// renewal, or a CA renewed with its key kept), when Trusted accepts it, or once the
-// loaded one has expired.
+// renewal, or a CA renewed with its key kept), once the loaded one has expired, or when
+// Trusted (asked at most once per trustedAskInterval) accepts it.
 func (f *Files) takes(pair *tls.Certificate) bool {
 	if f.loaded == nil || f.Trusted == nil || sameIssuer(pair.Leaf, f.loaded.Leaf) {
-		return true
-	}
-	chain := make([]*x509.Certificate, 0, len(pair.Certificate))
-	for _, der := range pair.Certificate {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return true // tls.X509KeyPair parsed the leaf; let the handshake's peer judge the rest
-		}
-		chain = append(chain, c)
-	}
-	if f.Trusted(chain) {
 		return true
 	}
 	now := time.Now()
@@ -97,10 +94,22 @@ func (f *Files) takes(pair *tls.Certificate) bool {
 	}
 	if !now.Before(f.loaded.Leaf.NotAfter) {
 		klog.Background().Info("Serving a provided certificate that trainer pods may not trust yet: the previous one has expired",
-			"certDir", f.Dir, "subject", chain[0].Subject.String(), "issuer", chain[0].Issuer.String())
+			"certDir", f.Dir, "subject", pair.Leaf.Subject.String(), "issuer", pair.Leaf.Issuer.String())
 		return true
 	}
-	return false
+	if now.Before(f.nextAsk) {
+		return false
+	}
+	f.nextAsk = now.Add(trustedAskInterval)
+	chain := make([]*x509.Certificate, 0, len(pair.Certificate))
+	for _, der := range pair.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return true // tls.X509KeyPair parsed the leaf; let the handshake's peer judge the rest
+		}
+		chain = append(chain, c)
+	}
+	return f.Trusted(chain)
 }
 
 // sameIssuer reports whether a and b name the same issuer and carry the same, non-empty,

@@ -122,7 +122,11 @@ func TestFilesHoldsARenewalUntilTrusted(t *testing.T) {
 			t.Fatal("a renewal clients do not trust yet replaced the served pair")
 		}
 	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("Trusted asked %d times in two handshakes within a second, want once", n)
+	}
 	trust.Store(true)
+	clk.Step(trustedAskInterval)
 	if got := servedBy(t, f); !bytes.Equal(got, second.Certificate[0]) {
 		t.Fatal("the renewal not served once trusted")
 	}
