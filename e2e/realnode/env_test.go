@@ -40,6 +40,7 @@ type env struct {
 	ns       string
 	trainers trainerclient.Interface
 	repo     string
+	ctrl     *ctrlproc.Process
 }
 
 // newEnv starts the controller as `make run` does (its progress server on the host's
@@ -65,7 +66,7 @@ func newEnvWith(t *testing.T, cfg ctrlproc.Config) *env {
 	}
 	e.installRuntime(t, torchRuntimeFile, nil)
 	cfg.Binary = controllerBinary
-	ctrlproc.Run(t, c, cfg)
+	e.ctrl = ctrlproc.Run(t, c, cfg)
 	return e
 }
 

@@ -1,7 +1,10 @@
 package trainjob
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
@@ -53,4 +56,25 @@ func (ctrl *controller) writes(t *testing.T) map[string]int { t.Helper(); return
 func (ctrl *controller) metric(t *testing.T, series string) float64 {
 	t.Helper()
 	return ctrl.proc.Metric(t, series)
+}
+
+// waitPipelineIdle waits until the controller has finished more than after stage syncs
+// (trainyard_stage_syncs_total, all stages; after < 0: any number) and its pipeline is
+// idle: every workqueue empty (workqueue_depth) and no worker inside a sync
+// (trainyard_stage_inflight). It returns the sync count it saw. A test that changes an
+// object and then waits for this with the count from before knows the controller has
+// processed the change and everything it led to, with no fixed sleep.
+func (ctrl *controller) waitPipelineIdle(t *testing.T, after float64) float64 {
+	t.Helper()
+	var syncs float64
+	cluster.Eventually(t, time.Minute, "the controller's pipeline idle after a sync", func(context.Context) (bool, string) {
+		// One consistent reading: the sync count the same before and after seeing
+		// nothing queued or in flight (a sync that ran in between changes the count).
+		before := ctrl.metric(t, "trainyard_stage_syncs_total")
+		depth, inflight := ctrl.metric(t, "workqueue_depth"), ctrl.metric(t, "trainyard_stage_inflight")
+		syncs = ctrl.metric(t, "trainyard_stage_syncs_total")
+		return syncs == before && syncs > after && depth == 0 && inflight == 0,
+			fmt.Sprintf("syncs %v then %v (want > %v), queued %v, in flight %v", before, syncs, after, depth, inflight)
+	})
+	return syncs
 }

@@ -232,7 +232,7 @@ func TestTorchTrainJobRunsToComplete(t *testing.T) {
 // TrainJob gets Failed=True with the JobSet's reason.
 func TestPodFailureFailsTrainJob(t *testing.T) {
 	e := newEnv(t)
-	startController(t, e.c)
+	ctrl := startController(t, e.c)
 	e.createRuntime(t, "torch-failing", map[string]string{cluster.AnnotationFailAfter: "1s"})
 	e.createTrainJob(t, trainJob("fails", trainer.TrainingRuntimeKind, "torch-failing"))
 
@@ -248,8 +248,13 @@ func TestPodFailureFailsTrainJob(t *testing.T) {
 
 	// Failed is terminal, as upstream treats it: the JobSet deleted after the failure
 	// (by hand, or by a TTL) is not re-created, which would run the training again with
-	// JobSet's restart count reset.
+	// JobSet's restart count reset. The deletion routes the TrainJob to the status stage
+	// (pkg/informers); a controller that re-creates the JobSet does it from that sync,
+	// through the build stages back to the status stage's apply. So instead of waiting
+	// a fixed time, wait for what proves the deletion was processed: a stage sync after
+	// it, with every queue then empty and no worker inside a sync (issue 41).
 	ctx := context.Background()
+	syncs := ctrl.waitPipelineIdle(t, -1)
 	if err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Delete(ctx, "fails", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +262,7 @@ func TestPodFailureFailsTrainJob(t *testing.T) {
 		_, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "fails", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	time.Sleep(5 * time.Second) // a controller that re-creates it does so within a sync
+	ctrl.waitPipelineIdle(t, syncs)
 	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "fails", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the JobSet of a Failed TrainJob came back after its deletion (err = %v)", err)
 	}

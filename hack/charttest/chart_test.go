@@ -207,6 +207,10 @@ func TestCombinationsRender(t *testing.T) {
 					into[admissionregistrationv1.MutatingWebhookConfiguration](t, o)
 				case "ValidatingWebhookConfiguration":
 					into[admissionregistrationv1.ValidatingWebhookConfiguration](t, o)
+				case "ValidatingAdmissionPolicy":
+					into[admissionregistrationv1.ValidatingAdmissionPolicy](t, o)
+				case "ValidatingAdmissionPolicyBinding":
+					into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, o)
 				case "ServiceMonitor", "PrometheusRule", "Issuer", "Certificate":
 					// No Go types here; checked in their own tests.
 				default:
@@ -233,13 +237,15 @@ func TestDefaults(t *testing.T) {
 		"Role/trainyard-leader-election", "Role/trainyard-secret-name-key", "Role/trainyard-webhook-certs",
 		"RoleBinding/trainyard-leader-election", "RoleBinding/trainyard-secret-name-key", "RoleBinding/trainyard-webhook-certs",
 		"Secret/trainyard-secret-name-key", "Secret/trainyard-webhook-certs", "Service/trainyard-metrics", "Service/trainyard-webhook", "ServiceAccount/trainyard",
+		"ValidatingAdmissionPolicy/trainyard-system-namespaces", "ValidatingAdmissionPolicyBinding/trainyard-system-namespaces",
 		"ValidatingWebhookConfiguration/trainyard-validator",
 	}
 	if diff := cmp.Diff(want, r.ids()); diff != "" {
 		t.Fatalf("default objects (-want +got):\n%s", diff)
 	}
 	for _, o := range r.objects {
-		clusterScoped := strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasSuffix(o.GetKind(), "WebhookConfiguration")
+		clusterScoped := strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasSuffix(o.GetKind(), "WebhookConfiguration") ||
+			strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy")
 		if ns := o.GetNamespace(); ns != namespace && !clusterScoped {
 			t.Errorf("%s/%s in namespace %q, want %q", o.GetKind(), o.GetName(), ns, namespace)
 		}

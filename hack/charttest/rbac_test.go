@@ -443,6 +443,12 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, also
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"update"}},
 	}
 	forbidden = append(forbidden, alsoForbidden...)
+	// Writes the controller needs in the namespaces of TrainJobs — configmaps
+	// create and patch, secrets create, jobsets create, patch and delete, ... —
+	// are dangerous in kube-system, kube-public and kube-node-lease, where the
+	// default ClusterRole grants them too (RBAC has no deny rule): the chart's
+	// ValidatingAdmissionPolicy must refuse each there (systemnamespaces_test.go).
+	checkSystemNamespaceWrites(t, r, namespace, nil, leaseIn(t, r)...)
 	for _, f := range forbidden {
 		if covered, _ := validation.Covers(all, []rbacv1.PolicyRule{f}); covered {
 			t.Errorf("the chart's RBAC allows %v %v/%v %v", f.Verbs, f.APIGroups, f.Resources, f.ResourceNames)

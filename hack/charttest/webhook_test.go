@@ -470,6 +470,15 @@ func TestWebhookModes(t *testing.T) {
 					t.Errorf("Certificate issuerRef (-want +got):\n%s", diff)
 				}
 			}
+			if name == "cert-manager" {
+				// The chart's own CA keeps its key when cert-manager renews it: a new key
+				// would make every trainer pod (and API server) holding the previous CA
+				// refuse the serving certificates the renewed CA signs.
+				ca := r.get(t, "Certificate", "trainyard-webhook-ca").Object["spec"].(map[string]any)
+				if ca["isCA"] != true || ca["privateKey"].(map[string]any)["rotationPolicy"] != "Never" {
+					t.Errorf("CA Certificate spec %v, want isCA and privateKey.rotationPolicy Never", ca)
+				}
+			}
 		})
 	}
 

@@ -79,13 +79,24 @@ func keyPair(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 //     bundle, missing a SAN of o or past RenewFraction of its lifetime is
 //     replaced by one signed by the active CA;
 //   - a valid serving certificate signed by an earlier CA is replaced once the
-//     active CA has been published for CAPublishDelay.
+//     active CA has been published for CAPublishDelay;
+//   - until then the active CA signs nothing (and in the pass that creates it,
+//     nobody trusts it yet: the webhook configurations and the trainer pods' CA
+//     ConfigMaps get it from this very write). A serving certificate that still
+//     verifies is kept, due or not, until the rule above replaces it; one
+//     that must go now (missing, expired, a SAN missing) is signed by the
+//     outgoing CA in the pass that replaces it, which every client still trusts
+//     (later passes no longer hold its key, and sign with the active CA).
 func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]byte, []string, error) {
 	out := maps.Clone(cur.data)
 	var rotated []string
 
 	ca := cur.ca
+	var outgoing *tls.Certificate // the replaced CA, while still valid
 	if ca == nil || due(ca.Leaf, now, o.RenewFraction) {
+		if ca != nil && now.Before(ca.Leaf.NotAfter) {
+			outgoing = ca
+		}
 		if ca != nil || len(cur.bundle) > 0 {
 			rotated = append(rotated, metrics.CertificateCA)
 		}
@@ -111,17 +122,32 @@ func renew(o *Options, now time.Time, cur *state, published bool) (map[string][]
 
 	alt := o.altNames()
 	s := cur.serving
+	// Whether every client has had time to get the active CA: not when it is
+	// created in this pass, nor before the webhook configurations carry it and
+	// CAPublishDelay has passed.
+	caTrusted := outgoing == nil && published && !now.Before(ca.Leaf.NotBefore.Add(backdate+o.CAPublishDelay))
+	earlier := s != nil && s.Leaf.CheckSignatureFrom(ca.Leaf) != nil // signed by an earlier CA
 	replace := s == nil || !servingValid(s.Leaf, bundle, alt, now, o.RenewFraction)
-	if !replace && s.Leaf.CheckSignatureFrom(ca.Leaf) != nil {
+	if !replace && earlier {
 		// Signed by an earlier CA still in the bundle: switch once every API
 		// server has had time to see the active CA.
-		replace = published && !now.Before(ca.Leaf.NotBefore.Add(backdate+o.CAPublishDelay))
+		replace = caTrusted
+	}
+	signer := ca
+	if replace && !caTrusted && (earlier || outgoing != nil) {
+		// The active CA is not trusted yet: keep a serving certificate that still
+		// verifies, due or not, else sign with the outgoing CA while there is one.
+		if s != nil && verifiesFor(s.Leaf, bundle, alt, now) {
+			replace = false
+		} else if outgoing != nil {
+			signer = outgoing
+		}
 	}
 	if replace {
 		if len(cur.data[TLSCertKey]) > 0 {
 			rotated = append(rotated, metrics.CertificateServing)
 		}
-		certPEM, keyPEM, err := issueServing(o, now, alt, ca)
+		certPEM, keyPEM, err := issueServing(o, now, alt, signer)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -180,12 +206,18 @@ func issueServing(o *Options, now time.Time, alt cert.AltNames, ca *tls.Certific
 // under a CA of bundle, carrying every name of alt, and not yet due for
 // renewal.
 func servingValid(leaf *x509.Certificate, bundle []*x509.Certificate, alt cert.AltNames, now time.Time, fraction float64) bool {
+	return verifiesFor(leaf, bundle, alt, now) && !due(leaf, now, fraction)
+}
+
+// verifiesFor reports whether leaf is a serving certificate valid at now under a
+// CA of bundle and carrying every name of alt, due for renewal or not.
+func verifiesFor(leaf *x509.Certificate, bundle []*x509.Certificate, alt cert.AltNames, now time.Time) bool {
 	roots := x509.NewCertPool()
 	for _, c := range bundle {
 		roots.AddCert(c)
 	}
 	opts := x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if _, err := leaf.Verify(opts); err != nil || due(leaf, now, fraction) {
+	if _, err := leaf.Verify(opts); err != nil {
 		return false
 	}
 	for _, name := range alt.DNSNames {

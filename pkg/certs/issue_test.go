@@ -110,6 +110,21 @@ func TestRenew(t *testing.T) {
 			data: at20h, at: 21 * time.Hour, published: true,
 			wantRotated: []string{metrics.CertificateServing}, wantSameCA: true, wantBundle: 2,
 		},
+		// issue 41: the pass that creates a new CA must not sign with it, whatever
+		// falls due in the same pass.
+		"CA and serving due together: new CA, serving still valid kept": {
+			data: at16h, at: 25 * time.Hour, published: true, // serving valid until 28h, due at 24h
+			wantRotated: []string{metrics.CertificateCA}, wantBundle: 2, wantSameTLS: true, wantIssuer: 1,
+		},
+		"CA due, serving expired: new CA, serving signed by the outgoing CA": {
+			data: fresh, at: 20 * time.Hour, published: true, // serving expired at 12h
+			wantRotated: []string{metrics.CertificateCA, metrics.CertificateServing}, wantBundle: 2, wantIssuer: 1,
+		},
+		"CA due, a SAN added: new CA, serving signed by the outgoing CA": {
+			opts: func(o *Options) { o.DNSNames = []string{"localhost"} },
+			data: at16h, at: 21 * time.Hour, published: true,
+			wantRotated: []string{metrics.CertificateCA, metrics.CertificateServing}, wantBundle: 2, wantIssuer: 1,
+		},
 		"old CA expired: dropped, its serving certificate replaced": {
 			data: at20h, at: 30*time.Hour + time.Minute, published: false,
 			wantRotated: []string{metrics.CertificateServing}, wantSameCA: true, wantBundle: 1,

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -149,10 +150,14 @@ func verifies(chain, bundle []*x509.Certificate) string {
 
 // ProvidedCABundle keeps the CA bundle of a certificate provided as files (ReadProvidedCA)
 // for the life of the process: the files are read again every Interval, so a renewal the
-// kubelet writes into a mounted Secret reaches the bundle without a restart. When the
-// files stop yielding a bundle (ca.crt removed, a leaf without its issuer), the last
-// bundle is kept and the error logged once per distinct error: clients keep a CA rather
-// than none. Create it with NewProvidedCABundle and start it with Run.
+// kubelet writes into a mounted Secret reaches the bundle without a restart. A new CA is
+// added, not substituted: the bundle is the files' CA certificates followed by those it
+// published before that have not expired, so a trainer pod that mounts it keeps
+// trusting the certificate still served (Files holds a renewed one back until its CA has
+// been published, Trusts) as well as the next one. When the files stop yielding a bundle
+// (ca.crt removed, a leaf without its issuer), the last bundle is kept and the error
+// logged once per distinct error: clients keep a CA rather than none. Create it with
+// NewProvidedCABundle and start it with Run.
 type ProvidedCABundle struct {
 	dir      string
 	interval time.Duration
@@ -233,6 +238,10 @@ func (b *ProvidedCABundle) check(logger klog.Logger) {
 	}
 	b.lastErr = ""
 	prev := b.current.Load()
+	if ca.PEM, err = withUnexpired(ca.PEM, prev.PEM, b.clock.Now()); err != nil {
+		logger.Error(err, "Encoding the CA bundle; still publishing the previous one")
+		return
+	}
 	if bytes.Equal(prev.PEM, ca.PEM) && prev.Source == ca.Source && prev.Warning == ca.Warning {
 		return
 	}
@@ -247,5 +256,54 @@ func (b *ProvidedCABundle) check(logger klog.Logger) {
 	}
 	if b.onChange != nil {
 		b.onChange()
+	}
+}
+
+// withUnexpired returns bundle (PEM) followed by the certificates of previous (PEM) that
+// are not in it and have not expired at now.
+func withUnexpired(bundle, previous []byte, now time.Time) ([]byte, error) {
+	current, err := cert.ParseCertsPEM(bundle)
+	if err != nil {
+		return nil, err
+	}
+	old, _ := cert.ParseCertsPEM(previous) // this process encoded it
+	var kept []*x509.Certificate
+	for _, c := range old {
+		if now.Before(c.NotAfter) && !slices.ContainsFunc(current, c.Equal) && !slices.ContainsFunc(kept, c.Equal) {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 {
+		return bundle, nil
+	}
+	tail, err := cert.EncodeCertificates(kept...)
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.Clone(bundle)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, tail...), nil
+}
+
+// Trusts returns a Files.Trusted for the certificate whose CA b publishes: a renewed
+// certificate is trusted once it verifies under b's bundle and published (the CA
+// ConfigMaps' progress.CAPublisher.Published) has reported that bundle in every copy
+// for delay — the time the kubelet takes to update the file a trainer pod mounts. A
+// certificate from the same CA verifies under the bundle already published, so it
+// waits delay at most once, after a restart.
+func (b *ProvidedCABundle) Trusts(published func(bundle []byte) (since time.Time, ok bool), delay time.Duration) func([]*x509.Certificate) bool {
+	return func(chain []*x509.Certificate) bool {
+		bundle := b.CABundle()
+		roots, err := cert.ParseCertsPEM(bundle)
+		if err != nil || len(chain) == 0 {
+			return false
+		}
+		if verifies(chain, roots) != "" {
+			return false
+		}
+		since, ok := published(bundle)
+		return ok && !b.clock.Now().Before(since.Add(delay))
 	}
 }

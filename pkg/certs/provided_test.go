@@ -209,7 +209,8 @@ func TestProvidedCABundleFollowsTheFiles(t *testing.T) {
 	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, byFirst), TLSKeyKey: byFirstKey, CACertKey: pemOf(t, first)})
 
 	var changes atomic.Int32
-	b, err := NewProvidedCABundle(dir, ProvidedCABundleOptions{OnChange: func() { changes.Add(1) }})
+	clk := clocktesting.NewFakeClock(pki.now)
+	b, err := NewProvidedCABundle(dir, ProvidedCABundleOptions{OnChange: func() { changes.Add(1) }, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,23 +233,74 @@ func TestProvidedCABundleFollowsTheFiles(t *testing.T) {
 	}
 	expect("unchanged files", pemOf(t, first), CAFromCACertFile, 0)
 
-	// Renewed under a new CA, ca.crt included, as cert-manager writes it.
+	// Renewed under a new CA, ca.crt included, as cert-manager writes it: the new CA is
+	// added in front, the previous one kept (issue 41: trainer pods must trust both the
+	// certificate still served and the next one).
 	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, bySecond), TLSKeyKey: bySecondKey, CACertKey: pemOf(t, second)})
-	expect("renewed under a new CA", pemOf(t, second), CAFromCACertFile, 1)
+	expect("renewed under a new CA", pemOf(t, second, first), CAFromCACertFile, 1)
 
 	// ca.crt gone, and the leaf's issuer nowhere: the last bundle stays, logged once.
 	writeFiles(t, dir, map[string][]byte{CACertKey: nil})
-	expect("ca.crt gone", pemOf(t, second), CAFromCACertFile, 1)
-	expect("ca.crt still gone", pemOf(t, second), CAFromCACertFile, 1)
+	expect("ca.crt gone", pemOf(t, second, first), CAFromCACertFile, 1)
+	expect("ca.crt still gone", pemOf(t, second, first), CAFromCACertFile, 1)
 
 	// The issuer appended to tls.crt: the same CA, from the chain now; not a change.
 	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, bySecond, second)})
-	expect("the chain in tls.crt", pemOf(t, second), CAFromChain, 1)
+	expect("the chain in tls.crt", pemOf(t, second, first), CAFromChain, 1)
 
-	// A self-signed leaf replaces it all.
+	// A self-signed leaf: its own CA, in front of the earlier ones.
 	selfSigned, selfSignedKey := pki.leaf(nil)
 	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, selfSigned), TLSKeyKey: selfSignedKey})
-	expect("a self-signed leaf", pemOf(t, selfSigned), CAFromSelfSigned, 2)
+	expect("a self-signed leaf", pemOf(t, selfSigned, second, first), CAFromSelfSigned, 2)
+
+	// The earlier CAs leave the bundle when they expire (24 h), not before.
+	clk.Step(23 * time.Hour)
+	expect("earlier CAs still valid", pemOf(t, selfSigned, second, first), CAFromSelfSigned, 2)
+	clk.Step(2 * time.Hour)
+	expect("earlier CAs expired", pemOf(t, selfSigned), CAFromSelfSigned, 3)
+}
+
+// Trusts accepts a renewed certificate once it verifies under the published bundle and
+// that bundle has been in every trainer pod's CA ConfigMap for the delay.
+func TestProvidedCABundleTrusts(t *testing.T) {
+	pki := testPKI{t: t, now: time.Now()}
+	first, second := pki.ca("first", nil), pki.ca("second", nil)
+	byFirst, byFirstKey := pki.leaf(first)
+	bySecond, bySecondKey := pki.leaf(second)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, byFirst), TLSKeyKey: byFirstKey, CACertKey: pemOf(t, first)})
+	clk := clocktesting.NewFakeClock(pki.now)
+	b, err := NewProvidedCABundle(dir, ProvidedCABundleOptions{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var publishedBundle []byte
+	var publishedSince time.Time
+	trusted := b.Trusts(func(bundle []byte) (time.Time, bool) {
+		return publishedSince, publishedBundle != nil && bytes.Equal(bundle, publishedBundle)
+	}, time.Minute)
+
+	publishedBundle, publishedSince = b.CABundle(), clk.Now().Add(-time.Hour)
+	if !trusted([]*x509.Certificate{byFirst.Leaf}) {
+		t.Error("a certificate of the published CA is not trusted")
+	}
+	if trusted([]*x509.Certificate{bySecond.Leaf}) {
+		t.Error("a certificate of a CA that is not in the bundle is trusted")
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	writeFiles(t, dir, map[string][]byte{TLSCertKey: pemOf(t, bySecond), TLSKeyKey: bySecondKey, CACertKey: pemOf(t, second)})
+	b.check(logger)
+	if trusted([]*x509.Certificate{bySecond.Leaf}) {
+		t.Error("trusted before the new bundle reached the trainer pods")
+	}
+	publishedBundle, publishedSince = b.CABundle(), clk.Now()
+	if trusted([]*x509.Certificate{bySecond.Leaf}) {
+		t.Error("trusted as soon as the new bundle is published, before the delay")
+	}
+	clk.Step(time.Minute)
+	if !trusted([]*x509.Certificate{bySecond.Leaf}) || !trusted([]*x509.Certificate{byFirst.Leaf}) {
+		t.Error("the new and the previous CA's certificates are not both trusted once the bundle has been published for the delay")
+	}
 }
 
 // Run reads the files every Interval and calls OnChange when the bundle changed.
@@ -283,8 +335,8 @@ func TestProvidedCABundleRunPollsTheFiles(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("OnChange not called after Interval")
 	}
-	if !bytes.Equal(b.CABundle(), pemOf(t, second)) {
-		t.Errorf("bundle %v, want [second]", subjects(t, b.CABundle()))
+	if !bytes.Equal(b.CABundle(), pemOf(t, second, first)) {
+		t.Errorf("bundle %v, want [second first]", subjects(t, b.CABundle()))
 	}
 }
 

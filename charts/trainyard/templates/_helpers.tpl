@@ -414,3 +414,13 @@ statusServer:
 featureGates:
   {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}
+
+{{/*
+A list of strings as the elements of a CEL list literal: 'a', 'b'. The names are
+Kubernetes names (no quotes or backslashes).
+*/}}
+{{- define "trainyard.celStrings" -}}
+{{- $quoted := list }}
+{{- range . }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end }}
+{{- join ", " $quoted }}
+{{- end }}

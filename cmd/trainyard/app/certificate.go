@@ -34,10 +34,11 @@ type servingCertificate struct {
 
 // caCopies are the copies of the serving certificate's CA bundle kept outside it: the
 // progress server's CA ConfigMaps, which trainer pods mount (docs/design/progress.md).
-// With provided certificates (cert-manager, a user's Secret) Trainyard follows a new
-// ca.crt but cannot hold back the certificate its issuer rotates: an issuer that rotates
-// its CA must keep the old one in ca.crt until every pod has the new one, as
-// cert-manager's CA bundles do.
+// With provided certificates (cert-manager, a user's Secret) Trainyard adds a new
+// ca.crt to the published bundle (the previous CA stays until it expires) and holds a
+// renewed certificate its trainer pods do not trust yet back until the bundle that
+// verifies it has been in every copy for certs.DefaultCAPublishDelay, or until the
+// served one expires (issue 41).
 type caCopies struct {
 	// changed, when set, is called each time the bundle changes (it must not block).
 	changed func()
@@ -58,7 +59,8 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bo
 	m *metrics.Metrics, copies caCopies,
 ) (*servingCertificate, error) {
 	if cfg.Certificates.Mode == configv1alpha1.CertificatesProvided {
-		c := &servingCertificate{source: &certs.Files{Dir: cfg.Certificates.CertDir}}
+		files := &certs.Files{Dir: cfg.Certificates.CertDir}
+		c := &servingCertificate{source: files}
 		if publishCA {
 			// Issue 23: trainer pods mount the CA ConfigMap, which cannot be optional;
 			// without a CA to publish, every one of them would wait for it forever.
@@ -67,6 +69,9 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bo
 				return nil, providedCAError(err)
 			}
 			c.providedCA = ca
+			if copies.published != nil {
+				files.Trusted = ca.Trusts(copies.published, certs.DefaultCAPublishDelay)
+			}
 		}
 		return c, nil
 	}
