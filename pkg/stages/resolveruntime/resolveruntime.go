@@ -282,3 +282,27 @@ func notFoundMessage(kind, namespace, name string) string {
 	return fmt.Sprintf("%s %q referenced by spec.runtimeRef not found%s: create it and the TrainJob proceeds by itself (spec.runtimeRef is immutable: to use another runtime, recreate the TrainJob)",
 		kind, name, where)
 }
+
+// RunPolicyLookup returns a function that reads the spec.runPolicy of the runtime a
+// TrainJob references through the listers (no API call, no snapshot encoding), nil
+// when the runtime has none, no longer exists or is of another kind. The status stage
+// resolves a TrainJob's deadline and TTL with it at every sync, as KEP-2899 resolves
+// them per reconcile (docs/compatibility.md#ttl-and-run-policy).
+func RunPolicyLookup(trs trainerlisters.TrainingRuntimeLister, ctrs trainerlisters.ClusterTrainingRuntimeLister) func(*trainer.TrainJob) *trainer.RunPolicy {
+	return func(tj *trainer.TrainJob) *trainer.RunPolicy {
+		kind, err := trainjob.RuntimeKind(tj)
+		if err != nil {
+			return nil
+		}
+		if kind == trainer.TrainingRuntimeKind {
+			if rt, err := trs.TrainingRuntimes(tj.Namespace).Get(tj.Spec.RuntimeRef.Name); err == nil {
+				return rt.Spec.RunPolicy
+			}
+			return nil
+		}
+		if rt, err := ctrs.Get(tj.Spec.RuntimeRef.Name); err == nil {
+			return rt.Spec.RunPolicy
+		}
+		return nil
+	}
+}

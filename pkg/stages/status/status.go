@@ -71,6 +71,11 @@ type Stage struct {
 	// Gang explains a TrainJob's gang that waits for the scheduler (gang.Waiting over
 	// its cached PodGroups), "" when none does; nil reads no gang state.
 	Gang func(tj *trainer.TrainJob) string
+	// RunPolicy returns the spec.runPolicy of the runtime tj references (nil when none):
+	// the defaults of its activeDeadlineSeconds and ttlSecondsAfterFinished
+	// (resolveruntime.RunPolicyLookup in production). nil applies the TrainJob's own
+	// fields only.
+	RunPolicy func(tj *trainer.TrainJob) *trainer.RunPolicy
 	// Clock is for tests; nil means the real clock.
 	Clock clock.PassiveClock
 	// ConflictRecheck is how long a TrainJob whose side object's name is held by a
@@ -207,9 +212,10 @@ type applyOutcome struct {
 func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (engine.Result, error) {
 	finished := trainjob.IsFinished(tj)
 	now := s.now()
+	policy := s.runPolicy(tj)
 	// Past its active deadline a TrainJob gets no JobSet: one deleted at the deadline
 	// by a pass whose status write then failed is not re-created by the retry.
-	_, pastDeadline := activeDeadline(tj, js, now)
+	_, pastDeadline := activeDeadline(tj, js, policy.ActiveDeadlineSeconds, now)
 	var out applyOutcome
 	if !finished && !pastDeadline {
 		var stop *engine.Result
@@ -222,7 +228,7 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 	if out.applied {
 		tj = s.newest(tj)
 	}
-	deadline, expired := activeDeadline(tj, js, now)
+	deadline, expired := activeDeadline(tj, js, policy.ActiveDeadlineSeconds, now)
 	if expired {
 		if err := s.deleteJobSet(ctx, tj); err != nil {
 			return engine.Retry(), err
@@ -230,11 +236,17 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 	}
 	mutate := func(applied bool, planned []metav1.Condition, healed bool) func(*trainer.TrainJobStatus) {
 		return func(st *trainer.TrainJobStatus) {
+			base := st.DeepCopy()
 			computeStatus(st, tj, js, applied, expired, now)
 			planConditions(st, planned, now)
 			writeCondition(st, tj, out.refused, out.conflict, healed, now)
 			if s.Gang != nil && !finished {
 				gangCondition(st, tj, s.Gang(tj), now)
+			}
+			// The times ride along with a write the pass makes anyway (issue 9: a few
+			// status writes per life cycle); their values do not depend on when.
+			if !onlySuspendedCounts(statuswriter.Change{Base: base, Next: st}) {
+				setTimes(st, tj, now)
 			}
 		}
 	}
@@ -244,7 +256,7 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 			return engine.RequeueAfter(s.Settle), nil
 		}
 		if onlySuspendedCounts(change) {
-			return s.nextSync(out, finished || expired, deadline, now), nil
+			return s.afterWrite(ctx, tj, out, finished || expired, deadline, change.Next, policy, now)
 		}
 	}
 	wrote, err := s.Status.Write(ctx, change)
@@ -254,18 +266,44 @@ func (s *Stage) reconcile(ctx context.Context, key cache.ObjectName, tj *trainer
 	if out.conflict != nil && wrote {
 		s.Recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainjob.ReasonSideObjectConflict, "Applying", "%s", out.conflict.message())
 	}
-	return s.nextSync(out, finished || expired, deadline, now), nil
+	return s.afterWrite(ctx, tj, out, finished || expired, deadline, change.Next, policy, now)
+}
+
+// afterWrite ends a pass whose status st is written (or left to the next write): it
+// deletes tj when st says it finished and its TTL has expired — the status, Complete
+// or Failed, is written first, so a watcher sees how it ended even with a TTL of 0 —
+// and returns WaitForEvent (its delete event forgets it); else nextSync, with the TTL
+// expiry among the instants to come back at.
+func (s *Stage) afterWrite(ctx context.Context, tj *trainer.TrainJob, out applyOutcome, done bool, deadline time.Time, st *trainer.TrainJobStatus, policy trainer.RunPolicy, now time.Time) (engine.Result, error) {
+	expiry, ok := ttlExpiry(st, policy.TTLSecondsAfterFinished)
+	if ok && !now.Before(expiry) {
+		if err := s.deleteTrainJob(ctx, tj, expiry); err != nil {
+			return engine.Retry(), err
+		}
+		return engine.WaitForEvent(), nil
+	}
+	if !ok {
+		expiry = time.Time{}
+	}
+	return s.nextSync(out, done, deadline, expiry, now), nil
 }
 
 // nextSync returns when to sync the TrainJob again after its status was written:
 // RequeueAfter the earliest of its active deadline (at least a second from now; none
-// once done, i.e. finished or expired, or without a deadline), its refusal delay and,
-// for a side-object conflict no informer routes, ConflictRecheck (0 means
-// DefaultConflictRecheck); WaitForEvent when none of them applies.
-func (s *Stage) nextSync(out applyOutcome, done bool, deadline, now time.Time) engine.Result {
+// once done, i.e. finished or expired, or without a deadline), its TTL expiry (zero
+// when none; at least a second from now, as KEP-2899 bounds a requeue that clock skew
+// would make negative), its refusal delay and, for a side-object conflict no informer
+// routes, ConflictRecheck (0 means DefaultConflictRecheck); WaitForEvent when none of
+// them applies.
+func (s *Stage) nextSync(out applyOutcome, done bool, deadline, expiry, now time.Time) engine.Result {
 	var after time.Duration
 	if !done && !deadline.IsZero() {
 		after = max(deadline.Sub(now), time.Second)
+	}
+	if !expiry.IsZero() {
+		if ttl := max(expiry.Sub(now), time.Second); after == 0 || ttl < after {
+			after = ttl
+		}
 	}
 	var recheck time.Duration
 	switch {
