@@ -25,7 +25,14 @@ import (
 // "Printer columns").
 var (
 	trainJobHeaders     = []string{"NAME", "STATE", "REASON", "SUSPENDED", "PROGRESS", "ETA", "AGE"}
-	trainJobWideHeaders = append(slices.Clone(trainJobHeaders), "RUNTIME", "NUMNODES")
+	trainJobWideHeaders = append(slices.Clone(trainJobHeaders), "RUNTIME", "NUMNODES", "STARTED", "COMPLETED")
+)
+
+// In a row waitTrainJobRow waits for, anyAge stands for a cell that is an age (STARTED,
+// COMPLETED), anyCell for any cell, empty or not.
+const (
+	anyAge  = "<age>"
+	anyCell = "<any>"
 )
 
 // ageCell is the shape of an AGE cell in a test's lifetime: "45s", "2m", "2m5s".
@@ -50,22 +57,23 @@ func TestKubectlGetTrainJobs(t *testing.T) {
 	tj.Namespace = e.ns
 	k.mustApply(t, tj.TrainJob)
 	row := map[string]string{"NAME": "mnist", "STATE": "", "REASON": "TrainingRuntimeNotFound", "SUSPENDED": "false",
-		"PROGRESS": "", "ETA": "", "RUNTIME": "reporting", "NUMNODES": "2"}
+		"PROGRESS": "", "ETA": "", "RUNTIME": "reporting", "NUMNODES": "2", "STARTED": "", "COMPLETED": ""}
 	k.waitTrainJobRow(t, e.ns, row)
 
 	e.createRuntime(t, "reporting", map[string]string{cluster.AnnotationCompleteDelay: "60s"})
 	e.waitCondition(t, "mnist", "RuntimeResolved", metav1.ConditionTrue, time.Minute)
 	first := e.waitPods(t, "mnist", 2)
-	row["REASON"] = "" // RuntimeResolved=True is the only condition: nothing to show
+	row["REASON"] = ""       // RuntimeResolved=True is the only condition: nothing to show
+	row["STARTED"] = anyCell // written with the first jobsStatus, which may come later
 	k.waitTrainJobRow(t, e.ns, row)
 
 	k.mustRun(t, "patch", "trainjob", "mnist", "-n", e.ns, "--type=merge", "-p", `{"spec":{"suspend":true}}`)
-	row["STATE"], row["SUSPENDED"] = "Suspended", "true"
+	row["STATE"], row["SUSPENDED"], row["STARTED"] = "Suspended", "true", "" // startTime cleared
 	k.waitTrainJobRow(t, e.ns, row)
 
 	k.mustRun(t, "patch", "trainjob", "mnist", "-n", e.ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
 	e.waitCondition(t, "mnist", trainer.TrainJobSuspended, metav1.ConditionFalse, time.Minute)
-	row["STATE"], row["SUSPENDED"] = "", "false" // Suspended=False, reason Resumed
+	row["STATE"], row["SUSPENDED"], row["STARTED"] = "", "false", anyAge // Suspended=False, reason Resumed; startTime the resume
 	k.waitTrainJobRow(t, e.ns, row)
 
 	// The resumed run's pods report as a trainer does: to the URL the controller
@@ -95,7 +103,7 @@ func TestKubectlGetTrainJobs(t *testing.T) {
 	k.waitTrainJobRow(t, e.ns, row)
 
 	e.waitCondition(t, "mnist", trainer.TrainJobComplete, metav1.ConditionTrue, 2*time.Minute)
-	row["STATE"] = "Complete" // progress and ETA stay the trainer's last report
+	row["STATE"], row["COMPLETED"] = "Complete", anyAge // progress and ETA stay the trainer's last report
 	k.waitTrainJobRow(t, e.ns, row)
 }
 
@@ -165,8 +173,14 @@ func (k *kubectl) waitTrainJobRow(t *testing.T, ns string, want map[string]strin
 			delete(got, "AGE")
 			wantHere := maps.Clone(want)
 			if !wide {
-				delete(wantHere, "RUNTIME")
-				delete(wantHere, "NUMNODES")
+				for _, h := range trainJobWideHeaders[len(trainJobHeaders):] {
+					delete(wantHere, h)
+				}
+			}
+			for h, w := range wantHere {
+				if (w == anyAge && ageCell.MatchString(got[h])) || w == anyCell {
+					wantHere[h] = got[h]
+				}
 			}
 			if !maps.Equal(got, wantHere) {
 				return false, fmt.Sprintf("kubectl %s:\n%s", strings.Join(args, " "), r.stdout)

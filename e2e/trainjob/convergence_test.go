@@ -21,7 +21,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
 	"github.com/trainyard/trainyard/pkg/metrics"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // kueuePatch is the runtime patch Kueue writes when it admits a TrainJob (its node
@@ -139,8 +139,8 @@ func TestConvergenceBurst(t *testing.T) {
 			js := jss.Items[i]
 			problem := ""
 			switch {
-			case js.Annotations[plan.AnnotationTrainJobGeneration] != strconv.FormatInt(tj.Generation, 10):
-				problem = fmt.Sprintf("built from generation %s, TrainJob at %d", js.Annotations[plan.AnnotationTrainJobGeneration], tj.Generation)
+			case js.Annotations[objectkeys.AnnotationTrainJobGeneration] != strconv.FormatInt(tj.Generation, 10):
+				problem = fmt.Sprintf("built from generation %s, TrainJob at %d", js.Annotations[objectkeys.AnnotationTrainJobGeneration], tj.Generation)
 			case ptr.Deref(js.Spec.Suspend, false) != ptr.Deref(tj.Spec.Suspend, false):
 				problem = fmt.Sprintf("JobSet suspend %v, TrainJob suspend %v", ptr.Deref(js.Spec.Suspend, false), ptr.Deref(tj.Spec.Suspend, false))
 			case strings.HasPrefix(tj.Name, "kueue-") && !slices.ContainsFunc(js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Tolerations,

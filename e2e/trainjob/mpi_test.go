@@ -18,7 +18,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // createMPIRuntime creates a TrainingRuntime shaped like upstream's
@@ -289,7 +289,7 @@ func TestMPIRuntimeWithoutLauncher(t *testing.T) {
 	if _, err := e.jobsets.JobsetV1alpha2().JobSets(e.ns).Get(ctx, "headless", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("JobSet: %v, want NotFound", err)
 	}
-	if list, err := e.c.Client().CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: plan.LabelTrainJobName + "=headless"}); err != nil || len(list.Items) != 0 {
+	if list, err := e.c.Client().CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: objectkeys.LabelTrainJobName + "=headless"}); err != nil || len(list.Items) != 0 {
 		t.Errorf("Secrets of the TrainJob: %v, %v; want none", list, err)
 	}
 	if _, err := e.c.Client().CoreV1().ConfigMaps(e.ns).Get(ctx, "headless-mpi-hostfile", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -155,7 +155,7 @@ func (e *env) waitSideObject(t *testing.T, kind, name string, owner, old types.U
 		if ref == nil || ref.UID != owner {
 			return false, fmt.Sprintf("controller %+v", ref)
 		}
-		if obj.GetLabels()[plan.LabelTrainJobName] == "" {
+		if obj.GetLabels()[objectkeys.LabelTrainJobName] == "" {
 			return false, fmt.Sprintf("labels %v", obj.GetLabels())
 		}
 		found = obj

@@ -49,6 +49,8 @@ var controllerCalls = []grant{
 	{"jobset.x-k8s.io", "jobsets", "delete", ""},
 	// blockOwnerDeletion on the JobSet's owner reference (OwnerReferencesPermissionEnforcement)
 	{"trainer.kubeflow.org", "trainjobs/finalizers", "update", ""},
+	// ttlSecondsAfterFinished (pkg/stages/status/lifecycle.go)
+	{"trainer.kubeflow.org", "trainjobs", "delete", ""},
 	// OptimizationJobs (pkg/optimization/controller): informer, status, trials
 	{"trainer.kubeflow.org", "optimizationjobs", "get", ""},
 	{"trainer.kubeflow.org", "optimizationjobs", "list", ""},
@@ -410,8 +412,12 @@ func rbacGrantsNothingDangerous(t *testing.T, values string, calls []grant, also
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"patch"}},
-		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"delete"}},
 		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainingruntimes"}, Verbs: []string{"patch"}},
+		// delete: TrainJobs only (their TTL), one at a time.
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"deletecollection"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainingruntimes"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"clustertrainingruntimes"}, Verbs: []string{"delete"}},
+		{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"optimizationjobs"}, Verbs: []string{"delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"delete"}},
 		{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"priorityclasses"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"scheduling.volcano.sh"}, Resources: []string{"queues"}, Verbs: []string{"create"}},

@@ -13,9 +13,9 @@ import (
 // it when it ends in "/..."; the most specific pattern wins (layerOf).
 var layers = []layer{
 	{"api", []string{"pkg/apis/...", "pkg/clientset/...", "pkg/kubeclient", "pkg/version"}},
-	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
-	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
+	{"foundation", []string{"pkg/httpserver", "pkg/metrics/...", "pkg/trainjob", "pkg/objectkeys", "pkg/informers/namespaces", "pkg/progress/wire", "pkg/optimization/search", "pkg/optimization/trial", "pkg/lease", "pkg/util/..."}},
 	{"caches", []string{"pkg/informers"}},
+	{"model and engine", []string{"pkg/stages/plan", "pkg/engine"}},
 	{"stage kit", []string{"pkg/stages/statuswriter", "pkg/stages/step"}},
 	{"stages", []string{"pkg/stages/..."}},
 	{"stage table", []string{"pkg/stages"}},

@@ -79,7 +79,10 @@ func (d *Deps) ValidateRuntime(kind string, meta *metav1.ObjectMeta, oldSpec, sp
 //     trainer step exists (mergepatches.ValidateSteps); the ML policy's
 //     (mlpolicy.ValidateRuntime): MPI has a launcher, and a node unless
 //     runLauncherAsNode; Flux has its node container and no init container
-//     flux-installer; torch envInjection targets exist.
+//     flux-installer; torch envInjection targets exist;
+//   - KEP-2899's, which the CRD's CEL rules also enforce: no ttlSecondsAfterFinished in
+//     the JobSet template, no activeDeadlineSeconds or ttlSecondsAfterFinished in a Job
+//     template (validateLifecycleInTemplate).
 //
 // Upstream reports replicatedJobs by index (replicatedJobs[0]); Trainyard by name, as
 // its conditions do.
@@ -95,8 +98,35 @@ func ValidateRuntimeSpec(spec *trainer.TrainingRuntimeSpec, plugins []mlpolicy.P
 			}
 		}
 	}
+	errs = append(errs, validateLifecycleInTemplate(spec)...)
 	errs = append(errs, mergepatches.ValidateSteps(spec)...)
 	return append(errs, mlpolicy.ValidateRuntime(spec, plugins)...)
+}
+
+// validateLifecycleInTemplate refuses a deadline or TTL inside the runtime's JobSet or
+// Job templates, as the CRD's CEL rules do (KEP-2899, kubeflow/trainer #4052): the
+// TrainJob owns both, and a JobSet or Job removed or failed under it by a timer of its
+// own would be re-created or leave it without its final status (kubeflow/trainer
+// #3779). The fix is spec.runPolicy (docs/compatibility.md#ttl-and-run-policy).
+func validateLifecycleInTemplate(spec *trainer.TrainingRuntimeSpec) field.ErrorList {
+	var errs field.ErrorList
+	js := field.NewPath("spec", "template", "spec")
+	if ttl := spec.Template.Spec.TTLSecondsAfterFinished; ttl != nil {
+		errs = append(errs, field.Forbidden(js.Child("ttlSecondsAfterFinished"),
+			"must not be set: the TrainJob owns its cleanup; set spec.runPolicy.ttlSecondsAfterFinished on the runtime (or spec.ttlSecondsAfterFinished on the TrainJob) instead"))
+	}
+	for _, rj := range spec.Template.Spec.ReplicatedJobs {
+		job := js.Child("replicatedJobs").Key("name="+rj.Name).Child("template", "spec")
+		if rj.Template.Spec.ActiveDeadlineSeconds != nil {
+			errs = append(errs, field.Forbidden(job.Child("activeDeadlineSeconds"),
+				"must not be set: the TrainJob owns its deadline; set spec.runPolicy.activeDeadlineSeconds on the runtime (or spec.activeDeadlineSeconds on the TrainJob) instead"))
+		}
+		if rj.Template.Spec.TTLSecondsAfterFinished != nil {
+			errs = append(errs, field.Forbidden(job.Child("ttlSecondsAfterFinished"),
+				"must not be set: the TrainJob owns its cleanup; set spec.runPolicy.ttlSecondsAfterFinished on the runtime (or spec.ttlSecondsAfterFinished on the TrainJob) instead"))
+		}
+	}
+	return errs
 }
 
 // maxNamed bounds how many TrainJobs a warning names.

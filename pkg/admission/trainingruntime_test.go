@@ -34,6 +34,26 @@ func TestValidateRuntime(t *testing.T) {
 			t.Errorf("errors = %v, want none", errs)
 		}
 	})
+	t.Run("a deadline or TTL in the JobSet or Job templates (KEP-2899)", func(t *testing.T) {
+		spec := skeleton(torchPolicy)
+		spec.Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+		rjob(spec, "node").Template.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+		rjob(spec, "node").Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
+		_, errs := fixture{}.deps(t).ValidateRuntime(trainer.TrainingRuntimeKind, meta(nil), nil, spec)
+		want := []string{
+			"FieldValueForbidden: spec.template.spec.replicatedJobs[name=node].template.spec.activeDeadlineSeconds",
+			"FieldValueForbidden: spec.template.spec.replicatedJobs[name=node].template.spec.ttlSecondsAfterFinished",
+			"FieldValueForbidden: spec.template.spec.ttlSecondsAfterFinished",
+		}
+		if diff := cmp.Diff(want, fields(errs)); diff != "" {
+			t.Errorf("errors (-want +got):\n%s", diff)
+		}
+		for _, e := range errs {
+			if !strings.Contains(e.Detail, "set spec.runPolicy.") {
+				t.Errorf("%s: %q does not name the fix (spec.runPolicy)", e.Field, e.Detail)
+			}
+		}
+	})
 	t.Run("webhook-validation disabled", func(t *testing.T) {
 		if _, errs := (fixture{}).deps(t).ValidateRuntime(trainer.TrainingRuntimeKind,
 			meta(map[string]string{LabelWebhookValidation: "disabled"}), nil, bad()); len(errs) != 0 {

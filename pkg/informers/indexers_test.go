@@ -13,7 +13,7 @@ import (
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -158,10 +158,10 @@ func fullJobSet() *jobsetv1alpha2.JobSet {
 	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
 	js := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(true).
 		Annotation("trainyard.dev/jobset-hash", "abc").
-		Annotation(plan.AnnotationRuntimeSnapshot, `{"kind":"ClusterTrainingRuntime"}`).
+		Annotation(objectkeys.AnnotationRuntimeSnapshot, `{"kind":"ClusterTrainingRuntime"}`).
 		// Kept by TrimJobSet: the build stage compares it with the live runtime's digest
 		// and reads the snapshot from the API only when they differ.
-		Annotation(plan.AnnotationRuntimeSnapshotHash, "0123456789abcdef0123456789abcdef").
+		Annotation(objectkeys.AnnotationRuntimeSnapshotHash, "0123456789abcdef0123456789abcdef").
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "initializer", Replicas: 1, Template: jobTemplate("init")}).
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 4, Template: jobTemplate("node")}).
 		Condition(utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")).
@@ -212,7 +212,7 @@ func TestTrimJobSet(t *testing.T) {
 		Status: *in.Status.DeepCopy(),
 	}
 	want.ManagedFields = nil
-	delete(want.Annotations, plan.AnnotationRuntimeSnapshot)
+	delete(want.Annotations, objectkeys.AnnotationRuntimeSnapshot)
 	want.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "mpi-ssh-auth",
 		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "llm-mpi-ssh-auth-abcdefghij"}}}}
 
@@ -247,17 +247,17 @@ func TestTrimmedJobSetReaders(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("team-a", "llm").Obj()
 	tj.Generation = 3
 	running := utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Suspend(false).
-		Annotation(plan.AnnotationTrainJobGeneration, "3").
+		Annotation(objectkeys.AnnotationTrainJobGeneration, "3").
 		ReplicatedJob(jobsetv1alpha2.ReplicatedJob{Name: "node", Replicas: 2, Template: jobTemplate("node")}).
 		ReplicatedJobStatus("node", 0, 0, 0, 2, 0).Obj()
 	stale := running.DeepCopy()
-	stale.Annotations[plan.AnnotationTrainJobGeneration] = "2"
+	stale.Annotations[objectkeys.AnnotationTrainJobGeneration] = "2"
 	suspended := stale.DeepCopy()
 	suspended.Spec.Suspend = ptr.To(true)
 	completed := running.DeepCopy()
 	completed.Status.Conditions = []metav1.Condition{utiltesting.Condition("Completed", metav1.ConditionTrue, "AllJobsCompleted", "done")}
 	mpi := fullJobSet()
-	mpi.Annotations[plan.AnnotationTrainJobGeneration] = "3"
+	mpi.Annotations[objectkeys.AnnotationTrainJobGeneration] = "3"
 	foreign := running.DeepCopy()
 	foreign.OwnerReferences = nil
 

@@ -14,7 +14,7 @@ import (
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 	jobsetscheme "sigs.k8s.io/jobset/client-go/clientset/versioned/scheme"
 
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // NewJobSetWatchClient returns a JobSet clientset for the JobSet informers only: its
@@ -205,7 +205,7 @@ func (*skipped) UnmarshalJSON([]byte) error { return nil }
 // into sets js to the JobSet w holds as TrimJobSet leaves it.
 func (w *wireJobSet) into(js *jobsetv1alpha2.JobSet) {
 	*js = jobsetv1alpha2.JobSet{ObjectMeta: w.Metadata.ObjectMeta, Status: w.Status}
-	delete(js.Annotations, plan.AnnotationRuntimeSnapshot)
+	delete(js.Annotations, objectkeys.AnnotationRuntimeSnapshot)
 	js.Spec.Suspend = w.Spec.Suspend
 	for i := range w.Spec.ReplicatedJobs {
 		rj := &w.Spec.ReplicatedJobs[i]

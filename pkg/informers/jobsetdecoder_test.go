@@ -23,7 +23,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetscheme "sigs.k8s.io/jobset/client-go/clientset/versioned/scheme"
 
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // apiServerJobSet returns testdata/jobset.json compacted, as the API server sends a
@@ -116,7 +116,7 @@ func TestJobSetWatchDecodingIsTrimJobSets(t *testing.T) {
 			}
 		})
 	}
-	if got, _, _ := s.Decode(variants(t)["as served"], nil, nil); got.(*jobsetv1alpha2.JobSet).Annotations[plan.AnnotationRuntimeSnapshotHash] == "" {
+	if got, _, _ := s.Decode(variants(t)["as served"], nil, nil); got.(*jobsetv1alpha2.JobSet).Annotations[objectkeys.AnnotationRuntimeSnapshotHash] == "" {
 		t.Errorf("the runtime snapshot's digest annotation is dropped; TrimJobSet keeps it")
 	}
 }

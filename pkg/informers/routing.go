@@ -14,7 +14,7 @@ import (
 	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -110,7 +110,7 @@ func (h *handlers) routeTrainJob(tj *trainer.TrainJob) {
 }
 
 // Built reports whether tj's JobSet in the cache was built from tj's current spec: tj
-// controls it and its plan.AnnotationTrainJobGeneration is tj's generation. Such a
+// controls it and its objectkeys.AnnotationTrainJobGeneration is tj's generation. Such a
 // TrainJob has nothing to rebuild (its runtime is the JobSet's snapshot), so the add
 // events of a controller start or an informer relist route it to the status stage:
 // a restart with thousands of running or suspended TrainJobs builds nothing and
@@ -118,7 +118,7 @@ func (h *handlers) routeTrainJob(tj *trainer.TrainJob) {
 func Built(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister) bool {
 	js, err := jobSets.JobSets(tj.Namespace).Get(tj.Name)
 	return err == nil && metav1.IsControlledBy(js, tj) &&
-		js.Annotations[plan.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10)
+		js.Annotations[objectkeys.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10)
 }
 
 // updateTrainJob routes only a spec change (a new generation), as routeTrainJob does.

@@ -27,7 +27,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
 
@@ -806,7 +806,7 @@ func TestTrainJobAddRoutesBuiltToStatus(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-llm").Generation(3).Obj()
 	other := utiltesting.MakeTrainJob("team-a", "llm").UID("uid-other").Obj()
 	generation := func(g string) *utiltesting.JobSetWrapper {
-		return utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Annotation(plan.AnnotationTrainJobGeneration, g)
+		return utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Annotation(objectkeys.AnnotationTrainJobGeneration, g)
 	}
 	for name, tc := range map[string]struct {
 		jobSet *jobsetv1alpha2.JobSet
@@ -816,7 +816,7 @@ func TestTrainJobAddRoutesBuiltToStatus(t *testing.T) {
 		"JobSet of the current generation":       {generation("3").Obj(), status},
 		"JobSet of an older generation":          {generation("2").Obj(), build},
 		"JobSet without the annotation":          {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(tj).Obj(), build},
-		"someone else's JobSet, same generation": {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(other).Annotation(plan.AnnotationTrainJobGeneration, "3").Obj(), build},
+		"someone else's JobSet, same generation": {utiltesting.MakeJobSet("team-a", "llm").ControlledBy(other).Annotation(objectkeys.AnnotationTrainJobGeneration, "3").Obj(), build},
 		"finished, its JobSet deleted":           {nil, status},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trainyard/trainyard/pkg/informers/namespaces"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
@@ -30,7 +30,7 @@ var SideObjectResources = []schema.GroupVersionResource{
 
 // SideObjects caches the metadata of the side objects the pipeline creates for
 // TrainJobs, through metadata-only informers (k8s.io/client-go/metadata), one per
-// resource, that list and watch only objects labelled plan.LabelTrainJobName. The cache
+// resource, that list and watch only objects labelled objectkeys.LabelTrainJobName. The cache
 // holds Trainyard's side objects, not every ConfigMap of the cluster: the API server
 // sends PartialObjectMetadata, trimmed further to identity, labels and owner references
 // (TrimSideObject), so 10,000 TrainJobs cost a few MB. Never Secrets (see
@@ -79,7 +79,7 @@ func (s *SideObjects) Watch(gvr schema.GroupVersionResource) error {
 	}
 	inf := s.Namespaces.Informer(func(namespace string) cache.SharedIndexInformer {
 		return metadatainformer.NewFilteredMetadataInformer(s.Client, gvr, namespace, 0, cache.Indexers{},
-			func(o *metav1.ListOptions) { o.LabelSelector = plan.LabelTrainJobName }).Informer()
+			func(o *metav1.ListOptions) { o.LabelSelector = objectkeys.LabelTrainJobName }).Informer()
 	})
 	if err := inf.SetTransform(TrimSideObject); err != nil {
 		return fmt.Errorf("informers: side-object transform for %s: %w", gvr, err)
@@ -174,12 +174,12 @@ func (s *SideObjects) Get(gr schema.GroupResource, namespace, name string) metav
 }
 
 // SideObjectKeys returns the keys of the TrainJobs obj's deletion concerns: the one its
-// plan.LabelTrainJobName names and the one controlling it, in obj's namespace — the same
+// objectkeys.LabelTrainJobName names and the one controlling it, in obj's namespace — the same
 // TrainJob for Trainyard's own objects; an object labelled for one TrainJob and
 // controlled by something else concerns the labelled TrainJob only.
 func SideObjectKeys(obj metav1.Object) []cache.ObjectName {
 	var keys []cache.ObjectName
-	if name := obj.GetLabels()[plan.LabelTrainJobName]; name != "" {
+	if name := obj.GetLabels()[objectkeys.LabelTrainJobName]; name != "" {
 		keys = append(keys, cache.ObjectName{Namespace: obj.GetNamespace(), Name: name})
 	}
 	if name := trainjob.ControllerName(obj); name != "" && (len(keys) == 0 || keys[0].Name != name) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 var (
@@ -34,7 +34,7 @@ func sideObject(kind, name, label string, controller *metav1.OwnerReference) *me
 			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"}},
 	}
 	if label != "" {
-		m.Labels = map[string]string{plan.LabelTrainJobName: label}
+		m.Labels = map[string]string{objectkeys.LabelTrainJobName: label}
 	}
 	if controller != nil {
 		m.OwnerReferences = []metav1.OwnerReference{*controller}

@@ -18,13 +18,13 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
 
 // JobSetLags reports whether tj's JobSet, as the caches hold it, should reflect tj's
 // current generation and does not: the JobSet records an older generation
-// (plan.AnnotationTrainJobGeneration) while it may still change — tj or the JobSet is
+// (objectkeys.AnnotationTrainJobGeneration) while it may still change — tj or the JobSet is
 // suspended (a running JobSet is never modified,
 // docs/compatibility.md#suspend-and-resume) — or tj has no JobSet, or one it does not
 // control, while nothing recorded says why. Recorded reasons: JobSetReady=False
@@ -49,7 +49,7 @@ func JobSetLags(tj *trainer.TrainJob, jobSets jobsetlisters.JobSetLister, runtim
 		return false
 	case !metav1.IsControlledBy(js, tj):
 		return true // the status stage records JobSetConflict at this generation
-	case js.Annotations[plan.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10):
+	case js.Annotations[objectkeys.AnnotationTrainJobGeneration] == strconv.FormatInt(tj.Generation, 10):
 		return false
 	}
 	return trainjob.IsSuspended(tj) || ptr.Deref(js.Spec.Suspend, false)

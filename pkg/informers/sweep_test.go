@@ -15,7 +15,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
 )
@@ -25,7 +25,7 @@ func TestJobSetLags(t *testing.T) {
 		return utiltesting.MakeTrainJob("ns", "llm").UID("u1").Generation(3).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch")
 	}
 	jobSet := func(owner *trainer.TrainJob, generation string, suspend bool) *utiltesting.JobSetWrapper {
-		return utiltesting.MakeJobSet("ns", "llm").ControlledBy(owner).Annotation(plan.AnnotationTrainJobGeneration, generation).Suspend(suspend)
+		return utiltesting.MakeJobSet("ns", "llm").ControlledBy(owner).Annotation(objectkeys.AnnotationTrainJobGeneration, generation).Suspend(suspend)
 	}
 	cond := utiltesting.Condition
 	cases := map[string]struct {
@@ -127,7 +127,7 @@ func TestSweeper(t *testing.T) {
 	busy := utiltesting.MakeTrainJob("ns", "busy").UID("u2").Generation(5).Suspend(true).Obj()
 	fine := utiltesting.MakeTrainJob("ns", "fine").UID("u3").Generation(1).Obj()
 	js := func(tj *trainer.TrainJob, generation string) runtime.Object {
-		return utiltesting.MakeJobSet("ns", tj.Name).ControlledBy(tj).Annotation(plan.AnnotationTrainJobGeneration, generation).Obj()
+		return utiltesting.MakeJobSet("ns", tj.Name).ControlledBy(tj).Annotation(objectkeys.AnnotationTrainJobGeneration, generation).Obj()
 	}
 	tjCache := utiltesting.Indexer(t, lost, busy, fine)
 	jsCache := utiltesting.Indexer(t, js(lost, "2"), js(busy, "4"), js(fine, "1"))

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // StripManagedFields is a cache.TransformFunc that drops metadata.managedFields, which
@@ -51,7 +51,7 @@ func StripClientMetadata(obj any) (any, error) {
 // cache use and drops the rest (docs/design/memory.md).
 //
 // Kept: metadata but for managedFields and the runtime snapshot annotation
-// (plan.AnnotationRuntimeSnapshot; its digest, plan.AnnotationRuntimeSnapshotHash, is
+// (objectkeys.AnnotationRuntimeSnapshot; its digest, objectkeys.AnnotationRuntimeSnapshotHash, is
 // kept, so a TrainJob that has a JobSet is rebuilt without reading the snapshot from the
 // API unless the live runtime's digest differs); spec.suspend (the status stage's apply gate, the consistency
 // sweep); status whole (conditions, replicatedJobsStatus, restarts: the status stage,
@@ -72,7 +72,7 @@ func TrimJobSet(obj any) (any, error) {
 		return StripManagedFields(obj)
 	}
 	js.ManagedFields = nil
-	delete(js.Annotations, plan.AnnotationRuntimeSnapshot)
+	delete(js.Annotations, objectkeys.AnnotationRuntimeSnapshot)
 	var kept []jobsetv1alpha2.ReplicatedJob
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]

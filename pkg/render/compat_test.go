@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/render"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
@@ -500,8 +501,8 @@ func checkFacts(t *testing.T, r *render.Result, want facts) {
 			t.Errorf("JobSet labels (-want +got):\n%s", diff)
 		}
 	}
-	if snapshot := js.Annotations[plan.AnnotationRuntimeSnapshot]; snapshot == "" {
-		t.Errorf("JobSet has no %s annotation", plan.AnnotationRuntimeSnapshot)
+	if snapshot := js.Annotations[objectkeys.AnnotationRuntimeSnapshot]; snapshot == "" {
+		t.Errorf("JobSet has no %s annotation", objectkeys.AnnotationRuntimeSnapshot)
 	}
 	if want.annotations != nil {
 		if diff := cmp.Diff(want.annotations, withoutHash(js.Annotations)); diff != "" {
@@ -746,7 +747,7 @@ var emptyMapIsNil = cmp.Transformer("emptyIsNil", func(m map[string]string) map[
 func withoutHash(m map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if k != "trainyard.dev/jobset-hash" && k != plan.AnnotationRuntimeSnapshot && k != plan.AnnotationRuntimeSnapshotHash {
+		if k != "trainyard.dev/jobset-hash" && k != objectkeys.AnnotationRuntimeSnapshot && k != objectkeys.AnnotationRuntimeSnapshotHash {
 			out[k] = v
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/progress"
 	"github.com/trainyard/trainyard/pkg/progress/wire"
 	"github.com/trainyard/trainyard/pkg/render"
@@ -200,7 +201,7 @@ func goldenSeeds(tb testing.TB) []plantest.FuzzInput {
 			if err := yaml.Unmarshal(doc, &js); err != nil || js.Kind != "JobSet" {
 				continue
 			}
-			snapshot := js.Annotations[plan.AnnotationRuntimeSnapshot]
+			snapshot := js.Annotations[objectkeys.AnnotationRuntimeSnapshot]
 			if snapshot == "" {
 				continue
 			}

@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -71,8 +72,8 @@ func redactSecret(s *unstructured.Unstructured) bool {
 }
 
 // WriteYAML writes every object of results as a YAML stream, each TrainJob's objects
-// under a comment naming it and its origin, followed by the events the stages recorded
-// as comments.
+// under a comment naming it and its origin, followed by its effective run policy when
+// it has one (RunPolicyComment) and the events the stages recorded, as comments.
 func WriteYAML(w io.Writer, results []*Result) error {
 	for _, r := range results {
 		objs, err := r.Objects()
@@ -87,6 +88,9 @@ func WriteYAML(w io.Writer, results []*Result) error {
 			header := "---\n"
 			if i == 0 {
 				header += fmt.Sprintf("# Source: TrainJob %s from %s\n", objectName(r.TrainJob.Namespace, r.TrainJob.Name), r.Origin)
+				if c := r.RunPolicyComment(); c != "" {
+					header += "# RunPolicy: " + c + "\n"
+				}
 				for _, e := range r.Events {
 					header += "# Event: " + e + "\n"
 				}
@@ -97,4 +101,24 @@ func WriteYAML(w io.Writer, results []*Result) error {
 		}
 	}
 	return nil
+}
+
+// RunPolicyComment describes r's effective run policy, each value with where it comes
+// from, e.g. "activeDeadlineSeconds=3600 (runtime), ttlSecondsAfterFinished=60
+// (TrainJob)"; "" when neither is set.
+func (r *Result) RunPolicyComment() string {
+	from := func(own bool) string {
+		if own {
+			return "TrainJob"
+		}
+		return "runtime"
+	}
+	var parts []string
+	if v := r.RunPolicy.ActiveDeadlineSeconds; v != nil {
+		parts = append(parts, fmt.Sprintf("activeDeadlineSeconds=%d (%s)", *v, from(r.TrainJob.Spec.ActiveDeadlineSeconds != nil)))
+	}
+	if v := r.RunPolicy.TTLSecondsAfterFinished; v != nil {
+		parts = append(parts, fmt.Sprintf("ttlSecondsAfterFinished=%d (%s)", *v, from(r.TrainJob.Spec.TTLSecondsAfterFinished != nil)))
+	}
+	return strings.Join(parts, ", ")
 }

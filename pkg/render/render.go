@@ -71,6 +71,10 @@ type Result struct {
 	// Events are the events the stages recorded while building, as "<type> <reason>:
 	// <note>", in order.
 	Events []string
+	// RunPolicy is the TrainJob's effective deadline and TTL, as the status stage
+	// resolves them: its own fields, else its runtime's spec.runPolicy (KEP-2899,
+	// docs/compatibility.md#ttl-and-run-policy).
+	RunPolicy trainer.RunPolicy
 }
 
 // Error is a TrainJob that cannot be rendered: the controller would set a condition
@@ -242,7 +246,8 @@ func (r *renderer) render(ctx context.Context, tj *trainer.TrainJob) (*Result, e
 	if err != nil {
 		return nil, fail(err)
 	}
-	return &Result{TrainJob: tj, Origin: origin, Plan: p, Desired: desired, Events: r.recorder.notes}, nil
+	return &Result{TrainJob: tj, Origin: origin, Plan: p, Desired: desired, Events: r.recorder.notes,
+		RunPolicy: trainjob.RunPolicy(tj, rt.Spec.RunPolicy)}, nil
 }
 
 // blame returns the stages' input error err as an *Error naming the object at fault

@@ -74,6 +74,7 @@ func newStatus(d Deps, index int) engine.Stage {
 		ApplyJobSet: d.ApplyJobSet, Objects: d.Objects,
 		Plans: d.Plans, Status: d.Status, Recorder: d.Recorder, Metrics: d.Metrics,
 		Gang:             d.GangWaiting,
+		RunPolicy:        resolveruntime.RunPolicyLookup(d.Informers.TrainingRuntimeLister, d.Informers.ClusterTrainingRuntimeLister),
 		RefusalThreshold: int(*rl.RefusalThreshold),
 		RefusalDelay:     rl.RefusalDelay.Duration,
 		Settle:           informers.StatusBatchPeriod,

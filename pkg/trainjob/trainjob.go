@@ -5,6 +5,7 @@ package trainjob
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,4 +161,33 @@ func ControllerName(obj metav1.Object) string {
 		return ""
 	}
 	return ref.Name
+}
+
+// RunPolicy is a TrainJob's effective run policy: each field the TrainJob's own when
+// it sets it, else its runtime's spec.runPolicy default, else nil (no deadline, never
+// deleted). This is KEP-2899's value resolution (kubeflow/trainer #4052;
+// docs/compatibility.md#ttl-and-run-policy).
+func RunPolicy(tj *trainer.TrainJob, runtime *trainer.RunPolicy) trainer.RunPolicy {
+	out := trainer.RunPolicy{ActiveDeadlineSeconds: tj.Spec.ActiveDeadlineSeconds, TTLSecondsAfterFinished: tj.Spec.TTLSecondsAfterFinished}
+	if runtime != nil {
+		if out.ActiveDeadlineSeconds == nil {
+			out.ActiveDeadlineSeconds = runtime.ActiveDeadlineSeconds
+		}
+		if out.TTLSecondsAfterFinished == nil {
+			out.TTLSecondsAfterFinished = runtime.TTLSecondsAfterFinished
+		}
+	}
+	return out
+}
+
+// FinishedAt returns when tj's status st says it finished: the lastTransitionTime of
+// its Failed condition when True, else of its Complete condition when True; false when
+// it has not finished. The TTL counts from it (KEP-2899).
+func FinishedAt(st *trainer.TrainJobStatus) (time.Time, bool) {
+	for _, t := range []string{trainer.TrainJobFailed, trainer.TrainJobComplete} {
+		if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -25,6 +25,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
@@ -133,7 +134,7 @@ func TestWorkloadAPIServedLater(t *testing.T) {
 	workloads := schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
 	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	workload := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "scheduling.k8s.io/v1alpha2", Kind: "Workload"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "llm", Labels: map[string]string{plan.LabelTrainJobName: "llm"}}}
+		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "llm", Labels: map[string]string{objectkeys.LabelTrainJobName: "llm"}}}
 	if _, err := meta.Resource(workloads).Namespace("a").(metadatafake.MetadataClient).CreateFake(workload, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

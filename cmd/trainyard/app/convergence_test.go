@@ -42,11 +42,11 @@ import (
 	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/render"
 	"github.com/trainyard/trainyard/pkg/stages"
 	"github.com/trainyard/trainyard/pkg/stages/dra"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 	"github.com/trainyard/trainyard/pkg/trainjob"
@@ -1000,7 +1000,7 @@ func (e *convergenceEnv) checkTrainJob(ctx context.Context, tj *trainer.TrainJob
 		}
 	}
 	return fmt.Sprintf("JobSet (trainjob-generation %s, suspend %v) matches no rendering; first:\n%s",
-		js.Annotations[plan.AnnotationTrainJobGeneration], ptr.Deref(js.Spec.Suspend, false), diffs[0])
+		js.Annotations[objectkeys.AnnotationTrainJobGeneration], ptr.Deref(js.Spec.Suspend, false), diffs[0])
 }
 
 func (e *convergenceEnv) runtimeVersions(name string) []*trainer.ClusterTrainingRuntime {

@@ -18,6 +18,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 )
 
@@ -28,9 +29,9 @@ import (
 //     ownerReference to tj; labels and annotations = rt's template metadata overlaid by
 //     each runtimePatch's template metadata, in list order
 //     (docs/compatibility.md#the-build-model step 1), plus
-//     plan.AnnotationRuntimeSnapshot = rt.Snapshot and its digest
-//     plan.AnnotationRuntimeSnapshotHash when set (the runtime snapshot,
-//     docs/compatibility.md#runtime-snapshots) and plan.AnnotationTrainJobGeneration =
+//     objectkeys.AnnotationRuntimeSnapshot = rt.Snapshot and its digest
+//     objectkeys.AnnotationRuntimeSnapshotHash when set (the runtime snapshot,
+//     docs/compatibility.md#runtime-snapshots) and objectkeys.AnnotationTrainJobGeneration =
 //     tj's generation when it has one (objects from the API always do), neither of
 //     which a runtimePatch overrides;
 //   - spec = rt's JobSet spec with each runtimePatch applied as a strategic merge
@@ -84,11 +85,11 @@ func Merge(tj *trainer.TrainJob, rt plan.Runtime) (*jobsetv1alpha2.JobSet, error
 		}
 	}
 	if rt.Snapshot != "" {
-		js.Annotations[plan.AnnotationRuntimeSnapshot] = rt.Snapshot
-		js.Annotations[plan.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(rt.Snapshot)
+		js.Annotations[objectkeys.AnnotationRuntimeSnapshot] = rt.Snapshot
+		js.Annotations[objectkeys.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(rt.Snapshot)
 	}
 	if tj.Generation > 0 {
-		js.Annotations[plan.AnnotationTrainJobGeneration] = strconv.FormatInt(tj.Generation, 10)
+		js.Annotations[objectkeys.AnnotationTrainJobGeneration] = strconv.FormatInt(tj.Generation, 10)
 	}
 	rt.Spec.Template.Spec.DeepCopyInto(&js.Spec)
 	if err := applyRuntimePatches(tj, &js.Spec); err != nil {

@@ -13,6 +13,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
 )
@@ -838,15 +839,15 @@ func TestMergeRuntimeSnapshot(t *testing.T) {
 	tj := plantest.TrainJob(rt.Name, nil)
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "a.io/one", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
 		Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{
-			plan.AnnotationRuntimeSnapshot: "patched", plan.AnnotationRuntimeSnapshotHash: "patched", "team": "a"}}},
+			objectkeys.AnnotationRuntimeSnapshot: "patched", objectkeys.AnnotationRuntimeSnapshotHash: "patched", "team": "a"}}},
 	}}}
-	if js := mustMerge(t, tj, rt); js.Annotations[plan.AnnotationRuntimeSnapshot] != "patched" {
+	if js := mustMerge(t, tj, rt); js.Annotations[objectkeys.AnnotationRuntimeSnapshot] != "patched" {
 		t.Errorf("without a snapshot the patch's annotation stays: %v", js.Annotations)
 	}
 	rt.Snapshot = `{"kind":"ClusterTrainingRuntime"}`
 	js := mustMerge(t, tj, rt)
-	want := map[string]string{plan.AnnotationRuntimeSnapshot: rt.Snapshot,
-		plan.AnnotationRuntimeSnapshotHash: plan.SnapshotHash(rt.Snapshot), "team": "a"}
+	want := map[string]string{objectkeys.AnnotationRuntimeSnapshot: rt.Snapshot,
+		objectkeys.AnnotationRuntimeSnapshotHash: plan.SnapshotHash(rt.Snapshot), "team": "a"}
 	if diff := cmp.Diff(want, js.Annotations); diff != "" {
 		t.Errorf("annotations (-want +got):\n%s", diff)
 	}
@@ -859,14 +860,14 @@ func TestMergeTrainJobGeneration(t *testing.T) {
 	rt := plantest.SkeletonRuntime(nil)
 	tj := plantest.TrainJob(rt.Name, nil)
 	tj.Generation = 0
-	if js := mustMerge(t, tj, rt); js.Annotations[plan.AnnotationTrainJobGeneration] != "" {
-		t.Errorf("generation 0: annotations %v, want no %s", js.Annotations, plan.AnnotationTrainJobGeneration)
+	if js := mustMerge(t, tj, rt); js.Annotations[objectkeys.AnnotationTrainJobGeneration] != "" {
+		t.Errorf("generation 0: annotations %v, want no %s", js.Annotations, objectkeys.AnnotationTrainJobGeneration)
 	}
 	tj.Generation = 4
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "a.io/one", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
-		Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{plan.AnnotationTrainJobGeneration: "99"}}},
+		Template: &trainer.JobSetTemplatePatch{Metadata: &metav1.ObjectMeta{Annotations: map[string]string{objectkeys.AnnotationTrainJobGeneration: "99"}}},
 	}}}
-	if got := mustMerge(t, tj, rt).Annotations[plan.AnnotationTrainJobGeneration]; got != "4" {
-		t.Errorf("%s = %q, want the TrainJob's generation 4 (not the patch's)", plan.AnnotationTrainJobGeneration, got)
+	if got := mustMerge(t, tj, rt).Annotations[objectkeys.AnnotationTrainJobGeneration]; got != "4" {
+		t.Errorf("%s = %q, want the TrainJob's generation 4 (not the patch's)", objectkeys.AnnotationTrainJobGeneration, got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
@@ -136,8 +137,8 @@ func checkOwnedObject(t *testing.T, obj *unstructured.Unstructured, apiVersion, 
 		t.Errorf("%s ownerReferences = %+v, want the TrainJob as controller", kind, refs)
 	}
 	// The label the controller's side-object informers select on.
-	if got := obj.GetLabels()[plan.LabelTrainJobName]; len(refs) == 1 && got != refs[0].Name {
-		t.Errorf("%s label %s = %q, want the TrainJob's name %q", kind, plan.LabelTrainJobName, got, refs[0].Name)
+	if got := obj.GetLabels()[objectkeys.LabelTrainJobName]; len(refs) == 1 && got != refs[0].Name {
+		t.Errorf("%s label %s = %q, want the TrainJob's name %q", kind, objectkeys.LabelTrainJobName, got, refs[0].Name)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 // CreateOnlyObject is a side object the status stage creates when it does not exist and
@@ -27,24 +28,14 @@ func (o CreateOnlyObject) DeepCopy() CreateOnlyObject {
 	return CreateOnlyObject{Object: o.Object.DeepCopy(), Generate: o.Generate}
 }
 
-// LabelTrainJobName is the label every side object the pipeline creates carries
-// (OwnedObject, SideObjectLabels): the name of the TrainJob it was created for. It lets
-// the controller watch its own side objects only — a label selector, so its cache holds
-// neither the cluster's other ConfigMaps nor its Secrets — and route an object's
-// deletion to its TrainJob. It says nothing about ownership: a side object is a
-// TrainJob's only when its controller owner reference carries the TrainJob's UID
-// (anyone can set a label, and an earlier TrainJob of the same name left objects with
-// the same value). Objects created before the label existed lack it.
-const LabelTrainJobName = "trainyard.dev/trainjob-name"
-
-// SideObjectLabels returns the labels of a side object of tj: LabelTrainJobName. It
+// SideObjectLabels returns the labels of a side object of tj: objectkeys.LabelTrainJobName. It
 // returns nil for a name that is no valid label value (longer than 63 characters, which
 // the CRD forbids): such an object is still found by name, just not watched.
 func SideObjectLabels(tj *trainer.TrainJob) map[string]string {
 	if len(validation.IsValidLabelValue(tj.Name)) > 0 {
 		return nil
 	}
-	return map[string]string{LabelTrainJobName: tj.Name}
+	return map[string]string{objectkeys.LabelTrainJobName: tj.Name}
 }
 
 // OwnedObject returns an unstructured object of apiVersion and kind named name in tj's

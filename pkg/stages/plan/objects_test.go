@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -17,8 +18,8 @@ import (
 func TestOwnedObjectLabelAndController(t *testing.T) {
 	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team-a", UID: "uid-1"}}
 	obj := plan.OwnedObject(tj, "v1", "ConfigMap", "llm-mpi-hostfile")
-	if got := obj.GetLabels(); len(got) != 1 || got[plan.LabelTrainJobName] != "llm" {
-		t.Errorf("labels = %v, want %s=llm", got, plan.LabelTrainJobName)
+	if got := obj.GetLabels(); len(got) != 1 || got[objectkeys.LabelTrainJobName] != "llm" {
+		t.Errorf("labels = %v, want %s=llm", got, objectkeys.LabelTrainJobName)
 	}
 	if !metav1.IsControlledBy(obj, tj) || trainjob.ControllerName(obj) != "llm" {
 		t.Errorf("controller = %+v, want TrainJob llm", metav1.GetControllerOf(obj))

@@ -54,7 +54,7 @@ type Runtime struct {
 	Name string
 	// Spec is the runtime's spec. It is shared with the informer cache: read only.
 	Spec *trainer.TrainingRuntimeSpec
-	// Snapshot is the AnnotationRuntimeSnapshot value the JobSet carries: Spec as
+	// Snapshot is the objectkeys.AnnotationRuntimeSnapshot value the JobSet carries: Spec as
 	// recorded when the TrainJob was first built (EncodeSnapshot, DecodeSnapshot).
 	// Empty leaves the JobSet without one (tests, offline tools).
 	Snapshot string

@@ -9,40 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
-
-// AnnotationRuntimeSnapshot on a JobSet holds the runtime the TrainJob was first built
-// from, as JSON (see EncodeSnapshot). It is Trainyard's form of upstream's
-// "<name>-runtime-snapshot" ConfigMap (docs/compatibility.md#runtime-snapshots,
-// KEP-2599): every later build of the TrainJob reads the runtime from here, so editing
-// or deleting the runtime never changes a TrainJob that already has a JobSet. The
-// JobSet controller does not copy JobSet annotations to Jobs or Pods.
-const AnnotationRuntimeSnapshot = "trainyard.dev/runtime-snapshot"
-
-// AnnotationRuntimeSnapshotHash on a JobSet is SnapshotHash of its
-// AnnotationRuntimeSnapshot value. The informer cache drops the snapshot (as large as the
-// Job templates it also drops) but keeps this digest (32 characters), so a rebuild of a
-// TrainJob that has a JobSet — Kueue's runtime patch, its unsuspend, any suspend or
-// resume — can tell from the cache alone whether the live runtime is the one the
-// snapshot recorded (EncodeSnapshot of the live runtime has this hash) and read the
-// snapshot from the API only when it is not: the runtime was edited, deleted or
-// re-created since the first build, or the JobSet predates the digest.
-const AnnotationRuntimeSnapshotHash = "trainyard.dev/runtime-snapshot-hash"
-
-// AnnotationTrainJobGeneration on a JobSet is the generation of the TrainJob it was
-// last built from (decimal). A JobSet that carries its TrainJob's current generation
-// has nothing left to rebuild — the runtime comes from the snapshot, and a TrainJob
-// spec change bumps the generation — so the informers' routing sends such a TrainJob
-// to the status stage only: a controller restart then builds nothing and reads no
-// snapshot, whatever the number of TrainJobs. Unlike the snapshot, the informer cache
-// keeps it (a few bytes).
-const AnnotationTrainJobGeneration = "trainyard.dev/trainjob-generation"
 
 // MaxSnapshotBytes bounds an encoded snapshot: all of an object's annotations together
 // may hold 256 KiB, and the runtime template's own annotations share that budget.
 const MaxSnapshotBytes = 128 << 10
 
-// EncodeSnapshot returns r as the value of AnnotationRuntimeSnapshot: a JSON runtime
+// EncodeSnapshot returns r as the value of objectkeys.AnnotationRuntimeSnapshot: a JSON runtime
 // object with apiVersion, kind, metadata (name, namespace for a TrainingRuntime, uid,
 // generation) and spec — the shape upstream stores in its snapshot ConfigMap, without
 // the rest of the metadata. uid and generation say which version was recorded.
@@ -66,13 +40,13 @@ func EncodeSnapshot(r Runtime, meta metav1.ObjectMeta) (string, error) {
 	if len(b) > MaxSnapshotBytes {
 		return "", &UnsupportedError{Object: r.Ref(), Feature: fmt.Sprintf(
 			"a runtime whose JSON is %d bytes: the JobSet annotation %s that freezes the runtime for a started TrainJob holds at most %d bytes; shrink the runtime's template",
-			len(b), AnnotationRuntimeSnapshot, MaxSnapshotBytes)}
+			len(b), objectkeys.AnnotationRuntimeSnapshot, MaxSnapshotBytes)}
 	}
 	return string(b), nil
 }
 
-// SnapshotHash returns the AnnotationRuntimeSnapshotHash value for value, an
-// AnnotationRuntimeSnapshot value: the hex SHA-256 of its bytes, first 128 bits. Two
+// SnapshotHash returns the objectkeys.AnnotationRuntimeSnapshotHash value for value, an
+// objectkeys.AnnotationRuntimeSnapshot value: the hex SHA-256 of its bytes, first 128 bits. Two
 // snapshots with the same hash are the same bytes (a collision is as unlikely as the
 // JobSet hash's), so a runtime whose encoding has it is the recorded runtime.
 func SnapshotHash(value string) string {
@@ -80,7 +54,7 @@ func SnapshotHash(value string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// DecodeSnapshot returns the runtime recorded in value, an AnnotationRuntimeSnapshot
+// DecodeSnapshot returns the runtime recorded in value, an objectkeys.AnnotationRuntimeSnapshot
 // value on the TrainJob's JobSet jobSet, for a TrainJob whose spec.runtimeRef resolves
 // to kind and name. Snapshot is
 // set to value, so a rebuild records exactly the same bytes.
@@ -89,7 +63,7 @@ func SnapshotHash(value string) string {
 // or records another runtime (spec.runtimeRef is immutable, so only a hand edit of the
 // annotation does that).
 func DecodeSnapshot(value, kind, name, jobSet string) (Runtime, error) {
-	object, field := "JobSet/"+jobSet, "metadata.annotations["+AnnotationRuntimeSnapshot+"]"
+	object, field := "JobSet/"+jobSet, "metadata.annotations["+objectkeys.AnnotationRuntimeSnapshot+"]"
 	const fix = "; restore the annotation's value"
 	var doc trainer.TrainingRuntime
 	if err := json.Unmarshal([]byte(value), &doc); err != nil {

@@ -14,6 +14,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
 func snapshotSpec() *trainer.TrainingRuntimeSpec {
@@ -66,7 +67,7 @@ func TestSnapshotErrors(t *testing.T) {
 	big.Template.Annotations = map[string]string{"huge": strings.Repeat("x", MaxSnapshotBytes)}
 	_, err := EncodeSnapshot(Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: big}, metav1.ObjectMeta{Name: "torch"})
 	var unsupported *UnsupportedError
-	if !errors.As(err, &unsupported) || !strings.Contains(err.Error(), AnnotationRuntimeSnapshot) || unsupported.Object != "ClusterTrainingRuntime/torch" {
+	if !errors.As(err, &unsupported) || !strings.Contains(err.Error(), objectkeys.AnnotationRuntimeSnapshot) || unsupported.Object != "ClusterTrainingRuntime/torch" {
 		t.Errorf("EncodeSnapshot(too large) = %v, want an UnsupportedError naming the runtime and the annotation", err)
 	}
 
@@ -84,7 +85,7 @@ func TestSnapshotErrors(t *testing.T) {
 			_, err := DecodeSnapshot(tc.value, tc.kind, tc.name, "llm")
 			var invalid *InvalidInputError
 			if !errors.As(err, &invalid) || invalid.Object != "JobSet/llm" ||
-				invalid.Field != "metadata.annotations["+AnnotationRuntimeSnapshot+"]" || !strings.Contains(invalid.Message, tc.want) {
+				invalid.Field != "metadata.annotations["+objectkeys.AnnotationRuntimeSnapshot+"]" || !strings.Contains(invalid.Message, tc.want) {
 				t.Errorf("DecodeSnapshot = %v, want an InvalidInputError on JobSet/llm's annotation containing %q", err, tc.want)
 			}
 		})

@@ -17,12 +17,12 @@
 //
 // Runtime snapshots (docs/compatibility.md#runtime-snapshots, KEP-2599): once a
 // TrainJob has a JobSet, its runtime comes from the JobSet's
-// trainyard.dev/runtime-snapshot annotation (plan.AnnotationRuntimeSnapshot), which
+// trainyard.dev/runtime-snapshot annotation (objectkeys.AnnotationRuntimeSnapshot), which
 // records the runtime the first build used, and never from the live runtime again:
 // editing or deleting a runtime changes no TrainJob that has started, not even a
 // suspended one on resume (upstream's behaviour). The JobSet informer's cache drops the
 // annotation (it is as large as the Job templates the cache already drops) but keeps
-// its digest (plan.AnnotationRuntimeSnapshotHash): a rebuild of a TrainJob that has a
+// its digest (objectkeys.AnnotationRuntimeSnapshotHash): a rebuild of a TrainJob that has a
 // JobSet uses the live runtime when its encoding has that digest — it is the recorded
 // runtime, byte for byte — and costs one GET of the JobSet only when it has not (the
 // runtime was edited, deleted or re-created since, or the JobSet predates the digest).
@@ -49,6 +49,7 @@ import (
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
 	"github.com/trainyard/trainyard/pkg/stages/step"
@@ -146,7 +147,7 @@ func (s *Stage) snapshot(ctx context.Context, tj *trainer.TrainJob, kind string)
 	if err != nil || !metav1.IsControlledBy(cached, tj) {
 		return nil, err
 	}
-	if digest := cached.Annotations[plan.AnnotationRuntimeSnapshotHash]; digest != "" {
+	if digest := cached.Annotations[objectkeys.AnnotationRuntimeSnapshotHash]; digest != "" {
 		// Any error (the runtime deleted, grown past the snapshot limit) leaves the
 		// answer to the snapshot itself.
 		if live, err := Resolve(tj, s.TrainingRuntimes, s.ClusterTrainingRuntimes); err == nil && plan.SnapshotHash(live.Snapshot) == digest {
@@ -160,7 +161,7 @@ func (s *Stage) snapshot(ctx context.Context, tj *trainer.TrainJob, kind string)
 	if err != nil {
 		return nil, fmt.Errorf("reading the runtime snapshot of JobSet %s/%s: %w", tj.Namespace, tj.Name, err)
 	}
-	value, ok := js.Annotations[plan.AnnotationRuntimeSnapshot]
+	value, ok := js.Annotations[objectkeys.AnnotationRuntimeSnapshot]
 	if !ok || !metav1.IsControlledBy(js, tj) {
 		return nil, nil
 	}
@@ -280,4 +281,28 @@ func notFoundMessage(kind, namespace, name string) string {
 	}
 	return fmt.Sprintf("%s %q referenced by spec.runtimeRef not found%s: create it and the TrainJob proceeds by itself (spec.runtimeRef is immutable: to use another runtime, recreate the TrainJob)",
 		kind, name, where)
+}
+
+// RunPolicyLookup returns a function that reads the spec.runPolicy of the runtime a
+// TrainJob references through the listers (no API call, no snapshot encoding), nil
+// when the runtime has none, no longer exists or is of another kind. The status stage
+// resolves a TrainJob's deadline and TTL with it at every sync, as KEP-2899 resolves
+// them per reconcile (docs/compatibility.md#ttl-and-run-policy).
+func RunPolicyLookup(trs trainerlisters.TrainingRuntimeLister, ctrs trainerlisters.ClusterTrainingRuntimeLister) func(*trainer.TrainJob) *trainer.RunPolicy {
+	return func(tj *trainer.TrainJob) *trainer.RunPolicy {
+		kind, err := trainjob.RuntimeKind(tj)
+		if err != nil {
+			return nil
+		}
+		if kind == trainer.TrainingRuntimeKind {
+			if rt, err := trs.TrainingRuntimes(tj.Namespace).Get(tj.Spec.RuntimeRef.Name); err == nil {
+				return rt.Spec.RunPolicy
+			}
+			return nil
+		}
+		if rt, err := ctrs.Get(tj.Spec.RuntimeRef.Name); err == nil {
+			return rt.Spec.RunPolicy
+		}
+		return nil
+	}
 }

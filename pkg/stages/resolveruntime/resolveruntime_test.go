@@ -26,6 +26,7 @@ import (
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
 	"github.com/trainyard/trainyard/pkg/informers"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/resolveruntime"
 	"github.com/trainyard/trainyard/pkg/stages/statuswriter"
@@ -155,7 +156,7 @@ func TestSync(t *testing.T) {
 	jobSet := func(snapshot string) *jobsetv1alpha2.JobSet {
 		w := utiltesting.MakeJobSet(ns, tjName).ControlledBy(owner).Suspend(true)
 		if snapshot != "" {
-			w.Annotation(plan.AnnotationRuntimeSnapshot, snapshot)
+			w.Annotation(objectkeys.AnnotationRuntimeSnapshot, snapshot)
 		}
 		return w.Obj()
 	}
@@ -163,7 +164,7 @@ func TestSync(t *testing.T) {
 	// which the cache keeps.
 	jobSetWithDigest := func(snapshot string) *jobsetv1alpha2.JobSet {
 		js := jobSet(snapshot)
-		js.Annotations[plan.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(snapshot)
+		js.Annotations[objectkeys.AnnotationRuntimeSnapshotHash] = plan.SnapshotHash(snapshot)
 		return js
 	}
 	badSnapshot := func(message string) []metav1.Condition {
@@ -333,7 +334,7 @@ func TestSync(t *testing.T) {
 		"someone else's JobSet: its annotation is ignored, the live runtime": {
 			trainJob: owner,
 			runtimes: []runtime.Object{ctrV2},
-			jobSets:  []*jobsetv1alpha2.JobSet{utiltesting.MakeJobSet(ns, tjName).Annotation(plan.AnnotationRuntimeSnapshot, snapV1).Obj()},
+			jobSets:  []*jobsetv1alpha2.JobSet{utiltesting.MakeJobSet(ns, tjName).Annotation(objectkeys.AnnotationRuntimeSnapshot, snapV1).Obj()},
 			want:     engine.Continue(),
 			wantPlan: &plan.Plan{
 				Runtime: plan.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &ctrV2.Spec, Snapshot: snapV2},

@@ -90,40 +90,6 @@ func jobsStatus(js *jobsetv1alpha2.JobSet) []trainer.JobStatus {
 	return out
 }
 
-// activeDeadline returns when tj's active deadline falls (zero when none applies: no
-// activeDeadlineSeconds, finished, or suspended) and whether it has passed. The clock
-// starts at creation and restarts at each resume
-// (docs/compatibility.md#active-deadline): at now for a TrainJob resumed since its
-// status was written. A TrainJob whose JobSet js (nil when absent) completed or failed
-// counts as finished: upstream checks the deadline on the status it just derived from
-// the JobSet.
-func activeDeadline(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, now time.Time) (time.Time, bool) {
-	if tj.Spec.ActiveDeadlineSeconds == nil || trainjob.IsFinished(tj) || trainjob.IsSuspended(tj) || jobSetFinished(js) {
-		return time.Time{}, false
-	}
-	start := tj.CreationTimestamp.Time
-	if c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil {
-		switch c.Status {
-		case metav1.ConditionFalse:
-			start = c.LastTransitionTime.Time
-		case metav1.ConditionTrue:
-			// Resumed since the status was written (Kueue admitted it): this pass writes
-			// Suspended=False stamped now (computeStatus), and the clock restarts there,
-			// as upstream's does. From the creation, a TrainJob queued longer than its
-			// deadline would fail the moment it was admitted.
-			start = now
-		}
-	}
-	deadline := start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second)
-	return deadline, now.After(deadline)
-}
-
-// jobSetFinished reports whether js is Completed or Failed.
-func jobSetFinished(js *jobsetv1alpha2.JobSet) bool {
-	return js != nil && (meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetCompleted)) ||
-		meta.IsStatusConditionTrue(js.Status.Conditions, string(jobsetv1alpha2.JobSetFailed)))
-}
-
 func setCondition(st *trainer.TrainJobStatus, condType string, status metav1.ConditionStatus, reason, message string, gen int64, now time.Time) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: condType, Status: status, Reason: reason, Message: message,

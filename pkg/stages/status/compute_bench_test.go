@@ -30,7 +30,7 @@ func BenchmarkComputeStatus(b *testing.B) {
 			for b.Loop() {
 				// As Writer.Update does: mutate a copy of the cached status.
 				st := tj.Status.DeepCopy()
-				_, expired := activeDeadline(tj, js, now)
+				_, expired := activeDeadline(tj, js, tj.Spec.ActiveDeadlineSeconds, now)
 				computeStatus(st, tj, js, false, expired, now)
 			}
 		})

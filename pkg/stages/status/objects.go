@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -182,7 +183,7 @@ func conflictOf(tj *trainer.TrainJob, want *unstructured.Unstructured, existing 
 			c.controller = fmt.Sprintf("%s %q", ref.Kind, ref.Name)
 		}
 	}
-	c.watched = cached && (existing.GetLabels()[plan.LabelTrainJobName] == tj.Name || controllerName == tj.Name)
+	c.watched = cached && (existing.GetLabels()[objectkeys.LabelTrainJobName] == tj.Name || controllerName == tj.Name)
 	return c
 }
 

@@ -11,7 +11,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
-	"github.com/trainyard/trainyard/pkg/stages/plan"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/status"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 	utiltesting "github.com/trainyard/trainyard/pkg/util/testing"
@@ -22,7 +22,7 @@ import (
 func existing(name, label string, controller *metav1.OwnerReference) metav1.Object {
 	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid")}}
 	if label != "" {
-		m.Labels = map[string]string{plan.LabelTrainJobName: label}
+		m.Labels = map[string]string{objectkeys.LabelTrainJobName: label}
 	}
 	if controller != nil {
 		m.OwnerReferences = []metav1.OwnerReference{*controller}

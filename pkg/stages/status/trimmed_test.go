@@ -56,7 +56,7 @@ func TestComputeStatusOnTrimmedJobSet(t *testing.T) {
 			derived := func(js *jobsetv1alpha2.JobSet) []any {
 				st := tj.Status.DeepCopy()
 				computeStatus(st, tj, js, false, false, now)
-				deadline, expired := activeDeadline(tj, js, now)
+				deadline, expired := activeDeadline(tj, js, tj.Spec.ActiveDeadlineSeconds, now)
 				return []any{st, deadline, expired, mayApply(tj, js, appliedJobSet{}),
 					mayApply(tj, js, appliedJobSet{hash: "abc"}), jobSetFinished(js), js.Annotations[AnnotationJobSetHash]}
 			}

@@ -33,7 +33,8 @@ import (
 // a restart) nor sends an older condition list over a newer one (stage 1 writes
 // RuntimeResolved=True, and stage 6 of the same pass, reading the TrainJob before that
 // write reached the cache, would write RuntimeResolved=False back with its own
-// condition). A record is the written conditions and jobsStatus and a resourceVersion;
+// condition). A record is the written conditions, jobsStatus, startTime and
+// completionTime and a resourceVersion;
 // it is dropped when the cache catches up (Observed, or the next Update) and by Forget,
 // so records exist only for writes still on their way to the cache.
 type Writer struct {
@@ -49,11 +50,14 @@ type writtenStatus struct {
 	resourceVersion string              // the TrainJob's resourceVersion after the write
 	conditions      []metav1.Condition  // as written; never modified
 	jobsStatus      []trainer.JobStatus // as written; never modified
+	startTime       *metav1.Time        // as written; never modified
+	completionTime  *metav1.Time        // as written; never modified
 	finished        bool                // the write made the TrainJob Complete or Failed
 }
 
 // Update applies mutate to a copy of tj's status and, when the result differs
-// semantically, writes status.conditions and status.jobsStatus in one patch of the
+// semantically, writes status.conditions, jobsStatus, startTime and completionTime in
+// one patch of the
 // status subresource: Write(ctx, Prepare(tj, mutate)). The status mutated is tj.Status,
 // or, when tj (read from the cache) is older than this process's last status write for
 // it, tj.Status with the conditions and jobsStatus of that write; then a result that
@@ -124,7 +128,7 @@ func (w *Writer) Write(ctx context.Context, c Change) (bool, error) {
 		w.written = map[cache.ObjectName]writtenStatus{}
 	}
 	w.written[key] = writtenStatus{uid: tj.UID, resourceVersion: updated.ResourceVersion,
-		conditions: next.Conditions, jobsStatus: next.JobsStatus,
+		conditions: next.Conditions, jobsStatus: next.JobsStatus, startTime: next.StartTime, completionTime: next.CompletionTime,
 		finished: meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobComplete) || meta.IsStatusConditionTrue(next.Conditions, trainer.TrainJobFailed)}
 	w.mu.Unlock()
 	return true, nil
@@ -148,6 +152,7 @@ func (w *Writer) newest(key cache.ObjectName, tj *trainer.TrainJob) (st *trainer
 		if order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion); err == nil && order < 0 {
 			st := tj.Status.DeepCopy()
 			st.Conditions, st.JobsStatus = last.conditions, last.jobsStatus
+			st.StartTime, st.CompletionTime = last.startTime, last.completionTime
 			return st, true
 		}
 	}
@@ -217,7 +222,8 @@ func (w *Writer) Forget(key cache.ObjectName) {
 // lastTransitionTime: a sync that recomputes a write from the stale cache stamps a
 // condition with its own clock, a second later perhaps, and it is still the same status.
 func statusDigest(st *trainer.TrainJobStatus) uint64 {
-	fields := statusFields{Conditions: make([]metav1.Condition, len(st.Conditions)), JobsStatus: st.JobsStatus}
+	fields := statusFields{Conditions: make([]metav1.Condition, len(st.Conditions)), JobsStatus: st.JobsStatus,
+		StartTime: st.StartTime, CompletionTime: st.CompletionTime}
 	for i, c := range st.Conditions {
 		c.LastTransitionTime = metav1.Time{}
 		fields.Conditions[i] = c
@@ -228,7 +234,8 @@ func statusDigest(st *trainer.TrainJobStatus) uint64 {
 	return h.Sum64()
 }
 
-// statusPatchOf returns the patch that sets next's conditions and jobsStatus on tj (see
+// statusPatchOf returns the patch that sets next's conditions, jobsStatus, startTime and
+// completionTime on tj (see
 // Update), base being the status next was built on: a JSON patch testing tj's uid when
 // base has a status, else a merge patch with tj's resourceVersion. A nil list is written
 // as null, which the API server prunes.
@@ -236,15 +243,23 @@ func statusPatchOf(tj *trainer.TrainJob, base, next *trainer.TrainJobStatus) (ty
 	if equality.Semantic.DeepEqual(base, &trainer.TrainJobStatus{}) {
 		patch, err := json.Marshal(statusMergePatch{
 			Metadata: resourceVersionPrecondition{ResourceVersion: tj.ResourceVersion},
-			Status:   statusFields{Conditions: next.Conditions, JobsStatus: next.JobsStatus},
+			Status:   statusFields{Conditions: next.Conditions, JobsStatus: next.JobsStatus, StartTime: next.StartTime, CompletionTime: next.CompletionTime},
 		})
 		return types.MergePatchType, patch, err
 	}
-	patch, err := json.Marshal([]jsonPatchOp{
+	ops := []jsonPatchOp{
 		{Op: "test", Path: "/metadata/uid", Value: tj.UID},
 		{Op: "add", Path: "/status/conditions", Value: next.Conditions},
 		{Op: "add", Path: "/status/jobsStatus", Value: next.JobsStatus},
-	})
+	}
+	// The times only when either side has one: most writes touch neither.
+	if base.StartTime != nil || next.StartTime != nil {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/status/startTime", Value: next.StartTime})
+	}
+	if base.CompletionTime != nil || next.CompletionTime != nil {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/status/completionTime", Value: next.CompletionTime})
+	}
+	patch, err := json.Marshal(ops)
 	return types.JSONPatchType, patch, err
 }
 
@@ -255,7 +270,7 @@ type jsonPatchOp struct {
 	Value any    `json:"value"`
 }
 
-// statusMergePatch is a JSON merge patch of the two status fields the controller owns,
+// statusMergePatch is a JSON merge patch of the status fields the controller owns,
 // conditional on the resourceVersion.
 type statusMergePatch struct {
 	Metadata resourceVersionPrecondition `json:"metadata"`
@@ -267,6 +282,8 @@ type resourceVersionPrecondition struct {
 }
 
 type statusFields struct {
-	Conditions []metav1.Condition  `json:"conditions"`
-	JobsStatus []trainer.JobStatus `json:"jobsStatus"`
+	Conditions     []metav1.Condition  `json:"conditions"`
+	JobsStatus     []trainer.JobStatus `json:"jobsStatus"`
+	StartTime      *metav1.Time        `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time        `json:"completionTime,omitempty"`
 }

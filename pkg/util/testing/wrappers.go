@@ -115,6 +115,12 @@ func (w *TrainJobWrapper) ActiveDeadlineSeconds(s int64) *TrainJobWrapper {
 	return w
 }
 
+// TTLSecondsAfterFinished sets spec.ttlSecondsAfterFinished.
+func (w *TrainJobWrapper) TTLSecondsAfterFinished(s int32) *TrainJobWrapper {
+	w.Spec.TTLSecondsAfterFinished = ptr.To(s)
+	return w
+}
+
 // Trainer sets spec.trainer.
 func (w *TrainJobWrapper) Trainer(t *trainer.Trainer) *TrainJobWrapper {
 	w.Spec.Trainer = t

@@ -124,6 +124,26 @@ func TestCELRules(t *testing.T) {
 			obj:     runtimeSpec(`"template":{"spec":{"successPolicy":{"operator":"Any"},"replicatedJobs":[{"name":"node","template":{}}]}}`),
 			wantErr: "Value is immutable"},
 
+		// KEP-2899 (kubeflow/trainer #4052): TTL and run policy; the templates set neither.
+		{name: "ttlSecondsAfterFinished 0 accepted", kind: trainer.TrainJobKind, obj: trainJob("a", `,"ttlSecondsAfterFinished":0`)},
+		{name: "ttlSecondsAfterFinished negative", kind: trainer.TrainJobKind, obj: trainJob("a", `,"ttlSecondsAfterFinished":-1`), wantErr: "should be greater than or equal to 0"},
+		{name: "ttlSecondsAfterFinished changed (mutable)", kind: trainer.TrainJobKind, old: trainJob("a", `,"ttlSecondsAfterFinished":60`), obj: trainJob("a", `,"ttlSecondsAfterFinished":5`)},
+		{name: "runPolicy accepted", kind: trainer.ClusterTrainingRuntimeKind,
+			obj: runtimeSpec(`"runPolicy":{"activeDeadlineSeconds":3600,"ttlSecondsAfterFinished":0},"template":{"spec":{"replicatedJobs":[{"name":"node","template":{}}]}}`)},
+		{name: "runPolicy activeDeadlineSeconds 0", kind: trainer.TrainingRuntimeKind,
+			obj: runtimeSpec(`"runPolicy":{"activeDeadlineSeconds":0},"template":{"spec":{"replicatedJobs":[{"name":"node","template":{}}]}}`), wantErr: "should be greater than or equal to 1"},
+		{name: "runPolicy ttlSecondsAfterFinished negative", kind: trainer.TrainingRuntimeKind,
+			obj: runtimeSpec(`"runPolicy":{"ttlSecondsAfterFinished":-1},"template":{"spec":{"replicatedJobs":[{"name":"node","template":{}}]}}`), wantErr: "should be greater than or equal to 0"},
+		{name: "JobSet template ttlSecondsAfterFinished", kind: trainer.ClusterTrainingRuntimeKind,
+			obj:     runtimeSpec(`"template":{"spec":{"ttlSecondsAfterFinished":60,"replicatedJobs":[{"name":"node","template":{}}]}}`),
+			wantErr: "template.spec.ttlSecondsAfterFinished must not be set: the TrainJob owns its cleanup; set spec.runPolicy.ttlSecondsAfterFinished"},
+		{name: "Job template activeDeadlineSeconds", kind: trainer.TrainingRuntimeKind,
+			obj:     runtimeSpec(`"template":{"spec":{"replicatedJobs":[{"name":"a","template":{}},{"name":"node","template":{"spec":{"activeDeadlineSeconds":60,"template":{}}}}]}}`),
+			wantErr: "template.spec.replicatedJobs[].template.spec must set neither activeDeadlineSeconds nor ttlSecondsAfterFinished"},
+		{name: "Job template ttlSecondsAfterFinished", kind: trainer.ClusterTrainingRuntimeKind,
+			obj:     runtimeSpec(`"template":{"spec":{"replicatedJobs":[{"name":"node","template":{"spec":{"ttlSecondsAfterFinished":0,"template":{}}}}]}}`),
+			wantErr: "set spec.runPolicy.activeDeadlineSeconds or spec.runPolicy.ttlSecondsAfterFinished on the runtime instead"},
+
 		// Status (upstream): trainerStatus needs lastUpdatedTime.
 		{name: "trainerStatus without lastUpdatedTime", kind: trainer.TrainJobKind,
 			obj: `{` + trainJobHeader + `,"metadata":{"name":"a","namespace":"ns"},"spec":{"runtimeRef":{"name":"r"}},"status":{"trainerStatus":{"progressPercentage":10}}}`, wantErr: "lastUpdatedTime is required when trainerStatus is present"},

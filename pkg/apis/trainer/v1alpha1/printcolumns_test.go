@@ -34,6 +34,8 @@ var printerColumns = []struct {
 	{"Age", "date", 0},
 	{"Runtime", "string", 1},
 	{"NumNodes", "integer", 1},
+	{"Started", "date", 1},
+	{"Completed", "date", 1},
 }
 
 // trainJobTable is the API server's table for TrainJobs: the generated CRD's columns
@@ -121,7 +123,7 @@ func TestTrainJobPrinterColumns(t *testing.T) {
 	// The cells every case shares unless it says otherwise.
 	want := func(cells map[string]any) map[string]any {
 		out := map[string]any{"Name": "mnist", "State": nil, "Reason": nil, "Suspended": false, "Progress": nil, "ETA": nil,
-			"Runtime": "torch-distributed", "NumNodes": nil}
+			"Runtime": "torch-distributed", "NumNodes": nil, "Started": nil, "Completed": nil}
 		for k, v := range cells {
 			out[k] = v
 		}

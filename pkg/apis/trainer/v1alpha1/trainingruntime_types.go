@@ -87,7 +87,12 @@ type TrainingRuntimeList struct {
 }
 
 // TrainingRuntimeSpec is the spec shared by TrainingRuntime and ClusterTrainingRuntime.
+// Its template sets no deadline and no TTL: the TrainJob owns both (KEP-2899), and a
+// JobSet or Job deleted or failed under the TrainJob by its own timer would be
+// re-created or leave the TrainJob without its final status (kubeflow/trainer #3779).
 // +kubebuilder:validation:MinProperties=1
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.ttlSecondsAfterFinished)",message="template.spec.ttlSecondsAfterFinished must not be set: the TrainJob owns its cleanup; set spec.runPolicy.ttlSecondsAfterFinished on the runtime (or spec.ttlSecondsAfterFinished on the TrainJob) instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.replicatedJobs) || self.template.spec.replicatedJobs.all(rj, !has(rj.template.spec) || (!has(rj.template.spec.activeDeadlineSeconds) && !has(rj.template.spec.ttlSecondsAfterFinished)))",message="template.spec.replicatedJobs[].template.spec must set neither activeDeadlineSeconds nor ttlSecondsAfterFinished: the TrainJob owns its deadline and cleanup; set spec.runPolicy.activeDeadlineSeconds or spec.runPolicy.ttlSecondsAfterFinished on the runtime instead"
 type TrainingRuntimeSpec struct {
 	// mlPolicy selects the ML framework (torch, mpi, jax, xgboost, flux or none) whose
 	// environment the controller injects, and the default number of nodes.
@@ -99,8 +104,33 @@ type TrainingRuntimeSpec struct {
 	// +optional
 	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
 
+	// runPolicy holds lifecycle defaults for the TrainJobs of this runtime; a TrainJob's
+	// own field of the same name wins (KEP-2899, docs/compatibility.md#ttl-and-run-policy).
+	// +optional
+	RunPolicy *RunPolicy `json:"runPolicy,omitempty"`
+
 	// template is the JobSet template every TrainJob of this runtime starts from.
 	Template JobSetTemplateSpec `json:"template"`
+}
+
+// RunPolicy is a runtime's lifecycle defaults for its TrainJobs (KEP-2899 as
+// kubeflow/trainer #4052 lists it). Each field applies to a TrainJob that leaves the
+// field of the same name in its spec unset, when the TrainJob is built and at every
+// sync after.
+type RunPolicy struct {
+	// activeDeadlineSeconds is the default of a TrainJob's spec.activeDeadlineSeconds:
+	// seconds it may run from its start or last resume before it fails with reason
+	// DeadlineExceeded.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// ttlSecondsAfterFinished is the default of a TrainJob's
+	// spec.ttlSecondsAfterFinished: seconds a finished TrainJob is kept before the
+	// controller deletes it (0: at once).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // JobSetTemplateSpec is a JobSet template.

@@ -42,6 +42,8 @@ import (
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`,priority=1,description="spec.runtimeRef.name."
 // +kubebuilder:printcolumn:name="NumNodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="spec.trainer.numNodes; empty when the runtime's mlPolicy.numNodes applies."
+// +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`,priority=1,description="status.startTime, as an age: how long the TrainJob has been running since it last started or resumed, while it runs."
+// +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`,priority=1,description="status.completionTime, as an age: how long ago the TrainJob completed."
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must match RFC 1035 DNS label format"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be no more than 63 characters"
 
@@ -123,6 +125,17 @@ type TrainJobSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="field is immutable"
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// ttlSecondsAfterFinished is how long, in seconds, the TrainJob is kept once it has
+	// finished (Complete or Failed): that long after its terminal condition's
+	// lastTransitionTime the controller deletes the TrainJob, and garbage collection
+	// deletes its JobSet, Jobs, Pods, Services and side objects with it. 0 deletes it as
+	// soon as it finishes. Unset means the runtime's spec.runPolicy.ttlSecondsAfterFinished,
+	// and neither set keeps the TrainJob. Mutable, as batch/v1 Job's is
+	// (KEP-2899 as kubeflow/trainer #4052 lists it; docs/compatibility.md#ttl-and-run-policy).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
 	// managedBy names the controller that reconciles this TrainJob:
 	// "trainer.kubeflow.org/trainjob-controller" (the default, Trainyard or upstream) or
@@ -496,6 +509,19 @@ type TrainJobStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=100
 	JobsStatus []JobStatus `json:"jobsStatus,omitempty"`
+
+	// startTime is when the TrainJob last became active (not suspended), as a Job's and
+	// a JobSet's status.startTime (kubernetes-sigs/jobset KEP-1186): set when it first
+	// runs unsuspended, cleared when it is suspended, set again at each resume. The
+	// active deadline counts from it. Written by the controller; kept once finished.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the TrainJob completed: its Complete condition's
+	// lastTransitionTime (the JobSet's). As a Job's, it is set only on success: a
+	// failed TrainJob has none (its Failed condition says when).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 
 	// trainerStatus is the progress the training code reports to the controller's
 	// progress server (KEP-2779, feature gate TrainJobStatus), written by field manager

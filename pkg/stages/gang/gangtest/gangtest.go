@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/mlpolicy"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
@@ -76,8 +77,8 @@ func CheckOwned(t testing.TB, tj *trainer.TrainJob, obj *unstructured.Unstructur
 		t.Errorf("%s: apiVersion %q, name %q, namespace %q; want %q, %q, %q", id, obj.GetAPIVersion(), obj.GetName(), obj.GetNamespace(),
 			apiVersion, name, tj.Namespace)
 	}
-	if got := obj.GetLabels()[plan.LabelTrainJobName]; got != tj.Name {
-		t.Errorf("%s: label %s = %q, want %q (the side-object informers select on it)", id, plan.LabelTrainJobName, got, tj.Name)
+	if got := obj.GetLabels()[objectkeys.LabelTrainJobName]; got != tj.Name {
+		t.Errorf("%s: label %s = %q, want %q (the side-object informers select on it)", id, objectkeys.LabelTrainJobName, got, tj.Name)
 	}
 	refs := obj.GetOwnerReferences()
 	want := metav1.OwnerReference{APIVersion: trainer.SchemeGroupVersion.String(), Kind: trainer.TrainJobKind, Name: tj.Name, UID: tj.UID,

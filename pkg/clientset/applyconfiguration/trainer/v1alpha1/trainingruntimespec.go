@@ -22,6 +22,9 @@ package v1alpha1
 // with apply.
 //
 // TrainingRuntimeSpec is the spec shared by TrainingRuntime and ClusterTrainingRuntime.
+// Its template sets no deadline and no TTL: the TrainJob owns both (KEP-2899), and a
+// JobSet or Job deleted or failed under the TrainJob by its own timer would be
+// re-created or leave the TrainJob without its final status (kubeflow/trainer #3779).
 type TrainingRuntimeSpecApplyConfiguration struct {
 	// mlPolicy selects the ML framework (torch, mpi, jax, xgboost, flux or none) whose
 	// environment the controller injects, and the default number of nodes.
@@ -29,6 +32,9 @@ type TrainingRuntimeSpecApplyConfiguration struct {
 	// podGroupPolicy selects the gang-scheduling backend: coscheduling, volcano,
 	// kaiScheduler or workload. At most one.
 	PodGroupPolicy *PodGroupPolicyApplyConfiguration `json:"podGroupPolicy,omitempty"`
+	// runPolicy holds lifecycle defaults for the TrainJobs of this runtime; a TrainJob's
+	// own field of the same name wins (KEP-2899, docs/compatibility.md#ttl-and-run-policy).
+	RunPolicy *RunPolicyApplyConfiguration `json:"runPolicy,omitempty"`
 	// template is the JobSet template every TrainJob of this runtime starts from.
 	Template *JobSetTemplateSpecApplyConfiguration `json:"template,omitempty"`
 }
@@ -52,6 +58,14 @@ func (b *TrainingRuntimeSpecApplyConfiguration) WithMLPolicy(value *MLPolicyAppl
 // If called multiple times, the PodGroupPolicy field is set to the value of the last call.
 func (b *TrainingRuntimeSpecApplyConfiguration) WithPodGroupPolicy(value *PodGroupPolicyApplyConfiguration) *TrainingRuntimeSpecApplyConfiguration {
 	b.PodGroupPolicy = value
+	return b
+}
+
+// WithRunPolicy sets the RunPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RunPolicy field is set to the value of the last call.
+func (b *TrainingRuntimeSpecApplyConfiguration) WithRunPolicy(value *RunPolicyApplyConfiguration) *TrainingRuntimeSpecApplyConfiguration {
+	b.RunPolicy = value
 	return b
 }
 

@@ -44,6 +44,14 @@ type TrainJobSpecApplyConfiguration struct {
 	// creation or from the last resume; once exceeded the TrainJob fails with reason
 	// DeadlineExceeded and its JobSet is deleted. Unset means no deadline. Immutable.
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+	// ttlSecondsAfterFinished is how long, in seconds, the TrainJob is kept once it has
+	// finished (Complete or Failed): that long after its terminal condition's
+	// lastTransitionTime the controller deletes the TrainJob, and garbage collection
+	// deletes its JobSet, Jobs, Pods, Services and side objects with it. 0 deletes it as
+	// soon as it finishes. Unset means the runtime's spec.runPolicy.ttlSecondsAfterFinished,
+	// and neither set keeps the TrainJob. Mutable, as batch/v1 Job's is
+	// (KEP-2899 as kubeflow/trainer #4052 lists it; docs/compatibility.md#ttl-and-run-policy).
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 	// managedBy names the controller that reconciles this TrainJob:
 	// "trainer.kubeflow.org/trainjob-controller" (the default, Trainyard or upstream) or
 	// "kueue.x-k8s.io/multikueue" (MultiKueue mirrors it to a worker cluster and this
@@ -107,6 +115,14 @@ func (b *TrainJobSpecApplyConfiguration) WithSuspend(value bool) *TrainJobSpecAp
 // If called multiple times, the ActiveDeadlineSeconds field is set to the value of the last call.
 func (b *TrainJobSpecApplyConfiguration) WithActiveDeadlineSeconds(value int64) *TrainJobSpecApplyConfiguration {
 	b.ActiveDeadlineSeconds = &value
+	return b
+}
+
+// WithTTLSecondsAfterFinished sets the TTLSecondsAfterFinished field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TTLSecondsAfterFinished field is set to the value of the last call.
+func (b *TrainJobSpecApplyConfiguration) WithTTLSecondsAfterFinished(value int32) *TrainJobSpecApplyConfiguration {
+	b.TTLSecondsAfterFinished = &value
 	return b
 }
 

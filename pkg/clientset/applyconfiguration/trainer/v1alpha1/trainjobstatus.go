@@ -19,6 +19,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
@@ -34,6 +35,15 @@ type TrainJobStatusApplyConfiguration struct {
 	// jobsStatus mirrors the JobSet's replicatedJobsStatus, one entry per replicatedJob.
 	// At most 100.
 	JobsStatus []JobStatusApplyConfiguration `json:"jobsStatus,omitempty"`
+	// startTime is when the TrainJob last became active (not suspended), as a Job's and
+	// a JobSet's status.startTime (kubernetes-sigs/jobset KEP-1186): set when it first
+	// runs unsuspended, cleared when it is suspended, set again at each resume. The
+	// active deadline counts from it. Written by the controller; kept once finished.
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the TrainJob completed: its Complete condition's
+	// lastTransitionTime (the JobSet's). As a Job's, it is set only on success: a
+	// failed TrainJob has none (its Failed condition says when).
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// trainerStatus is the progress the training code reports to the controller's
 	// progress server (KEP-2779, feature gate TrainJobStatus), written by field manager
 	// trainer-status at most once per TrainJob per statusServer.writePeriod.
@@ -69,6 +79,22 @@ func (b *TrainJobStatusApplyConfiguration) WithJobsStatus(values ...*JobStatusAp
 		}
 		b.JobsStatus = append(b.JobsStatus, *values[i])
 	}
+	return b
+}
+
+// WithStartTime sets the StartTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the StartTime field is set to the value of the last call.
+func (b *TrainJobStatusApplyConfiguration) WithStartTime(value metav1.Time) *TrainJobStatusApplyConfiguration {
+	b.StartTime = &value
+	return b
+}
+
+// WithCompletionTime sets the CompletionTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CompletionTime field is set to the value of the last call.
+func (b *TrainJobStatusApplyConfiguration) WithCompletionTime(value metav1.Time) *TrainJobStatusApplyConfiguration {
+	b.CompletionTime = &value
 	return b
 }
 
