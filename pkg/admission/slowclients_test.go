@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestServerHoldsSlowClients(t *testing.T) {
 	if testing.Short() || raceDetector {
 		t.Skip("opens 500 TLS connections for ~10 s in the server's process: run without -short and -race (make test runs -race; e2e/faults TestAdmissionUnderSlowClients covers a controller process)")
 	}
-	srv, addr, tlsConfig := serveAsTheController(t)
+	srv, addr, tlsConfig := serveAsTheController(t, Limits{}, nil)
 	before := heapInuse()
 
 	stop := make(chan struct{})
@@ -107,9 +108,10 @@ func TestServerHoldsSlowClients(t *testing.T) {
 		worst, before>>20, peak>>20, (peak-before)>>20, heapBound>>20)
 }
 
-// serveAsTheController serves NewHandler as the controller's admission server does and
-// returns its address and a client TLS configuration trusting it.
-func serveAsTheController(t *testing.T) (*httpserver.Server, string, *tls.Config) {
+// serveAsTheController serves NewHandler, within limits, as the controller's admission
+// server does and returns its address and a client TLS configuration trusting it.
+// arrived, unless nil, counts the requests that reached the handler.
+func serveAsTheController(t *testing.T, limits Limits, arrived *atomic.Int64) (*httpserver.Server, string, *tls.Config) {
 	t.Helper()
 	tmp := httptest.NewUnstartedServer(nil) // for its certificate
 	tmp.EnableHTTP2 = true
@@ -117,7 +119,16 @@ func serveAsTheController(t *testing.T) (*httpserver.Server, string, *tls.Config
 	serverTLS, clientTLS := tmp.TLS.Clone(), tmp.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	tmp.Close()
 	deps := fixture{runtimes: []runtime.Object{ctr("test-runtime", skeleton(torchPolicy), nil)}}.deps(t)
-	srv, err := httpserver.New(NewHandler(deps), "", serverTLS, ServerLimits())
+	deps.Limits = limits
+	handler := NewHandler(deps)
+	if arrived != nil {
+		next := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived.Add(1)
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv, err := httpserver.New(handler, "", serverTLS, ServerLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,4 +147,79 @@ func heapInuse() uint64 {
 	var m goruntime.MemStats
 	goruntime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// TestServerCutsHTTP2SlowBodies floods the server, served as the controller serves it,
+// with HTTP/2 streams sending their body a byte a second: h2Requests of them take every
+// request slot and h2Overflow more go beyond them, 32 streams (ServerLimits) to a
+// connection. A review sent meanwhile, as the API server sends it, must be answered 200
+// within answerBound, and the streams beyond the slots must be cut (408) within
+// OverflowBodyTimeout, so that they hold their goroutine briefly. Before the overflow
+// lane every review was refused 429 until a slot freed, 10 s (ReadTimeout) later. The
+// slots are fewer than DefaultMaxRequests for 2 loaded cores running -race; e2e/faults
+// TestAdmissionUnderHTTP2SlowBodies floods a controller's 2,048.
+func TestServerCutsHTTP2SlowBodies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds ~600 HTTP/2 streams for ~10 s")
+	}
+	const h2Requests, h2Overflow = 512, 96
+	var arrived atomic.Int64
+	_, addr, tlsConfig := serveAsTheController(t, Limits{MaxRequests: h2Requests}, &arrived)
+
+	stop := make(chan struct{})
+	var attackers sync.WaitGroup
+	t.Cleanup(func() { close(stop); attackers.Wait() })
+	var cut, cutAnswered408 atomic.Int64
+	attacker := slowclient.HTTP2Client()
+	for range h2Requests + h2Overflow {
+		attackers.Add(1)
+		go func() {
+			defer attackers.Done()
+			for {
+				code, wasCut := slowclient.TrickleHTTP2(attacker, "https://"+addr+PathValidateTrainJob, "application/json",
+					MaxRequestBytes, "{\"kind\":\"AdmissionReview\"", stop)
+				if !wasCut {
+					return
+				}
+				cut.Add(1)
+				if code == http.StatusRequestTimeout {
+					cutAnswered408.Add(1)
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(30 * time.Second); arrived.Load() < h2Requests+h2Overflow && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := arrived.Load(); n < h2Requests+h2Overflow {
+		t.Fatalf("%d slow streams reached the handler, want the attack's %d", n, h2Requests+h2Overflow)
+	}
+	cutBefore := cutAnswered408.Load()
+
+	client := &http.Client{Timeout: 5 * answerBound, Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true}}
+	body := review(t, "TrainJob", admissionv1.Create, trainJob("test-runtime", nil), nil)
+	var worst time.Duration
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		start := time.Now()
+		resp, err := client.Post("https://"+addr+PathValidateTrainJob, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("review under an HTTP/2 slow-body flood: %v", err)
+		}
+		_ = resp.Body.Close()
+		elapsed := time.Since(start)
+		worst = max(worst, elapsed)
+		if resp.StatusCode != http.StatusOK || elapsed > answerBound || resp.ProtoMajor != 2 {
+			t.Fatalf("review under an HTTP/2 slow-body flood answered %d (%s) after %v, want 200 over HTTP/2 within %v",
+				resp.StatusCode, resp.Proto, elapsed, answerBound)
+		}
+	}
+	// In those 5 s the overflow streams are cut (within OverflowBodyTimeout) and re-sent
+	// by their attacker, about twice each alone, about once under -race; the slot
+	// holders are cut at ReadTimeout (10 s). Without the overflow lane none is cut with
+	// 408: they are refused 429 at once.
+	if got := cutAnswered408.Load() - cutBefore; got < h2Overflow/2 {
+		t.Errorf("%d slow streams cut with 408 in 5 s, want at least half the %d beyond the request slots", got, h2Overflow)
+	}
+	t.Logf("%d slow HTTP/2 streams (%d request slots): slowest review %v; %d slow streams cut (%d answered 408)",
+		h2Requests+h2Overflow, h2Requests, worst, cut.Load(), cutAnswered408.Load())
 }

@@ -1,4 +1,4 @@
-// Package slowclient is a test kit of hostile HTTPS clients, for the tests that hold a
+// Package slowclient is a test kit of hostile HTTPS clients (HTTP/1.1 and HTTP/2), for the tests that hold a
 // server (pkg/httpserver's bounds) against them: connections that send a request a byte
 // a second, or send it whole and never read the answer.
 package slowclient
