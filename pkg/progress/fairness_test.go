@@ -67,4 +67,3 @@ func TestHandlerNamespaceShare(t *testing.T) {
 		t.Errorf("%d of the flood's reports refused, want all but its share's %d", n, share)
 	}
 }
-
