@@ -20,9 +20,10 @@ func Dial(addr string) *tls.Conn {
 }
 
 // Trickle sends prefix at once, then slow a byte a second, reconnecting when the
-// server closes the connection, until stop is closed or a connection fails.
-func Trickle(addr, prefix, slow string, stop <-chan struct{}) {
-	_ = trickle(func() net.Conn {
+// server closes the connection, until stop is closed or a connection fails. It returns
+// how many of its connections the server closed (cut).
+func Trickle(addr, prefix, slow string, stop <-chan struct{}) (cut int) {
+	return trickle(func() net.Conn {
 		if c := Dial(addr); c != nil {
 			return c
 		}
