@@ -56,9 +56,8 @@ func TestHandlerNamespaceShare(t *testing.T) {
 	eventually(t, "every report of the flood to hold a slot or be refused", func() bool {
 		return int(refused.Load())+auth.calls() == progress.DefaultMaxInFlight
 	})
-	flooding := auth.calls()
 	for i := range 2 * share {
-		flooding = auth.calls() - i
+		flooding := auth.calls() - i // the flood's reviews, less the quiet reports'
 		if code := post(t, h, wire.Path("quiet", fmt.Sprintf("tj-%d", i)), "valid", fullReport); code != http.StatusOK {
 			t.Fatalf("report %d of another namespace beside %d slow ones: %d, want 200", i, flooding, code)
 		}
