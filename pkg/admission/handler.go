@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -69,11 +70,13 @@ const MaxRequestBytes = 7 << 20
 // AdmissionReview denying the object, which would refuse the write at once, whatever
 // the failurePolicy.
 const (
-	// DefaultMaxRequests is how many requests the handler holds at once, bodies still
-	// arriving included (a slow client's request holds its goroutine and up to
-	// DefaultFreeBodyBytes until ReadTimeout). It is above what 500 slow clients hold,
-	// so that the API server's reviews find room beside them, and bounds the heap of
-	// the requests over HTTP/2, where one connection carries up to 100 of them.
+	// DefaultMaxRequests is how many requests the handler holds at once while their
+	// bodies arrive with the server's whole ReadTimeout (a slow client's request holds
+	// its goroutine and up to DefaultFreeBodyBytes until then). A request beyond it is
+	// not refused: its body must arrive within OverflowBodyTimeout and is charged to
+	// the budget whole, so slow bodies holding every slot (HTTP/2 multiplies them: 64
+	// connections of 32 streams) cut off none of the API server's reviews, whose body
+	// follows their header at once.
 	DefaultMaxRequests = 2048
 	// DefaultMaxReviewsInFlight is how many reviews are decoded, decided and encoded at
 	// once, once their body has arrived; a slow client never holds one. A review read
@@ -88,15 +91,21 @@ const (
 	// TrainJob's review (a few KiB, ~20 KiB for an UPDATE with managedFields) is never
 	// refused because large bodies hold the budget.
 	DefaultFreeBodyBytes = 64 << 10
+	// OverflowBodyTimeout is how long the body of a request beyond MaxRequests may take
+	// to arrive; a slower one is answered 408 and its stream or connection closed. The
+	// API server sends a review's body with its header; 2 s leaves a loaded node room.
+	OverflowBodyTimeout = 2 * time.Second
 )
 
 // Limits bound what the handler's requests hold at once; a zero field takes its
-// Default* value, a negative one removes the bound. A request beyond MaxRequests or
+// Default* value, a negative one removes the bound. A request beyond
 // MaxReviewsInFlight, or whose body does not fit the budget, is answered 429 Too Many
-// Requests with Retry-After: 1 at once.
+// Requests with Retry-After: 1 at once. One beyond MaxRequests has OverflowBodyTimeout
+// for its body, charged whole to the budget (429 when its connection cannot set a read
+// deadline).
 type Limits struct {
-	// MaxRequests is how many requests are held, bodies still arriving included
-	// (DefaultMaxRequests).
+	// MaxRequests is how many requests are held with the server's whole ReadTimeout
+	// and FreeBodyBytes uncharged for their body (DefaultMaxRequests).
 	MaxRequests int
 	// MaxReviewsInFlight is how many reviews are decoded and decided at once
 	// (DefaultMaxReviewsInFlight).
@@ -123,6 +132,10 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// MaxConcurrentStreams is how many requests one HTTP/2 connection to the admission
+// server carries at once (ServerLimits).
+const MaxConcurrentStreams = 32
+
 // ServerLimits are the admission server's timeouts and connection bounds
 // (httpserver.Limits), for a slow client not to take what the API server needs:
 //
@@ -137,14 +150,16 @@ func (l Limits) withDefaults() Limits {
 //     768 kept open between requests: 500 slow clients leave room for the API servers,
 //     and the timeouts free the slots of more, which new connections, the API server's
 //     among them, take in the order they came (the kernel's accept queue);
-//   - HTTP/2: at most 100 concurrent streams per connection (the API server's own
-//     default as a server), net/http's 1 MiB receive buffers.
+//   - HTTP/2: at most 32 concurrent streams per connection (the API server's client
+//     opens another connection when it has more reviews in flight), net/http's 1 MiB
+//     receive buffers. A stream beyond the handler's MaxRequests holds a goroutine for
+//     OverflowBodyTimeout at most: 1024 × 32 streams is the bound on them.
 func ServerLimits() httpserver.Limits {
 	return httpserver.Limits{
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: TimeoutSeconds * time.Second, WriteTimeout: TimeoutSeconds * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
 		MaxConns: 1024, MaxKeepAliveConns: 768,
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 100},
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxConcurrentStreams},
 	}
 }
 
@@ -216,13 +231,23 @@ func (b *bounds) refuse(w http.ResponseWriter, r *http.Request, code int, messag
 }
 
 // readBody reads r's body within the bounds and returns it with the function that
-// frees its share of the budget; ok false when it answered the request instead.
-func (b *bounds) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+// frees its share of the budget; ok false when it answered the request instead. A
+// request holding no request slot (overflow) is charged every byte and given
+// OverflowBodyTimeout for its body.
+func (b *bounds) readBody(w http.ResponseWriter, r *http.Request, overflow bool) (body []byte, release func(), ok bool) {
 	if r.ContentLength > MaxRequestBytes {
 		b.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxRequestBytes))
 		return nil, nil, false
 	}
-	body, release, err := b.bodies.ReadBody(r.Body, MaxRequestBytes)
+	read := b.bodies.ReadBody
+	if overflow {
+		read = b.bodies.ReadBodyCharged
+		if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(OverflowBodyTimeout)); err != nil {
+			b.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many admission requests open (%d)", b.requests.Max()))
+			return nil, nil, false
+		}
+	}
+	body, release, err := read(r.Body, MaxRequestBytes)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
@@ -231,6 +256,10 @@ func (b *bounds) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		b.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxRequestBytes))
 	case errors.Is(err, httpserver.ErrBusy):
 		b.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many AdmissionReview bytes in flight (%d)", b.bodies.Total))
+	case overflow && errors.Is(err, os.ErrDeadlineExceeded):
+		// A slow body beyond the slots: cut, so that it holds its goroutine briefly.
+		http.Error(w, fmt.Sprintf("the AdmissionReview did not arrive within %v", OverflowBodyTimeout), http.StatusRequestTimeout)
+		klog.FromContext(r.Context()).V(4).Info("Cut a slow admission request", "path", r.URL.Path, "remote", r.RemoteAddr)
 	default:
 		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 	}
@@ -246,14 +275,14 @@ type endpoint struct {
 	review func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 }
 
-// ServeHTTP holds a request slot (MaxRequests) while the body arrives, then a review
-// slot (MaxReviewsInFlight) while the review is decoded, decided and encoded.
+// ServeHTTP holds a request slot (MaxRequests), when one is free, while the body
+// arrives (else the body has OverflowBodyTimeout), then a review slot
+// (MaxReviewsInFlight) while the review is decoded, decided and encoded.
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !e.requests.TryAcquire() {
-		e.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many admission requests open (%d)", e.requests.Max()))
-		return
+	overflow := !e.requests.TryAcquire()
+	if !overflow {
+		defer e.requests.Release()
 	}
-	defer e.requests.Release()
 	start := time.Now()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -265,7 +294,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.StatusUnsupportedMediaType)
 		return
 	}
-	body, release, ok := e.readBody(w, r)
+	body, release, ok := e.readBody(w, r, overflow)
 	if !ok {
 		return
 	}

@@ -245,8 +245,9 @@ func TestHandlerHTTPErrors(t *testing.T) {
 	})
 }
 
-// TestHandlerRefusesBeyondItsLimits: a request beyond MaxRequests, or whose body does
-// not fit the body budget, is answered 429 with Retry-After: 1 (the API server retries
+// TestHandlerRefusesBeyondItsLimits: a request beyond MaxRequests on a connection that
+// cannot bound its body's time (a ResponseRecorder; TestServerCutsHTTP2SlowBodies covers
+// a server's), or whose body does not fit the body budget, is answered 429 with Retry-After: 1 (the API server retries
 // it within the webhook's timeout), one over MaxRequestBytes 413, each observed as
 // rejected; a small review still passes while a large body holds the budget.
 func TestHandlerRefusesBeyondItsLimits(t *testing.T) {

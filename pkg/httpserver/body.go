@@ -56,13 +56,24 @@ func (b *BodyBudget) give(n int64) {
 // ErrBusy when the budget cannot hold its next bytes (answer 429); else body's read error
 // (a timeout, a connection reset: answer 400).
 func (b *BodyBudget) ReadBody(body io.Reader, max int64) (data []byte, release func(), err error) {
+	return b.read(body, max, b.Free)
+}
+
+// ReadBodyCharged is ReadBody charging every byte, the first Free included: for a
+// request that holds no slot of the bounds that make the Free allowances add up to a
+// known total (a connection, a request slot).
+func (b *BodyBudget) ReadBodyCharged(body io.Reader, max int64) (data []byte, release func(), err error) {
+	return b.read(body, max, 0)
+}
+
+func (b *BodyBudget) read(body io.Reader, max, free int64) (data []byte, release func(), err error) {
 	var charged int64
 	release = func() { b.give(charged); charged = 0 }
 	buf := make([]byte, 0, min(int64(512), max+1))
 	for {
 		if len(buf) == cap(buf) {
 			next := min(2*int64(cap(buf)), max+1)
-			if want := next - b.Free - charged; want > 0 {
+			if want := next - free - charged; want > 0 {
 				if !b.take(want) {
 					release()
 					return nil, func() {}, ErrBusy

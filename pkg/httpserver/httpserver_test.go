@@ -140,3 +140,30 @@ func TestServerCapsConnectionsAndFreesSilentOnes(t *testing.T) {
 		t.Errorf("answered after %v, want after the silent connections' header timeout (500 ms)", waited)
 	}
 }
+
+// TestFairInFlight: a key is refused beyond its share while others are admitted, up to
+// the total; a release frees the key's slot.
+func TestFairInFlight(t *testing.T) {
+	f := httpserver.NewFairInFlight(5, 2)
+	for i, step := range []struct {
+		key  string
+		want bool
+	}{{"a", true}, {"a", true}, {"a", false}, {"b", true}, {"b", true}, {"c", true}, {"c", false}, {"d", false}} {
+		if got := f.TryAcquire(step.key); got != step.want {
+			t.Errorf("step %d: TryAcquire(%s) = %v, want %v", i, step.key, got, step.want)
+		}
+	}
+	f.Release("a")
+	if !f.TryAcquire("d") {
+		t.Error("TryAcquire(d) after a release = false, want true")
+	}
+	if f.TryAcquire("a") {
+		t.Error("TryAcquire(a) with the total held = true, want false")
+	}
+	open := httpserver.NewFairInFlight(0, 1)
+	for i := range 3 {
+		if !open.TryAcquire("a") {
+			t.Errorf("an unbounded FairInFlight refused request %d", i)
+		}
+	}
+}

@@ -6,9 +6,10 @@
 //   - time: header, body, answer and idle timeouts free the connection of a client that
 //     sends slowly or not at all (Limits);
 //   - connections: at most Limits.MaxConns open, more wait in the kernel's accept queue
-//     (which costs the process nothing and serves them in order), and at most
+//     (which costs the process nothing and serves them in order), at most
 //     Limits.MaxKeepAliveConns kept open between requests, so idle connections cannot
-//     take every slot;
+//     take every slot, and at most Limits.MaxConnsPerSource from one IP, so one pod
+//     cannot take them all;
 //   - requests: InFlight counts the requests being served and refuses the ones beyond
 //     its bound at once (429 with Retry-After), which a Kubernetes client, the API server
 //     calling a webhook included, retries after the delay;
@@ -55,6 +56,10 @@ type Limits struct {
 	// closed after it. It must be below MaxConns, so that at least MaxConns −
 	// MaxKeepAliveConns slots always turn over. ≤0: no bound.
 	MaxKeepAliveConns int
+	// MaxConnsPerSource is how many connections one source IP has open at once: a
+	// further one is closed as soon as it is accepted (it takes no slot of MaxConns, and
+	// the connections queued behind it are accepted at once). ≤0: no bound.
+	MaxConnsPerSource int
 	// HTTP2 bounds HTTP/2 connections (streams per connection, frame size, receive
 	// buffers); nil keeps net/http's defaults (250 streams, 1 MiB buffers).
 	HTTP2 *http.HTTP2Config
@@ -64,8 +69,8 @@ type Limits struct {
 // TLS when TLSConfig is set. Use Shutdown and Close as on http.Server.
 type Server struct {
 	*http.Server
-	maxConns int
-	open     atomic.Int64
+	maxConns, maxPerSource int
+	open, refused          atomic.Int64
 }
 
 // New returns the server of handler on addr, unstarted, with the timeouts, header and
@@ -76,7 +81,7 @@ func New(handler http.Handler, addr string, tlsConfig *tls.Config, limits Limits
 	if limits.MaxConns > 0 && limits.MaxKeepAliveConns >= limits.MaxConns {
 		return nil, fmt.Errorf("MaxKeepAliveConns %d must be below MaxConns %d", limits.MaxKeepAliveConns, limits.MaxConns)
 	}
-	s := &Server{maxConns: limits.MaxConns}
+	s := &Server{maxConns: limits.MaxConns, maxPerSource: limits.MaxConnsPerSource}
 	if limits.MaxKeepAliveConns > 0 {
 		keep := int64(limits.MaxKeepAliveConns)
 		next := handler
@@ -112,10 +117,18 @@ func New(handler http.Handler, addr string, tlsConfig *tls.Config, limits Limits
 // OpenConns is how many connections the server has open now.
 func (s *Server) OpenConns() int { return int(s.open.Load()) }
 
-// Serve serves ln, accepting at most MaxConns connections at a time, over TLS when the
+// RefusedConns is how many connections the server closed on accepting them, their
+// source holding MaxConnsPerSource already.
+func (s *Server) RefusedConns() int { return int(s.refused.Load()) }
+
+// Serve serves ln, accepting at most MaxConns connections at a time (MaxConnsPerSource
+// from one IP), over TLS when the
 // server has a TLSConfig, until Shutdown or Close; it returns http.ErrServerClosed then.
 // It shadows http.Server.Serve, which would serve plain HTTP.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.maxPerSource > 0 {
+		ln = &sourceListener{Listener: ln, max: s.maxPerSource, refused: &s.refused, open: map[string]int{}}
+	}
 	if s.maxConns > 0 {
 		ln = netutil.LimitListener(ln, s.maxConns)
 	}

@@ -125,8 +125,25 @@ const (
 // 64, more than three sources' bursts, so one address cannot take every slot, and far
 // fewer than the API server's seats for the controller, so a flood from many addresses
 // stays a bounded load; beyond it an unknown token is answered 429 and its trainer
-// retries (a known token is answered from the cache either way).
-var DefaultReviewLimits = authlimit.Limits{SourceQPS: 5, SourceBurst: 20, MaxInFlight: 64}
+// retries (a known token is answered from the cache either way). Of the 64, at most 24
+// for one share (the TrainJob's namespace, or all TrainJobs not in the cache): more
+// than a source's burst, so one address cannot fill a share, and a flood of unknown
+// tokens from many addresses, aimed at one namespace's TrainJobs or at TrainJobs that
+// do not exist, leaves the reviews of other namespaces' new trainer tokens (a new pod,
+// an hourly rotation) 40 slots; filling all 64 takes floods at three shares.
+var DefaultReviewLimits = authlimit.Limits{SourceQPS: 5, SourceBurst: 20, MaxInFlight: 64, MaxInFlightPerShare: 24}
+
+// reviewShare is the share (authlimit.WithShare) the review of a token for the
+// TrainJob at key counts in: the TrainJob's namespace when the cache has it, else one
+// share of all TrainJobs it does not have, which a flood at random names lands in. The
+// answers do not depend on it, so it tells a client nothing about which TrainJobs
+// exist.
+func (a *TokenReviewAuthorizer) reviewShare(key cache.ObjectName) string {
+	if _, err := a.trainJobs.TrainJobs(key.Namespace).Get(key.Name); err != nil {
+		return "no TrainJob"
+	}
+	return "namespace " + key.Namespace
+}
 
 // Keys of a service account token's user.extra naming the pod it is bound to (the
 // API server's, k8s.io/apiserver/pkg/authentication/serviceaccount PodNameKey and
@@ -315,7 +332,7 @@ func (a *TokenReviewAuthorizer) Authorize(ctx context.Context, token string, key
 			return d, err
 		}
 		reviewed = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReviewTimeout)
+		rctx, cancel := context.WithTimeout(authlimit.WithShare(context.WithoutCancel(ctx), a.reviewShare(key)), ReviewTimeout)
 		defer cancel()
 		d, uid, err := a.review(rctx, token, key)
 		if err != nil {

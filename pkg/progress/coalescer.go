@@ -32,23 +32,28 @@ type Coalescer struct {
 	enqueue  func(key cache.ObjectName)
 	observer Observer
 
-	// maxBytes bounds bytes; 0 means no bound. bytesObserver, when the observer
-	// implements it, is told bytes.
-	maxBytes      int64
-	bytesObserver PendingBytesObserver
+	// maxBytes bounds bytes; 0 means no bound. maxNamespaceBytes bounds each
+	// namespace's share of them, namespaceBytes; 0 means no share. bytesObserver, when
+	// the observer implements it, is told bytes.
+	maxBytes, maxNamespaceBytes int64
+	namespaceShare              bool // maxNamespaceBytes was set by an option
+	bytesObserver               PendingBytesObserver
 
 	mu      sync.Mutex
 	entries map[cache.ObjectName]*entry
 	// bytes is what the pending reports and the reports being written hold
-	// (ReportBytes), by the sizes their entries and the Stage's writes recorded.
-	bytes int64
+	// (ReportBytes), by the sizes their entries and the Stage's writes recorded, and
+	// namespaceBytes the same by namespace (no key for a namespace holding none).
+	bytes          int64
+	namespaceBytes map[string]int64
 }
 
 // entry is one TrainJob's state.
 type entry struct {
-	uid     types.UID              // the TrainJob the state belongs to
-	pending *trainer.TrainerStatus // the report to write; nil when none
-	size    int64                  // ReportBytes(pending), counted in Coalescer.bytes
+	namespace string                 // the TrainJob's, whose share its bytes count in
+	uid       types.UID              // the TrainJob the state belongs to
+	pending   *trainer.TrainerStatus // the report to write; nil when none
+	size      int64                  // ReportBytes(pending), counted in Coalescer.bytes
 	// lastWrite is when this process last applied the TrainJob's trainerStatus (zero
 	// before the first write): the start of the period.
 	lastWrite time.Time
@@ -82,9 +87,13 @@ func NewCoalescer(enqueue func(key cache.ObjectName), observer Observer, opts ..
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	c := &Coalescer{enqueue: enqueue, observer: observer, maxBytes: DefaultMaxPendingBytes, entries: map[cache.ObjectName]*entry{}}
+	c := &Coalescer{enqueue: enqueue, observer: observer, maxBytes: DefaultMaxPendingBytes,
+		entries: map[cache.ObjectName]*entry{}, namespaceBytes: map[string]int64{}}
 	for _, opt := range opts {
 		opt(c)
+	}
+	if !c.namespaceShare {
+		c.maxNamespaceBytes = c.maxBytes / NamespaceShareDivisor
 	}
 	if o, ok := observer.(PendingBytesObserver); ok {
 		c.bytesObserver = o
@@ -132,11 +141,16 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		return fmt.Errorf("%w: a report of %d bytes would take the %d bytes held over %d (statusServer.maxPendingReportBytes)",
 			ErrPendingFull, size, held, c.maxBytes)
 	}
+	if held := c.namespaceBytes[key.Namespace]; c.maxNamespaceBytes > 0 && held-replaced+size > c.maxNamespaceBytes {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: a report of %d bytes would take the %d bytes namespace %s holds over its share, %d",
+			ErrPendingFull, size, held, key.Namespace, c.maxNamespaceBytes)
+	}
 	var schedule, coalesced bool
 	var dropped string
 	switch {
 	case e == nil:
-		c.entries[key] = &entry{uid: uid, pending: status, size: size}
+		c.entries[key] = &entry{namespace: key.Namespace, uid: uid, pending: status, size: size}
 		schedule = true
 	case e.uid != uid:
 		// State of an earlier TrainJob of this name. Its pending report (if any) is
@@ -147,7 +161,7 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		} else {
 			schedule = e.due.IsZero()
 		}
-		c.entries[key] = &entry{uid: uid, pending: status, size: size, due: e.due}
+		c.entries[key] = &entry{namespace: key.Namespace, uid: uid, pending: status, size: size, due: e.due}
 	case e.pending == nil:
 		e.pending, e.size = status, size
 		schedule = e.due.IsZero() || isFinal(status) && !e.wroteFinal
@@ -156,7 +170,7 @@ func (c *Coalescer) Record(key cache.ObjectName, uid types.UID, status *trainer.
 		coalesced = true
 		schedule = !e.due.IsZero() && isFinal(status) && !e.wroteFinal
 	}
-	c.addBytes(size - replaced)
+	c.addBytes(key.Namespace, size-replaced)
 	c.mu.Unlock()
 	switch {
 	case dropped != "":
@@ -188,13 +202,16 @@ func isStale(e *entry, status *trainer.TrainerStatus) bool {
 		e.pending != nil && o.before(orderOf(e.pending))
 }
 
-// addBytes adds delta (negative to free) to the bytes held and tells the
-// PendingBytesObserver. Called with mu held.
-func (c *Coalescer) addBytes(delta int64) {
+// addBytes adds delta (negative to free) to the bytes held, and namespace's, and tells
+// the PendingBytesObserver. Called with mu held.
+func (c *Coalescer) addBytes(namespace string, delta int64) {
 	if delta == 0 {
 		return
 	}
 	c.bytes += delta
+	if c.namespaceBytes[namespace] += delta; c.namespaceBytes[namespace] <= 0 {
+		delete(c.namespaceBytes, namespace)
+	}
 	if c.bytesObserver != nil {
 		c.bytesObserver.SetProgressPendingReportBytes(c.bytes)
 	}
@@ -204,13 +221,13 @@ func (c *Coalescer) addBytes(delta int64) {
 // mu held.
 func (c *Coalescer) removeEntry(key cache.ObjectName, e *entry) {
 	delete(c.entries, key)
-	c.addBytes(-e.size)
+	c.addBytes(e.namespace, -e.size)
 }
 
 // clearPending drops e's pending report and frees its bytes. Called with mu held.
 func (c *Coalescer) clearPending(e *entry) {
 	e.pending = nil
-	c.addBytes(-e.size)
+	c.addBytes(e.namespace, -e.size)
 	e.size = 0
 }
 
@@ -223,7 +240,7 @@ func (c *Coalescer) releaseWrite(e *entry, report *trainer.TrainerStatus, size i
 		e.pending, e.size = report, size
 		return
 	}
-	c.addBytes(-size)
+	c.addBytes(e.namespace, -size)
 }
 
 // Forget drops the TrainJob's state, its pending report included; call it when the

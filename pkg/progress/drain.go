@@ -16,9 +16,9 @@ const drainPoll = 50 * time.Millisecond
 // not send it again. Call it once the server no longer accepts reports (closed
 // listeners, in-flight requests answered), while the Stage's pipeline still runs; stop
 // the pipeline after it returns. From the call on, the Stage writes a report as soon as
-// the rate limits allow (WriteLimits.QPS and NamespaceQPS still pace the writes, so a
-// stopping replica does not flood the API server), and every pending report's key is
-// scheduled now.
+// the drain's rate limit allows (WriteLimits.QPS × DrainSpeedup over all namespaces, so
+// a stopping replica writes fast without flooding the API server), and every pending
+// report's key is scheduled now.
 //
 // Drain returns when no report is pending or being written, or when ctx ends (the
 // drain period); it returns the number of reports still unwritten then, which are

@@ -194,3 +194,52 @@ func TestRandomTokenFloodFromManySources(t *testing.T) {
 		t.Errorf("%d of the flood's TokenReviews were in flight at once, want at most MaxInFlight, %d", waiting, floodMaxInFlight)
 	}
 }
+
+// TestNewTrainerTokenDuringManySourceFlood: 1,000 random tokens, each from its own
+// address and for a TrainJob that does not exist, wait on a slow API server, with the
+// handler's bounds on as the controller serves it (DefaultMaxInFlight, its namespace
+// share); a new trainer pod's first report (a token never reviewed, for an existing
+// TrainJob) is reviewed and answered 200 meanwhile: the flood holds its share of the
+// review slots (MaxInFlightPerShare), not all of them. Before the shares the flood held
+// all 64 and the new token was answered 429 until the flood's reviews ended.
+func TestNewTrainerTokenDuringManySourceFlood(t *testing.T) {
+	gate, entered := make(chan struct{}), &atomic.Int64{}
+	var settled atomic.Int64
+	c := newClusterWith(t, func(cfg *progress.AuthorizerConfig) {
+		cfg.Client = utiltesting.SeatedKube{Interface: cfg.Client, Seats: make(chan struct{}, floodTokens+1), Gate: gate, Entered: entered}
+		limitClient(cfg)
+	})
+	c.tokens["fresh"] = boundToken(ns, "llm-node-0-0", "pod-llm", wire.Audience(ns, "llm"))
+	h := progress.NewHandler(progress.HandlerConfig{Authorizer: c.authorizer, Coalescer: progress.NewCoalescer(nil, &observer{}), Clock: c.clock})
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for i := range floodTokens {
+		wg.Go(func() {
+			defer settled.Add(1)
+			req := httptest.NewRequest(http.MethodPost, wire.Path(ns, fmt.Sprintf("guess-%d", i)), strings.NewReader(fullReport))
+			req.RemoteAddr = fmt.Sprintf("10.9.%d.%d:40000", i/250, i%250+1)
+			req.Header.Set("Authorization", fmt.Sprintf("Bearer random-%d", i))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code == http.StatusTooManyRequests {
+				refused.Add(1)
+			}
+		})
+	}
+	for settled.Load()+entered.Load() < floodTokens {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a bound, not a figure
+	code, _ := postFrom(ctx, h, "10.0.0.7:5000", "fresh")
+	cancel()
+	waiting := entered.Load()
+	close(gate)
+	wg.Wait()
+	if code != http.StatusOK {
+		t.Errorf("a new trainer token's report during a flood from %d addresses (%d reviews in flight): %d, want 200", floodTokens, waiting, code)
+	}
+	if share := int64(progress.DefaultReviewLimits.MaxInFlightPerShare); waiting > share {
+		t.Errorf("%d of the flood's TokenReviews were in flight at once, want at most its share, %d", waiting, share)
+	}
+	t.Logf("flood of %d addresses: %d reviews in flight, %d answered 429; the new token's report: %d", floodTokens, waiting, refused.Load(), code)
+}

@@ -80,6 +80,12 @@ type HandlerConfig struct {
 	// the TokenReviews of a flood of uncached reports (the issue-14 benchmark's peak of
 	// 551 MiB of Go heap). 0 means DefaultMaxInFlight (256); negative, no bound.
 	MaxInFlight int
+	// MaxInFlightPerNamespace is how many of them may be for TrainJobs of one namespace
+	// (the path's): beyond it a report is answered 429 as beyond MaxInFlight, so that
+	// one namespace's trainers, sending their bodies slowly or reviewed slowly, leave
+	// the other namespaces' reports their slots. 0 means a quarter of MaxInFlight (at
+	// least 1); negative, no share (MaxInFlight alone).
+	MaxInFlightPerNamespace int
 }
 
 // NewHandler returns the progress endpoint (upstream v2.3's status server, KEP-2779):
@@ -95,8 +101,9 @@ type HandlerConfig struct {
 // status codes are upstream's; upstream finds a missing TrainJob only when its write
 // fails, after decoding, where Trainyard reads its cache first):
 //
-//  0. load: a report beyond MaxInFlight is 429 with Retry-After (upstream has no bound;
-//     its trainers treat any answer but 200 as a lost report and send the next);
+//  0. load: a report beyond MaxInFlight, or beyond MaxInFlightPerNamespace for its
+//     namespace, is 429 with Retry-After (upstream has no bound; its trainers treat
+//     any answer but 200 as a lost report and send the next);
 //  1. body size: a Content-Length over MaxBodyBytes (64 KiB) is 413; a longer body
 //     without one is cut at the limit and also answered 413 when read (upstream
 //     answers that case 422);
@@ -139,7 +146,13 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
-	h := &handler{cfg: cfg, inFlight: httpserver.NewInFlight(cfg.MaxInFlight)}
+	switch perNamespace := cfg.MaxInFlightPerNamespace; {
+	case perNamespace == 0:
+		cfg.MaxInFlightPerNamespace = max(1, cfg.MaxInFlight/4)
+	case perNamespace < 0:
+		cfg.MaxInFlightPerNamespace = 0
+	}
+	h := &handler{cfg: cfg, inFlight: httpserver.NewFairInFlight(cfg.MaxInFlight, cfg.MaxInFlightPerNamespace)}
 	mux := http.NewServeMux()
 	mux.Handle(http.MethodPost+" "+wire.Path("{namespace}", "{name}"), h)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +164,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 
 type handler struct {
 	cfg      HandlerConfig
-	inFlight *httpserver.InFlight // reports being handled
+	inFlight *httpserver.FairInFlight // reports being handled, by namespace
 }
 
 // trainerStatusPath is the request's trainerStatus, the root of field errors.
@@ -179,14 +192,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve answers one report and returns "" if it was accepted, else the
 // metrics.Reason* value of why not.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
-	if !h.inFlight.TryAcquire() {
+	key := cache.ObjectName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	if !h.inFlight.TryAcquire(key.Namespace) {
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 		writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
-			fmt.Sprintf("too many progress reports in flight (%d): retry after %d s", h.inFlight.Max(), RetryAfterSeconds), nil)
+			fmt.Sprintf("too many progress reports in flight (%d, %d per namespace): retry after %d s",
+				h.inFlight.Max(), h.inFlight.PerKey(), RetryAfterSeconds), nil)
 		return metrics.ReasonTooManyRequests
 	}
-	defer h.inFlight.Release()
-	key := cache.ObjectName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	defer h.inFlight.Release(key.Namespace)
 	if r.ContentLength > wire.MaxBodyBytes {
 		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, tooLarge(r.ContentLength), nil)
 		return metrics.ReasonTooLarge

@@ -28,6 +28,11 @@ const (
 	// MinMaxPendingBytes is the least bound allowed, 1 MiB: over 20 of the largest
 	// reports, so a valid report always fits once the writes have freed the bytes.
 	MinMaxPendingBytes = configv1alpha1.MinStatusMaxPendingReportBytes
+	// NamespaceShareDivisor divides the bound among namespaces: the pending reports of
+	// one namespace hold at most 1/4 of it (8 MiB by default: ~195 of the largest
+	// reports, ~9,000 typical ones; 256 KiB, 6 of the largest, at MinMaxPendingBytes),
+	// so one namespace's TrainJobs sending large reports leave the others ¾ of it.
+	NamespaceShareDivisor = 4
 )
 
 // ErrPendingFull is what Coalescer.Record returns (wrapped, with the figures) when
@@ -50,6 +55,20 @@ func MaxPendingBytes(n int64) CoalescerOption {
 		default:
 			c.maxBytes = n
 		}
+	}
+}
+
+// MaxPendingBytesPerNamespace bounds the bytes the pending reports of one namespace
+// hold: Record refuses a report that would take its namespace over it. 0 means the
+// bound of MaxPendingBytes over NamespaceShareDivisor (the default); negative, no
+// share (tests).
+func MaxPendingBytesPerNamespace(n int64) CoalescerOption {
+	return func(c *Coalescer) {
+		if n == 0 {
+			return
+		}
+		c.namespaceShare = true
+		c.maxNamespaceBytes = max(n, 0)
 	}
 }
 

@@ -172,6 +172,38 @@ func postReport(t *testing.T, h http.Handler, k cache.ObjectName, body []byte) (
 	return rec.Code, rec.Header().Get("Retry-After")
 }
 
+// TestCoalescerNamespaceShare: one namespace's TrainJobs sending the largest reports
+// take their namespace's quarter of the bound, then are refused with ErrPendingFull,
+// while another namespace's reports are kept until theirs. Without the share the
+// first namespace took the whole bound and every other report was refused.
+func TestCoalescerNamespaceShare(t *testing.T) {
+	big := progress.ReportBytes(largeReport(1, t0))
+	bound := int64(progress.MinMaxPendingBytes)
+	share := bound / progress.NamespaceShareDivisor
+	f := newStageFixtureWith(t, progress.WriteLimits{}, []progress.CoalescerOption{progress.MaxPendingBytes(bound)})
+	c := f.coalescer
+	kept := func(namespace string, n int) int {
+		for i := range n {
+			k := key(namespace, fmt.Sprintf("tj-%d", i))
+			f.setTrainJob(trainJob(namespace, k.Name, nil))
+			if err := c.Record(k, types.UID(namespace+k.Name), largeReport(1, t0)); err != nil {
+				if !errors.Is(err, progress.ErrPendingFull) {
+					t.Fatalf("Record %s = %v, want nil or ErrPendingFull", k, err)
+				}
+				return i
+			}
+		}
+		return n
+	}
+	flood := int(bound/big) + 1 // more than the whole bound holds
+	if got, want := kept("flood", flood), int(share/big); got != want {
+		t.Errorf("the flooding namespace had %d of its %d reports kept, want its share's %d", got, flood, want)
+	}
+	if got, want := kept("quiet", int(share/big)), int(share/big); got != want {
+		t.Errorf("another namespace had %d reports kept beside the flood, want all %d", got, want)
+	}
+}
+
 // TestCoalescerPendingBytes: at the bound, a newer report of a TrainJob with a pending
 // one replaces it when the difference fits (newest wins), a report that does not fit
 // is refused with ErrPendingFull and changes nothing, and Forget, a stale report and a
@@ -180,7 +212,8 @@ func TestCoalescerPendingBytes(t *testing.T) {
 	big := progress.ReportBytes(largeReport(1, t0))
 	bound := int64(progress.MinMaxPendingBytes)
 	fits := int(bound / big) // large reports that fit together
-	f := newStageFixtureWith(t, progress.WriteLimits{}, []progress.CoalescerOption{progress.MaxPendingBytes(bound)})
+	f := newStageFixtureWith(t, progress.WriteLimits{}, []progress.CoalescerOption{progress.MaxPendingBytes(bound),
+		progress.MaxPendingBytesPerNamespace(-1)}) // one namespace: TestCoalescerNamespaceShare has several
 	c := f.coalescer
 	var keys []cache.ObjectName
 	for i := range fits {

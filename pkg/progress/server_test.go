@@ -25,7 +25,7 @@ func testHandler(t testing.TB, auth progress.Authorizer, obs *observer, maxInFli
 		Authorizer:  auth,
 		Coalescer:   progress.NewCoalescer(func(cache.ObjectName) {}, metrics.New(nil)),
 		Observer:    obs,
-		MaxInFlight: maxInFlight,
+		MaxInFlight: maxInFlight, MaxInFlightPerNamespace: maxInFlight,
 	})
 }
 

@@ -114,9 +114,29 @@ type Stage struct {
 	coalescer *Coalescer
 	period    time.Duration
 	limits    *writeLimiter
-	clock     clock.PassiveClock
-	// draining is set by Drain: the period no longer defers a write.
+	// drainLimits pace the writes once draining is set (DrainSpeedup).
+	drainLimits *writeLimiter
+	clock       clock.PassiveClock
+	// draining is set by Drain: the period no longer defers a write, and the writes
+	// are paced by drainLimits.
 	draining atomic.Bool
+}
+
+// DrainSpeedup is how much faster than WriteLimits.QPS a stopping replica writes the
+// reports it accepted (Drain): one bucket of QPS × DrainSpeedup writes a second, burst
+// as many, over all namespaces, with no per-namespace share (every pending report is
+// to be written, in whatever namespace). At the defaults, 200 writes a second: the
+// controller's 10 s drain period writes ~2,200 pending reports, where 50 a second and
+// 10 per namespace lost every report past ~600, or ~120 in one namespace. The API
+// client's own limit (clientConnection.qps, 500) still applies.
+const DrainSpeedup = 4
+
+// limiter is the write limiter in force: drainLimits once draining.
+func (s *Stage) limiter() *writeLimiter {
+	if s.draining.Load() {
+		return s.drainLimits
+	}
+	return s.limits
 }
 
 var _ engine.Stage = (*Stage)(nil)
@@ -148,7 +168,11 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 		coalescer: cfg.Coalescer,
 		period:    limits.Period,
 		limits:    newWriteLimiter(limits),
-		clock:     cfg.Clock,
+		drainLimits: newWriteLimiter(WriteLimits{
+			QPS: limits.QPS * DrainSpeedup, Burst: int(limits.QPS * DrainSpeedup),
+			NamespaceQPS: limits.QPS * DrainSpeedup, NamespaceBurst: int(limits.QPS * DrainSpeedup),
+		}),
+		clock: cfg.Clock,
 	}, nil
 }
 
@@ -199,7 +223,7 @@ func (s *Stage) forgetGone(key cache.ObjectName, now time.Time) {
 		c.removeEntry(key, e)
 	}
 	c.mu.Unlock()
-	s.limits.release(key, now)
+	s.limiter().release(key, now)
 	if e != nil && e.pending != nil {
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
 	}
@@ -220,7 +244,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	e := c.entries[key]
 	if e == nil {
 		c.mu.Unlock()
-		s.limits.release(key, now)
+		s.limiter().release(key, now)
 		return nil, nil, 0
 	}
 	// This is the deferred sync, or one that makes it moot; set again if this one defers.
@@ -232,14 +256,14 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	}
 	if e.pending == nil {
 		c.mu.Unlock()
-		s.limits.release(key, now)
+		s.limiter().release(key, now)
 		return e, nil, 0
 	}
 	if e.uid != tj.UID {
 		// The report is an earlier TrainJob's of this name.
 		c.removeEntry(key, e)
 		c.mu.Unlock()
-		s.limits.release(key, now)
+		s.limiter().release(key, now)
 		c.observer.ObserveProgressDropped(metrics.ReasonGone)
 		return e, nil, 0
 	}
@@ -248,7 +272,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 	if o := orderOf(report); o.before(orderOf(stored)) || !e.written.at.IsZero() && o.before(e.written) || sameStatus(report, stored) {
 		c.clearPending(e)
 		c.mu.Unlock()
-		s.limits.release(key, now)
+		s.limiter().release(key, now)
 		reason := metrics.ReasonStale
 		if sameStatus(report, stored) {
 			reason = metrics.ReasonUnchanged
@@ -261,7 +285,7 @@ func (s *Stage) take(key cache.ObjectName, tj *trainer.TrainJob, now time.Time) 
 			return deferWrite(wait)
 		}
 	}
-	if wait := s.limits.reserve(key, now); wait > 0 {
+	if wait := s.limiter().reserve(key, now); wait > 0 {
 		return deferWrite(wait)
 	}
 	// Taken; a report arriving during the write schedules the key again. Its bytes stay

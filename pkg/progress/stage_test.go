@@ -52,6 +52,7 @@ type stageFixture struct {
 	enq       *enqueued
 	coalescer *progress.Coalescer
 	stage     *progress.Stage
+	client    *trainerfake.Clientset // the Stage's, whose patches are recorded
 
 	mu       sync.Mutex
 	applies  []clienttesting.PatchActionImpl
@@ -76,6 +77,7 @@ func newStageFixtureWith(t testing.TB, limits progress.WriteLimits, opts []progr
 		f.setTrainJob(tj)
 	}
 	client := trainerfake.NewSimpleClientset()
+	f.client = client
 	client.PrependReactor("patch", "trainjobs", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		p := a.(clienttesting.PatchActionImpl)
 		f.mu.Lock()

@@ -25,11 +25,18 @@ import (
 // TokenReview and a SubjectAccessReview, so a flood is refused before them.
 const (
 	// metricsMaxConns is how many connections are open at once (~40 KiB each over TLS:
-	// 2.5 MiB); more wait to be accepted. A few Prometheus replicas need one each.
-	metricsMaxConns = 64
+	// 10 MiB); more wait to be accepted. A few Prometheus replicas need one each.
+	metricsMaxConns = 256
+	// metricsMaxConnsPerSource is how many of them one IP holds: a further connection
+	// from it is closed as soon as it is accepted. A pod holding slow connections takes
+	// 8 slots, not the 64 that were all of them, and its excess connections leave the
+	// accept queue at once instead of queueing ahead of Prometheus' (with 64 held and
+	// more queued, reconnecting every 5 s, a scrape waited past its timeout). Filling
+	// the cap takes 32 pods; the NetworkPolicy bounds who may try.
+	metricsMaxConnsPerSource = 8
 	// metricsMaxKeepAliveConns is how many are kept open between requests, so that
 	// idle connections cannot take every slot.
-	metricsMaxKeepAliveConns = 32
+	metricsMaxKeepAliveConns = 128
 	// metricsMaxInFlight is how many requests are served at once; more are answered
 	// 429 with Retry-After: 1 before any review. A CPU profile holds its slot for its
 	// seconds parameter.
@@ -39,15 +46,15 @@ const (
 	metricsWriteTimeout = 60 * time.Second
 )
 
-// metricsLimits are the metrics server's timeouts and caps: 5 s for a header (a
+// metricsLimits are the metrics server's timeouts and caps: 2 s for a header (a
 // scraper sends it at once, and it frees a silent connection's slot), 10 s for a
 // request (bodies are empty), metricsWriteTimeout for the answer, 120 s idle (above
 // Prometheus' longest usual scrape interval of 60 s, so its connection is reused), 16 KiB
 // of header (a bearer token).
 var metricsLimits = httpserver.Limits{
-	ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: metricsWriteTimeout,
+	ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: metricsWriteTimeout,
 	IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
-	MaxConns: metricsMaxConns, MaxKeepAliveConns: metricsMaxKeepAliveConns,
+	MaxConns: metricsMaxConns, MaxKeepAliveConns: metricsMaxKeepAliveConns, MaxConnsPerSource: metricsMaxConnsPerSource,
 }
 
 // newMetricsServer returns the server of /metrics (and /debug/pprof when profiling) that

@@ -153,8 +153,10 @@ func (s *progressServer) serve(ctx context.Context, ln net.Listener, logger klog
 }
 
 // progressDrainTimeout bounds how long a stopping replica spends writing the reports
-// it accepted (progress.Stage.Drain): at the default write limits (50 writes/s) the
-// pending reports of 500 TrainJobs. With the Helm chart's shutdownDelay (5 s) and the
+// it accepted (progress.Stage.Drain): at the drain's pace (the write QPS ×
+// progress.DrainSpeedup, 200 writes/s at the defaults, in any namespaces) the pending
+// reports of ~2,200 TrainJobs (TestDrainWritesManyReportsOfOneNamespace drains 1,000 of
+// one namespace in ~4 s). With the Helm chart's shutdownDelay (5 s) and the
 // server's shutdown (at most 5 s) it fits the default terminationGracePeriodSeconds
 // (30 s) with room for the pipeline's drain.
 const progressDrainTimeout = 10 * time.Second

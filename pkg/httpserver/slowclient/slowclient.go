@@ -1,4 +1,4 @@
-// Package slowclient is a test kit of hostile HTTPS clients, for the tests that hold a
+// Package slowclient is a test kit of hostile HTTPS clients (HTTP/1.1 and HTTP/2), for the tests that hold a
 // server (pkg/httpserver's bounds) against them: connections that send a request a byte
 // a second, or send it whole and never read the answer.
 package slowclient
@@ -20,9 +20,10 @@ func Dial(addr string) *tls.Conn {
 }
 
 // Trickle sends prefix at once, then slow a byte a second, reconnecting when the
-// server closes the connection, until stop is closed or a connection fails.
-func Trickle(addr, prefix, slow string, stop <-chan struct{}) {
-	trickle(func() net.Conn {
+// server closes the connection, until stop is closed or a connection fails. It returns
+// how many of its connections the server closed (cut).
+func Trickle(addr, prefix, slow string, stop <-chan struct{}) (cut int) {
+	return trickle(func() net.Conn {
 		if c := Dial(addr); c != nil {
 			return c
 		}
@@ -30,23 +31,25 @@ func Trickle(addr, prefix, slow string, stop <-chan struct{}) {
 	}, prefix, slow, stop)
 }
 
-// trickle is Trickle over the connections dial opens (nil: it cannot connect).
-func trickle(dial func() net.Conn, prefix, slow string, stop <-chan struct{}) {
+// trickle is Trickle over the connections dial opens (nil: it cannot connect), and
+// returns how many of them the server closed.
+func trickle(dial func() net.Conn, prefix, slow string, stop <-chan struct{}) (cut int) {
 	for {
 		c := dial()
 		if c == nil {
-			return
+			return cut
 		}
 		_, err := c.Write([]byte(prefix))
 		for i := 0; err == nil; i = (i + 1) % len(slow) {
 			select {
 			case <-stop:
 				_ = c.Close()
-				return
+				return cut
 			case <-time.After(time.Second):
 			}
 			_, err = c.Write([]byte{slow[i]})
 		}
+		cut++
 		_ = c.Close()
 	}
 }

@@ -30,6 +30,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/trainyard/trainyard/pkg/httpserver"
 )
 
 // Values of the "result" label of trainyard_auth_token_reviews_total (package metrics
@@ -66,6 +68,11 @@ type Limits struct {
 	// MaxInFlight is how many TokenReviews may be in flight at once, all sources
 	// together.
 	MaxInFlight int
+	// MaxInFlightPerShare is how many of them may be for one share (WithShare: the
+	// endpoint's grouping of what a review is for, e.g. the progress endpoint's
+	// namespace), so that a flood aimed at one share leaves the others' new tokens a
+	// review; 0 or negative: no shares. Reviews without a share are one share.
+	MaxInFlightPerShare int
 }
 
 // DefaultMaxSources is Limits.MaxSources when zero: more pod IPs than reach one
@@ -84,7 +91,7 @@ type Limiter struct {
 	sources map[string]*list.Element // of *sourceBucket, in order
 	order   *list.List               // front: most recently seen
 
-	inFlight chan struct{} // nil: no global bound
+	inFlight *httpserver.FairInFlight // by share; unbounded when MaxInFlight ≤ 0
 
 	// The refusals since the last log line (logRefusal), and when it was written.
 	refused  int
@@ -116,9 +123,7 @@ func New(endpoint string, limits Limits, observer Observer, clk clock.PassiveClo
 	}
 	l := &Limiter{endpoint: endpoint, limits: limits, observer: observer, clock: clk,
 		sources: map[string]*list.Element{}, order: list.New()}
-	if limits.MaxInFlight > 0 {
-		l.inFlight = make(chan struct{}, limits.MaxInFlight)
-	}
+	l.inFlight = httpserver.NewFairInFlight(limits.MaxInFlight, limits.MaxInFlightPerShare)
 	return l
 }
 
@@ -128,9 +133,10 @@ func New(endpoint string, limits Limits, observer Observer, clk clock.PassiveClo
 // *errors.StatusError of k8s.io/apimachinery (apierrors.IsTooManyRequests) whose
 // RetryAfterSeconds says when to retry: the time until the source's bucket holds a
 // token again, rounded up to whole seconds, or 1 s when MaxInFlight reviews are in
-// flight.
+// flight, or MaxInFlightPerShare of the share in ctx (WithShare).
 func (l *Limiter) Admit(ctx context.Context) (release func(), err error) {
 	source, _ := ctx.Value(sourceKey{}).(string)
+	share, _ := ctx.Value(shareKey{}).(string)
 	if wait, ok := l.takeSource(source); !ok {
 		l.observe(ResultSourceLimited)
 		l.logRefusal(ctx, source, ResultSourceLimited)
@@ -139,21 +145,15 @@ func (l *Limiter) Admit(ctx context.Context) (release func(), err error) {
 			"too many unknown tokens from %s: at most %d token reviews at once and %g per second per client address",
 			source, l.limits.SourceBurst, l.limits.SourceQPS), max(seconds, 1))
 	}
-	if l.inFlight == nil {
-		l.observe(ResultSent)
-		return func() {}, nil
-	}
-	select {
-	case l.inFlight <- struct{}{}:
-	default:
+	if !l.inFlight.TryAcquire(share) {
 		l.observe(ResultConcurrencyLimited)
 		l.logRefusal(ctx, source, ResultConcurrencyLimited)
 		return nil, apierrors.NewTooManyRequests(fmt.Sprintf(
-			"too many unknown tokens: %d token reviews are in flight", l.limits.MaxInFlight), 1)
+			"too many unknown tokens: %d token reviews are in flight, at most %d for %q", l.limits.MaxInFlight, max(l.limits.MaxInFlightPerShare, 0), share), 1)
 	}
 	l.observe(ResultSent)
 	var once sync.Once
-	return func() { once.Do(func() { <-l.inFlight }) }, nil
+	return func() { once.Do(func() { l.inFlight.Release(share) }) }, nil
 }
 
 // takeSource takes a token from source's bucket and returns true, or returns false
@@ -220,6 +220,14 @@ func (l *Limiter) observe(result string) {
 }
 
 type sourceKey struct{}
+
+type shareKey struct{}
+
+// WithShare returns ctx carrying share, the group (Limits.MaxInFlightPerShare) a
+// Limiter counts the TokenReviews made under ctx in.
+func WithShare(ctx context.Context, share string) context.Context {
+	return context.WithValue(ctx, shareKey{}, share)
+}
 
 // WithSource returns ctx carrying source, the client address a Limiter charges the
 // TokenReviews made under ctx to.

@@ -107,6 +107,30 @@ func TestMaxInFlight(t *testing.T) {
 	}
 }
 
+// TestMaxInFlightPerShare: one share's reviews are refused beyond its bound while
+// another share's are admitted, up to MaxInFlight.
+func TestMaxInFlightPerShare(t *testing.T) {
+	l := New("test", Limits{MaxInFlight: 3, MaxInFlightPerShare: 2}, nil, nil)
+	admit := func(share string) error {
+		_, err := l.Admit(WithShare(context.Background(), share))
+		return err
+	}
+	for i, share := range []string{"flood", "flood"} {
+		if err := admit(share); err != nil {
+			t.Fatalf("review %d of the flood's share refused: %v", i, err)
+		}
+	}
+	if err := admit("flood"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("a 3rd review of the flood's share: %v, want a 429", err)
+	}
+	if err := admit("quiet"); err != nil {
+		t.Errorf("a review of another share beside the flood refused: %v", err)
+	}
+	if err := admit("other"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("a review beyond MaxInFlight: %v, want a 429", err)
+	}
+}
+
 func TestClientLimitsTokenReviewsOnly(t *testing.T) {
 	kube := fake.NewClientset()
 	var reviews atomic.Int64
