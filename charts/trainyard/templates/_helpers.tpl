@@ -414,3 +414,11 @@ statusServer:
 featureGates:
   {{- include "trainyard.featureGates" . | nindent 2 }}
 {{- end }}
+
+{{/*
+The Secret holding the ServiceMonitor's bearer token: metrics.serviceMonitor.authorization.credentials.name,
+else the service-account token Secret the chart creates for <fullname>-metrics-scraper.
+*/}}
+{{- define "trainyard.metricsScraperSecretName" -}}
+{{- default (printf "%s-metrics-scraper-token" (include "trainyard.fullname" .)) .Values.metrics.serviceMonitor.authorization.credentials.name }}
+{{- end }}
