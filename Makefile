@@ -149,8 +149,8 @@ E2E_KUBE137_RUN      := ^(TestWorkload.*|TestDRA.*|TestKubectlVersionReportsTheR
 # would if the real-node leg built its images after the other legs), then the 1.37
 # servers. Cached, it takes seconds.
 .PHONY: e2e-build
-e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images, the helm CLI.
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node --helm
+e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images, the helm CLI, Prometheus and promtool.
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node --helm --prometheus
 	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kube-version=1.37
 
 .PHONY: test-e2e
@@ -259,8 +259,11 @@ bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML pol
 
 include hack/cluster.mk
 
-$(TOOLS)/promtool:
-	hack/charttest/install-promtool.sh
+# promtool of Prometheus 3.16.0, built into the cache with the Prometheus server the
+# monitoring e2e tests run (e2e/cluster PrometheusSource: one build for both).
+$(TOOLS)/promtool: localcluster
+	@mkdir -p $(TOOLS)
+	ln -sf $$($(LOCALCLUSTER) tool promtool) $@
 
 .PHONY: test-chart
 test-chart: build $(TOOLS)/promtool ## Chart tests: lint, render, schema, RBAC, config vs binary, dashboard/alert PromQL, promtool.

@@ -5,6 +5,7 @@
 //	localcluster up [--detach] [flags] start a cluster; without --detach, run until SIGINT/SIGTERM
 //	localcluster status                show the recorded cluster and whether it serves
 //	localcluster down                  stop the recorded cluster, even if its starter died
+//	localcluster tool NAME             build one cached tool alone (promtool, prometheus, helm), print its path
 //
 // All state lives in --state-dir (default <repo>/_output/cluster): the admin
 // kubeconfig, state.json and logs/<component>.log.
@@ -16,9 +17,11 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,13 +33,15 @@ import (
 	"github.com/trainyard/trainyard/e2e/images"
 )
 
-const usage = `usage: localcluster <build|up|down|status> [flags]
+const usage = `usage: localcluster <build|up|down|status|tool> [flags]
 
   build    build the pinned binaries into the cache, or reuse them
   up       start a cluster; stays in the foreground until interrupted, or
            returns once it is ready with --detach
   status   print the recorded cluster, its processes and its health
   down     stop the recorded cluster and remove its data; works after a crash
+  tool     build one tool of the cache alone (promtool, prometheus, helm) and
+           print the path of its binary
 
 Run "localcluster <command> -h" for the flags of a command.
 `
@@ -56,6 +61,8 @@ func main() {
 		err = runUp(ctx, args)
 	case "down":
 		err = runDown(args)
+	case "tool":
+		err = runTool(ctx, args)
 	case "status":
 		err = runStatus(ctx, args)
 	case "-h", "--help", "help":
@@ -74,6 +81,7 @@ func main() {
 type common struct {
 	stateDir, logDir, cacheDir, kubeVersion string
 	kueue, realNode, routedServices, helm   bool
+	prometheus                              bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
@@ -86,6 +94,7 @@ func (c *common) register(flags *flag.FlagSet) {
 	flags.BoolVar(&c.realNode, "real-node", false, "also build (build) or run (up) a real node: kubelet, containerd, runc, CNI and CoreDNS, with the runtimes' images "+
 		"served on 127.0.0.1 (needs root and "+strings.Join(cluster.RealNodeHostPackages, ", ")+"; the fake nodes are then tainted "+cluster.TaintFakeNode.Key+")")
 	flags.BoolVar(&c.helm, "helm", false, "(build) also build the helm CLI (v3.22.0) the e2e Helm leg installs the chart with")
+	flags.BoolVar(&c.prometheus, "prometheus", false, "also build (build) or run (up) Prometheus (3.16.0) and promtool, scraping nothing until configured")
 	flags.BoolVar(&c.routedServices, "routed-services", false, "with --real-node (up): route Services as a real cluster does, kube-proxy in nftables mode on the real node's bridge, "+
 		"the API server reachable from pods at "+cluster.KubernetesServiceIP+" (needs "+strings.Join(cluster.RoutedServicesHostPackages, ", ")+"; one such cluster per machine)")
 }
@@ -93,7 +102,8 @@ func (c *common) register(flags *flag.FlagSet) {
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode, Helm: c.helm},
+		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode, Helm: c.helm, Prometheus: c.prometheus},
+		Prometheus:     c.prometheus,
 		Kueue:          c.kueue,
 		RealNode:       c.realNode,
 		RoutedServices: c.routedServices,
@@ -273,5 +283,36 @@ func runStatus(ctx context.Context, args []string) error {
 		return fmt.Errorf("not serving: %w", err)
 	}
 	fmt.Printf("ready\nexport KUBECONFIG=%s\n", s.Kubeconfig)
+	return nil
+}
+
+// tools are the binaries `localcluster tool` builds alone, with their sources.
+var tools = map[string]cluster.Source{
+	cluster.Promtool:   cluster.PrometheusSource,
+	cluster.Prometheus: cluster.PrometheusSource,
+	cluster.Helm:       cluster.HelmSource,
+}
+
+// runTool builds the source of one tool into the cache unless it is there, without the
+// cluster's other sources (make test-chart needs promtool, not a control plane), and
+// prints the path of its binary.
+func runTool(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("tool", flag.ExitOnError)
+	c.register(flags)
+	_ = flags.Parse(args)
+	if flags.NArg() != 1 {
+		return fmt.Errorf("tool: name one tool of %s", strings.Join(slices.Sorted(maps.Keys(tools)), ", "))
+	}
+	name := flags.Arg(0)
+	src, ok := tools[name]
+	if !ok {
+		return fmt.Errorf("tool: unknown tool %q: want one of %s", name, strings.Join(slices.Sorted(maps.Keys(tools)), ", "))
+	}
+	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{CacheDir: c.cacheDir, Progress: os.Stderr}, src)
+	if err != nil {
+		return err
+	}
+	fmt.Println(bins.Path(name))
 	return nil
 }
