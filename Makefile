@@ -184,9 +184,10 @@ test-e2e-137: host-packages ## The e2e tests whose behavior differs on Kubernete
 ##@ Run
 
 .PHONY: run
-run: host-packages build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
+run: host-packages build cluster-ensure ## The controller in the foreground against the local control plane, scraped by the cluster's Prometheus (PROMETHEUS=1) as the chart's ServiceMonitor would (/metrics on 127.0.0.1:8080: HTTPS, a token with the chart's metrics-reader role): admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
+	$(if $(CLUSTER_PROMETHEUS_FLAGS),$(LOCALCLUSTER) scrape $(LOCALCLUSTER_FLAGS) --metrics-address=127.0.0.1:8080)
 	$(OUTPUT)/bin/trainyard --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig --log-format=text --v=2 \
-	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:8081 \
+	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=true --health-probe-bind-address=127.0.0.1:8081 \
 	  --webhook-bind-address=127.0.0.1:9443 --webhook-register-url=https://127.0.0.1:9443 \
 	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 

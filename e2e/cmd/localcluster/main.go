@@ -6,6 +6,8 @@
 //	localcluster status                show the recorded cluster and whether it serves
 //	localcluster down                  stop the recorded cluster, even if its starter died
 //	localcluster tool NAME             build one cached tool alone (promtool, prometheus, helm), print its path
+//	localcluster scrape --metrics-address=ADDR
+//	                                   have the recorded cluster's Prometheus scrape the controller at ADDR as the chart's ServiceMonitor would
 //
 // All state lives in --state-dir (default <repo>/_output/cluster): the admin
 // kubeconfig, state.json and logs/<component>.log.
@@ -31,6 +33,7 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	"github.com/trainyard/trainyard/e2e/images"
+	"github.com/trainyard/trainyard/e2e/monitoring"
 )
 
 const usage = `usage: localcluster <build|up|down|status|tool> [flags]
@@ -42,6 +45,8 @@ const usage = `usage: localcluster <build|up|down|status|tool> [flags]
   down     stop the recorded cluster and remove its data; works after a crash
   tool     build one tool of the cache alone (promtool, prometheus, helm) and
            print the path of its binary
+  scrape   have the recorded cluster's Prometheus (up --prometheus) scrape the
+           controller process as the chart's ServiceMonitor would, with its rules
 
 Run "localcluster <command> -h" for the flags of a command.
 `
@@ -63,6 +68,8 @@ func main() {
 		err = runDown(args)
 	case "tool":
 		err = runTool(ctx, args)
+	case "scrape":
+		err = runScrape(ctx, args)
 	case "status":
 		err = runStatus(ctx, args)
 	case "-h", "--help", "help":
@@ -314,5 +321,46 @@ func runTool(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Println(bins.Path(name))
+	return nil
+}
+
+// runScrape configures the Prometheus of the recorded cluster (up --prometheus) to
+// scrape the controller process at --metrics-address with the chart's ServiceMonitor
+// and rules (e2e/monitoring.ScrapeController), for `make run`, and prints Prometheus' URL.
+func runScrape(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("scrape", flag.ExitOnError)
+	c.register(flags)
+	var metricsAddr string
+	flags.StringVar(&metricsAddr, "metrics-address", "127.0.0.1:8080", "host:port of the controller's /metrics (HTTPS with authentication, as the chart serves it)")
+	_ = flags.Parse(args)
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	local, err := cluster.Attach(ctx, filepath.Join(opts.StateDir, "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if local.PrometheusURL() == "" {
+		return fmt.Errorf("the cluster in %s runs no Prometheus: make cluster-down, then make cluster-up (PROMETHEUS=1, the default)", opts.StateDir)
+	}
+	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{CacheDir: c.cacheDir, Progress: os.Stderr}, cluster.HelmSource)
+	if err != nil {
+		return err
+	}
+	root, err := cluster.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	chart, err := monitoring.RenderChart(ctx, bins.Path(cluster.Helm), root, monitoring.DefaultValues)
+	if err != nil {
+		return err
+	}
+	setup, err := monitoring.ScrapeController(ctx, local, chart, metricsAddr, "", 1)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "Prometheus at %s scrapes %s (job %s) as the chart's ServiceMonitor would, with the chart's rules\n", local.PrometheusURL(), metricsAddr, setup.Job)
 	return nil
 }
