@@ -132,6 +132,13 @@ func TestMonitoring(t *testing.T) {
 		if setup, err = ScrapeController(ctx, c, chart, ctrl.MetricsAddr, unauthenticated, forDivisor); err != nil {
 			t.Fatal(err)
 		}
+		// A fault must come after the first scrape: a counter whose first sample already
+		// holds its increments has no increase() (a TrainJob refused 5 times within
+		// 2 s of a start, as the status stage's retries do, then only every 10 min).
+		cluster.Eventually(t, time.Minute, "a first scrape of "+ctrl.MetricsAddr, func(context.Context) (bool, string) {
+			tg, ok := p.target(t, setup.Job)
+			return ok && tg.Health == "up" && tg.ScrapeURL == "https://"+ctrl.MetricsAddr+"/metrics", fmt.Sprintf("%s %s %s", tg.ScrapeURL, tg.Health, tg.LastError)
+		})
 	}
 	run := func(cfg ctrlproc.Config, chart Chart) {
 		t.Helper()
@@ -148,6 +155,19 @@ func TestMonitoring(t *testing.T) {
 
 	t.Run("ScrapeConfigIsTheServiceMonitors", func(t *testing.T) {
 		expectScrapeConfig(t, p, sm, job, setup.Token, secretName)
+	})
+
+	t.Run("UnmappedServiceMonitorFieldIsRefused", func(t *testing.T) {
+		// A field the mapping does not know (here the deprecated bearerTokenFile) must
+		// fail loudly, not be dropped from the scrape configuration.
+		odd := sm.DeepCopy()
+		eps, _, _ := unstructured.NestedSlice(odd.Object, "spec", "endpoints")
+		eps[0].(map[string]any)["bearerTokenFile"] = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		_ = unstructured.SetNestedSlice(odd.Object, eps, "spec", "endpoints")
+		_, err := ScrapeConfig(odd, 0, Target{Address: "127.0.0.1:1", CredentialsFile: "/dev/null"})
+		if err == nil || !strings.Contains(err.Error(), "spec.endpoints[0].bearerTokenFile") {
+			t.Errorf("ScrapeConfig with bearerTokenFile: %v; want an error naming the field", err)
+		}
 	})
 
 	t.Run("ScrapedWithTheScrapersTokenOnly", func(t *testing.T) {
@@ -227,12 +247,16 @@ func TestMonitoring(t *testing.T) {
 	scrape(faultChart)
 
 	t.Run("QueueLatencyOverItsBoundFiresStageQueueBacklog", func(t *testing.T) {
-		// One worker in the first stage and a burst of 300: the last TrainJobs wait
-		// seconds in its queue, over the 1 s bound.
-		run(ctrlproc.Config{Args: append(slices.Clone(ctrlArgs), "--stage-workers=resolve_runtime=1")}, faultChart)
+		// One worker in the status stage, which writes each JobSet, its API client held
+		// to 20 requests/s, and a burst of 300: the last TrainJobs wait in its queue for
+		// tens of seconds, whatever the machine's speed, over the 1 s bound. (One worker
+		// in resolve_runtime, which reads from caches only, drained 300 within the bound
+		// on a quiet machine.)
+		run(ctrlproc.Config{Args: append(slices.Clone(ctrlArgs), "--stage-workers=status=1", "--kube-api-qps=20")}, faultChart)
 		faultAt := time.Now()
 		burst(t, trainers, ns, "backlog", 300)
 		expectFiring(t, "TrainyardStageQueueBacklog", faultAt, 3*time.Minute, nil)
+		run(ctrlproc.Config{Args: ctrlArgs}, faultChart) // the next faults with the chart's workers
 	})
 
 	t.Run("DeniedWritesFireWritesRefused", func(t *testing.T) {
@@ -272,6 +296,12 @@ func TestMonitoring(t *testing.T) {
 		faultAt := time.Now()
 		run(ctrlproc.Config{Args: ctrlArgs, NoWait: true}, faultChart)
 		expectFiring(t, "TrainyardNoLeader", faultAt, 3*time.Minute, nil)
+	})
+
+	t.Run("StoppedControllerFiresControllerDown", func(t *testing.T) {
+		faultAt := time.Now()
+		ctrl.Stop(t)
+		expectFiring(t, "TrainyardControllerDown", faultAt, 3*time.Minute, nil)
 	})
 
 	t.Run("EveryRecordingRuleAndDashboardQueryReturnsData", func(t *testing.T) {
