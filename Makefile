@@ -192,7 +192,7 @@ run: host-packages build cluster-ensure ## The controller in the foreground agai
 	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 
 .PHONY: dev
-dev: host-packages cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
+dev: host-packages cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete, the controller scraped by the cluster's Prometheus as the chart's ServiceMonitor would (PROMETHEUS=1); KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
 	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS) $(if $(filter 1,$(OPTIMIZE)),--optimize)
 
 ##@ Benchmarks
