@@ -149,8 +149,8 @@ E2E_KUBE137_RUN      := ^(TestWorkload.*|TestDRA.*|TestKubectlVersionReportsTheR
 # would if the real-node leg built its images after the other legs), then the 1.37
 # servers. Cached, it takes seconds.
 .PHONY: e2e-build
-e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images, the helm CLI.
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node --helm
+e2e-build: localcluster ## Build (once; cached by recipe) every binary and image the e2e legs need: Kubernetes 1.36 and 1.37, JobSet, kwok, Kueue, the real node and its images, the helm CLI, Prometheus and promtool.
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kueue --real-node --helm --prometheus
 	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) --kube-version=1.37
 
 .PHONY: test-e2e
@@ -184,14 +184,15 @@ test-e2e-137: host-packages ## The e2e tests whose behavior differs on Kubernete
 ##@ Run
 
 .PHONY: run
-run: host-packages build cluster-ensure ## The controller in the foreground against the local control plane: admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
+run: host-packages build cluster-ensure ## The controller in the foreground against the local control plane, scraped by the cluster's Prometheus (PROMETHEUS=1) as the chart's ServiceMonitor would (/metrics on 127.0.0.1:8080: HTTPS, a token with the chart's metrics-reader role): admission webhooks registered with the API server over 127.0.0.1:9443 (removed again on Ctrl-C), the training-progress server on port 10443 (the port of the URL injected into trainer pods) of the address pods reach the host at: the real node's bridge address, 127.0.0.1 without one.
+	$(if $(CLUSTER_PROMETHEUS_FLAGS),$(LOCALCLUSTER) scrape $(LOCALCLUSTER_FLAGS) --metrics-address=127.0.0.1:8080)
 	$(OUTPUT)/bin/trainyard --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig --log-format=text --v=2 \
-	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:8081 \
+	  --metrics-bind-address=127.0.0.1:8080 --metrics-secure=true --health-probe-bind-address=127.0.0.1:8081 \
 	  --webhook-bind-address=127.0.0.1:9443 --webhook-register-url=https://127.0.0.1:9443 \
 	  --status-server-bind-address=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) --host-address):10443
 
 .PHONY: dev
-dev: host-packages cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete; KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
+dev: host-packages cluster-ensure ## The main job: local control plane, torch-distributed runtime, a TrainJob run to Complete, the controller scraped by the cluster's Prometheus as the chart's ServiceMonitor would (PROMETHEUS=1); KUEUE=1: through Kueue (queued, admitted, then run); OPTIMIZE=1: the hyperparameter search of examples/digits-search (8 trials, 2 at a time) on the real node, naming the best trial.
 	cd e2e && $(GO) run ./cmd/dev --repo=$(CURDIR) --kubeconfig=$(CURDIR)/_output/cluster/kubeconfig $(CLUSTER_KUEUE_FLAGS) $(if $(filter 1,$(OPTIMIZE)),--optimize)
 
 ##@ Benchmarks
@@ -259,8 +260,11 @@ bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML pol
 
 include hack/cluster.mk
 
-$(TOOLS)/promtool:
-	hack/charttest/install-promtool.sh
+# promtool of Prometheus 3.16.0, built into the cache with the Prometheus server the
+# monitoring e2e tests run (e2e/cluster PrometheusSource: one build for both).
+$(TOOLS)/promtool: localcluster
+	@mkdir -p $(TOOLS)
+	ln -sf $$($(LOCALCLUSTER) tool promtool) $@
 
 .PHONY: test-chart
 test-chart: build $(TOOLS)/promtool ## Chart tests: lint, render, schema, RBAC, config vs binary, dashboard/alert PromQL, promtool.

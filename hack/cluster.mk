@@ -38,6 +38,11 @@ CLUSTER_NODE_GPUS ?= 8
 CLUSTER_UP_FLAGS ?=
 KUEUE ?=
 CLUSTER_KUEUE_FLAGS := $(if $(filter 1 true yes,$(KUEUE)),--kueue)
+# PROMETHEUS=1 (the default) runs Prometheus 3.16.0 as a component (built once with
+# promtool, cached): `make run` has it scrape the controller as the chart's
+# ServiceMonitor would, with the chart's rules (localcluster scrape). PROMETHEUS=0: none.
+PROMETHEUS ?= 1
+CLUSTER_PROMETHEUS_FLAGS := $(if $(filter 1 true yes,$(PROMETHEUS)),--prometheus)
 KUBE_VERSION ?=
 CLUSTER_KUBE_FLAGS := $(if $(KUBE_VERSION),--kube-version=$(KUBE_VERSION))
 # REAL_NODE=1 (the default) adds a real node: kubelet, containerd, runc, CNI and CoreDNS
@@ -68,10 +73,10 @@ localcluster: host-packages
 	cd $(CLUSTER_ROOT)/e2e && GOWORK=off go build -o $(LOCALCLUSTER) ./cmd/localcluster
 
 cluster-build: localcluster
-	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS)
+	$(LOCALCLUSTER) build $(LOCALCLUSTER_FLAGS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_PROMETHEUS_FLAGS)
 
 cluster-up: localcluster
-	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_UP_FLAGS)
+	$(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_PROMETHEUS_FLAGS) $(CLUSTER_UP_FLAGS)
 
 # cluster-ensure starts a cluster unless a ready one is already recorded in the
 # state dir; with KUEUE=1 it must run Kueue too, and with KUBE_VERSION that
@@ -79,11 +84,13 @@ cluster-up: localcluster
 cluster-ensure: localcluster
 	@status=$$($(LOCALCLUSTER) status $(LOCALCLUSTER_FLAGS) 2>/dev/null || true); \
 	if ! grep -qx ready <<<"$$status"; then \
-	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_UP_FLAGS); \
+	  $(LOCALCLUSTER) up --detach $(LOCALCLUSTER_FLAGS) --nodes=$(CLUSTER_NODES) --gpus=$(CLUSTER_NODE_GPUS) $(CLUSTER_KUBE_FLAGS) $(CLUSTER_KUEUE_FLAGS) $(CLUSTER_REAL_NODE_FLAGS) $(CLUSTER_PROMETHEUS_FLAGS) $(CLUSTER_UP_FLAGS); \
 	elif [ -n "$(KUBE_VERSION)" ] && ! grep -qx 'kubernetes: $(KUBE_VERSION)' <<<"$$status"; then \
 	  echo "the running cluster is not Kubernetes $(KUBE_VERSION): make cluster-down, then make cluster-up KUBE_VERSION=$(KUBE_VERSION)" >&2; exit 1; \
 	elif [ -n "$(CLUSTER_KUEUE_FLAGS)" ] && ! grep -Eq '^ +kueue +pid [0-9]+ +running' <<<"$$status"; then \
 	  echo "the running cluster has no Kueue: make cluster-down, then make cluster-up KUEUE=1" >&2; exit 1; \
+	elif [ -n "$(CLUSTER_PROMETHEUS_FLAGS)" ] && ! grep -Eq '^ +prometheus +pid [0-9]+ +running' <<<"$$status"; then \
+	  echo "the running cluster has no Prometheus: make cluster-down, then make cluster-up (or PROMETHEUS=0 without it)" >&2; exit 1; \
 	fi
 
 cluster-status: localcluster

@@ -50,6 +50,9 @@ type BuildOptions struct {
 	// Helm adds HelmSource (the helm CLI) to the sources built, for the e2e
 	// Helm leg (e2e/helm).
 	Helm bool
+	// Prometheus adds PrometheusSource (the Prometheus server and promtool) to the
+	// sources built, for the monitoring e2e tests (e2e/monitoring) and Options.Prometheus.
+	Prometheus bool
 	// KubeVersion is the Kubernetes minor version whose control-plane
 	// binaries are built ("1.37"; see LookupKubeRelease); "" means
 	// DefaultKubeVersion.
@@ -78,6 +81,9 @@ func (o *BuildOptions) sources() ([]Source, error) {
 	}
 	if o.Helm {
 		srcs = append(srcs, HelmSource)
+	}
+	if o.Prometheus {
+		srcs = append(srcs, PrometheusSource)
 	}
 	return srcs, nil
 }

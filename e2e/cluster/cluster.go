@@ -30,6 +30,8 @@ type Cluster struct {
 	client     kubernetes.Interface
 	dynamic    dynamic.Interface
 	apiext     apiextensionsclient.Interface
+	// prometheusDir is the Prometheus component's folder of an attached cluster.
+	prometheusDir string
 
 	pki       *pki
 	realNode  *RealNodeState // nil without Options.RealNode
@@ -162,6 +164,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		func() error { return c.startKwok(ctx) },
 		func() error { return c.installDeviceClass(ctx) },
 		func() error {
+			if !c.opts.Prometheus {
+				return nil
+			}
+			return c.startPrometheus(ctx)
+		},
+		func() error {
 			if !c.opts.RealNode {
 				return nil
 			}
@@ -221,6 +229,13 @@ func Attach(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	if s, err := ReadState(filepath.Dir(kubeconfig)); err == nil {
 		c.opts.LogDir = s.LogDir // for error messages, when started by localcluster
 		c.realNode = s.RealNode
+		for _, p := range s.Processes {
+			if p.Name == Prometheus && len(p.Ports) > 0 { // localcluster up --prometheus
+				c.opts.Prometheus = true
+				c.ports = map[string]int{Prometheus: p.Ports[0]}
+				c.prometheusDir = filepath.Join(s.WorkDir, Prometheus)
+			}
+		}
 	}
 	if err := c.connect(); err != nil {
 		return nil, err

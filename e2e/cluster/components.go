@@ -24,7 +24,7 @@ const Kubectl = "kubectl"
 const TrainerControllerManager = "trainer-controller-manager"
 
 // components lists the processes of a cluster in start order.
-var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok, Kueue}
+var components = []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, JobSet, Kwok, Kueue, Prometheus}
 
 // Source is one pinned Go module from which binaries are built and/or
 // manifest files are taken.
@@ -250,4 +250,40 @@ func kueueAssets() map[string]string {
 		assets[assetKueueCRDPrefix+kind+".yaml"] = "config/components/crd/bases/kueue.x-k8s.io_" + kind + ".yaml"
 	}
 	return assets
+}
+
+// Prometheus and Promtool name the binaries of [PrometheusSource].
+const (
+	Prometheus = "prometheus"
+	Promtool   = "promtool"
+)
+
+// PrometheusSource is the Prometheus server and promtool of Prometheus 3.16.0
+// (github.com/prometheus/prometheus v0.316.0), built only when asked for
+// (BuildOptions.Prometheus): the server scrapes the controller and evaluates the chart's
+// recording and alerting rules in the monitoring e2e tests (e2e/monitoring) and beside
+// `make run`/`make dev`; promtool checks and unit-tests those rules (make test-chart).
+// Both come from one build module and one go build, so the packages they share are
+// compiled once.
+//
+// Tags: remove_all_sd leaves out Prometheus' service-discovery plugins (its
+// plugins/plugin_*.go, each built with `!remove_all_sd || enable_<name>_sd`),
+// enable_kubernetes_sd keeps the one a ServiceMonitor generates. promtool imports
+// discovery/kubernetes itself, so keeping it costs the server no compile, only a link.
+// Without the tags the two binaries need 1,527 packages, with them 1,284. The web UI's
+// assets are left out by default (no builtinassets tag): the tests use the HTTP API.
+var PrometheusSource = Source{
+	Name: "prometheus", Module: "github.com/prometheus/prometheus", Version: "v0.316.0",
+	Binaries: map[string]string{
+		Prometheus: "github.com/prometheus/prometheus/cmd/prometheus",
+		Promtool:   "github.com/prometheus/prometheus/cmd/promtool",
+	},
+	Tags: []string{"remove_all_sd", "enable_kubernetes_sd"},
+	// As Prometheus' release build (.promu.yml) stamps the version `--version` and
+	// /api/v1/status/buildinfo report; the date is the tag's time on the proxy.
+	Stamp: map[string]string{
+		"github.com/prometheus/common/version.Version":   "3.16.0",
+		"github.com/prometheus/common/version.Branch":    "HEAD",
+		"github.com/prometheus/common/version.BuildDate": "20261105-15:06:51",
+	},
 }

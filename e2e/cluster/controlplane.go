@@ -28,6 +28,9 @@ func (c *Cluster) allocatePorts() error {
 	if c.opts.Kueue {
 		names = append(names, Kueue, portKueueHealth)
 	}
+	if c.opts.Prometheus {
+		names = append(names, Prometheus)
+	}
 	if c.opts.RealNode {
 		names = append(names, Kubelet, portKubeletHealth, portCoreDNSHealth, portCoreDNSReady, Registry)
 	}
@@ -185,6 +188,9 @@ var controllers = []string{
 	"garbage-collector-controller",
 	"namespace-controller",
 	"serviceaccount-controller",
+	// Writes tokens into Secrets of type kubernetes.io/service-account-token, such as
+	// the chart's metrics scraper token its ServiceMonitor reads (e2e/monitoring).
+	"serviceaccount-token-controller",
 	"resourceclaim-controller",
 	"node-lifecycle-controller",
 	"pod-garbage-collector-controller",
@@ -210,6 +216,8 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 	args := append(c.kubeComponentArgs(KubeControllerManager, kubeconfig),
 		"--controllers="+strings.Join(enabled, ","),
 		"--use-service-account-credentials=false",
+		// The key kube-apiserver verifies tokens with, for serviceaccount-token-controller.
+		"--service-account-private-key-file="+c.pki.serviceAccountKeyFile(),
 		// Published in every namespace as ConfigMap kube-root-ca.crt, which each
 		// pod's service-account volume mounts.
 		"--root-ca-file="+c.pki.caFile(),

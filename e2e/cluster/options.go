@@ -114,6 +114,11 @@ type Options struct {
 	// are then suspended at creation and admitted by Kueue as in a real
 	// installation.
 	Kueue bool
+	// Prometheus runs the Prometheus server (PrometheusSource) as a component, on
+	// 127.0.0.1 ([Cluster.PrometheusURL]), with no scrape configs until
+	// [Cluster.ConfigurePrometheus] gives it some (the monitoring e2e tests: the
+	// chart's ServiceMonitor and rules against the controller process).
+	Prometheus bool
 	// RealNode runs a real node beside the fake ones (realnode.go): kubelet,
 	// containerd with Debian's runc, the CNI bridge and CoreDNS serving
 	// cluster.local, on a pod network that exists only on this machine, with
@@ -172,6 +177,7 @@ func (o *Options) withDefaults() error {
 		return err
 	}
 	o.Build.Kueue = o.Build.Kueue || o.Kueue
+	o.Build.Prometheus = o.Build.Prometheus || o.Prometheus
 	o.Build.RealNode = o.Build.RealNode || o.RealNode
 	if o.RoutedServices && !o.RealNode {
 		return errors.New("routed Services need a real node: kube-proxy programs the real node's bridge (set RealNode, --real-node)")

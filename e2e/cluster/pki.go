@@ -114,9 +114,12 @@ func (p *pki) serviceAccountKey() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("generating service-account key: %w", err)
 	}
-	path := filepath.Join(p.dir, "sa.key")
+	path := p.serviceAccountKeyFile()
 	return path, os.WriteFile(path, pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)), 0o600)
 }
+
+// serviceAccountKeyFile is where serviceAccountKey writes the key.
+func (p *pki) serviceAccountKeyFile() string { return filepath.Join(p.dir, "sa.key") }
 
 func pemBlock(kind string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})

@@ -47,9 +47,27 @@ func TestMetricsEndpoint(t *testing.T) {
 			if want.secure != hasTLS || (hasTLS && tlsConfig["insecureSkipVerify"] != true) {
 				t.Errorf("ServiceMonitor tlsConfig = %v, want insecureSkipVerify with HTTPS only", ep["tlsConfig"])
 			}
-			if token, _ := ep["bearerTokenFile"].(string); (token != "") != want.auth ||
-				(want.auth && token != "/var/run/secrets/kubernetes.io/serviceaccount/token") {
-				t.Errorf("ServiceMonitor bearerTokenFile = %q, want Prometheus' token exactly with auth", token)
+			if _, deprecated := ep["bearerTokenFile"]; deprecated {
+				t.Error("ServiceMonitor uses bearerTokenFile, which Prometheus Operator deprecates for authorization")
+			}
+			wantAuthz := map[string]any{"type": "Bearer", "credentials": map[string]any{"name": fullname + "-metrics-scraper-token", "key": "token"}}
+			if authz, has := ep["authorization"]; has != want.auth || (want.auth && !cmp.Equal(authz, wantAuthz)) {
+				t.Errorf("ServiceMonitor authorization = %v, want %v exactly with auth", authz, wantAuthz)
+			}
+			scraper := r.find("Secret", fullname+"-metrics-scraper-token")
+			if (scraper != nil) != want.auth {
+				t.Fatalf("scraper token Secret rendered: %t, want %t", scraper != nil, want.auth)
+			}
+			if scraper != nil {
+				secret := into[corev1.Secret](t, scraper)
+				if secret.Type != corev1.SecretTypeServiceAccountToken || secret.Annotations[corev1.ServiceAccountNameKey] != fullname+"-metrics-scraper" {
+					t.Errorf("scraper Secret type %q annotations %v, want a service-account token of %s-metrics-scraper", secret.Type, secret.Annotations, fullname)
+				}
+				r.get(t, "ServiceAccount", fullname+"-metrics-scraper")
+				binding := into[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", fullname+"-metrics-scraper"))
+				if binding.RoleRef.Name != fullname+"-metrics-reader" || len(binding.Subjects) != 1 || binding.Subjects[0].Name != fullname+"-metrics-scraper" {
+					t.Errorf("scraper binding %+v, want %s-metrics-scraper bound to %s-metrics-reader alone", binding, fullname, fullname)
+				}
 			}
 
 			var rules []rbacv1.PolicyRule
@@ -99,6 +117,17 @@ func TestMetricsEndpoint(t *testing.T) {
 		tlsConfig := ep["tlsConfig"].(map[string]any)
 		if tlsConfig["serverName"] != "trainyard-webhook.trainyard-system.svc" || tlsConfig["ca"] == nil || tlsConfig["insecureSkipVerify"] != nil {
 			t.Errorf("tlsConfig = %v, want the values'", tlsConfig)
+		}
+	})
+	t.Run("authorization from the user's Secret", func(t *testing.T) {
+		r := mustRender(t, `metrics: {serviceMonitor: {enabled: true, authorization: {credentials: {name: prometheus-token, key: jwt}}}}`, withMonitoring())
+		ep := r.get(t, "ServiceMonitor", fullname).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		want := map[string]any{"type": "Bearer", "credentials": map[string]any{"name": "prometheus-token", "key": "jwt"}}
+		if diff := cmp.Diff(want, ep["authorization"]); diff != "" {
+			t.Errorf("authorization (-want +got):\n%s", diff)
+		}
+		if r.find("Secret", fullname+"-metrics-scraper-token") != nil || r.find("ServiceAccount", fullname+"-metrics-scraper") != nil {
+			t.Error("the chart's scraper identity rendered although the values name a Secret")
 		}
 	})
 	t.Run("no reader role without RBAC", func(t *testing.T) {

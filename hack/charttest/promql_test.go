@@ -441,7 +441,7 @@ func TestPrometheusRule(t *testing.T) {
 				"TrainyardJobSetCreationSLOBurnFast", "TrainyardJobSetCreationSLOBurnSlow",
 				"TrainyardLostUpdate", "TrainyardJobSetLagging", "TrainyardAdmissionErrors",
 				"TrainyardProgressReportFlood", "TrainyardProgressWritesFailing",
-				"TrainyardPipelineInFlightSaturated", "TrainyardWritesRefused",
+				"TrainyardPipelineInFlightSaturated", "TrainyardWritesRefused", "TrainyardCertificateExpiringSoon",
 			}
 			if name == "single-no-leader-election" {
 				wantAlerts = slices.DeleteFunc(wantAlerts, func(a string) bool { return a == "TrainyardNoLeader" })

@@ -10,12 +10,12 @@ import (
 )
 
 // promtool returns the promtool binary named by $PROMTOOL (make test-chart
-// installs one with install-promtool.sh), skipping the test without it.
+// links the one e2e/cluster builds: `localcluster tool promtool`), skipping the test without it.
 func promtool(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("PROMTOOL")
 	if bin == "" {
-		t.Skip("PROMTOOL is not set; run ./install-promtool.sh and set PROMTOOL to the path it prints")
+		t.Skip("PROMTOOL is not set; run make test-chart, or set PROMTOOL to the path `cd e2e && go run ./cmd/localcluster tool promtool` prints")
 	}
 	if _, err := exec.LookPath(bin); err != nil {
 		t.Fatalf("PROMTOOL=%s: %v", bin, err)

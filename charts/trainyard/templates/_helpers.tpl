@@ -424,3 +424,11 @@ Kubernetes names (no quotes or backslashes).
 {{- range . }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end }}
 {{- join ", " $quoted }}
 {{- end }}
+
+{{/*
+The Secret holding the ServiceMonitor's bearer token: metrics.serviceMonitor.authorization.credentials.name,
+else the service-account token Secret the chart creates for <fullname>-metrics-scraper.
+*/}}
+{{- define "trainyard.metricsScraperSecretName" -}}
+{{- default (printf "%s-metrics-scraper-token" (include "trainyard.fullname" .)) .Values.metrics.serviceMonitor.authorization.credentials.name }}
+{{- end }}

@@ -52,6 +52,7 @@ import (
 
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
+	"github.com/trainyard/trainyard/e2e/monitoring"
 	"github.com/trainyard/trainyard/e2e/training"
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	trainerclient "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned"
@@ -127,6 +128,9 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 		_ = ctrl.Process.Signal(syscall.SIGTERM)
 		_ = ctrl.Wait()
 	}()
+	if err := scrapeController(ctx, root, local, say); err != nil {
+		return err
+	}
 	var kueueState func(context.Context) string
 	if withKueue {
 		dyn := dynamic.NewForConfigOrDie(cfg)
@@ -166,6 +170,9 @@ func search(ctx context.Context, root, kubeconfig string, local *cluster.Cluster
 		_ = ctrl.Process.Signal(syscall.SIGTERM)
 		_ = ctrl.Wait()
 	}()
+	if err := scrapeController(ctx, root, local, say); err != nil {
+		return err
+	}
 	say("real node %s: every trial trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -314,6 +321,33 @@ func readTrainJob(path string) (*trainer.TrainJob, error) {
 	return tj, nil
 }
 
+// metricsAddr is where the controller serves /metrics, as under `make run`: HTTPS with
+// authentication, as the chart serves it, for the cluster's Prometheus.
+const metricsAddr = "127.0.0.1:8080"
+
+// scrapeController has the cluster's Prometheus (PROMETHEUS=1, the default) scrape the
+// controller as the chart's ServiceMonitor would, with the chart's rules
+// (e2e/monitoring); nothing without one.
+func scrapeController(ctx context.Context, root string, local *cluster.Cluster, say func(string, ...any)) error {
+	if local.PrometheusURL() == "" {
+		return nil
+	}
+	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{Progress: os.Stderr}, cluster.HelmSource)
+	if err != nil {
+		return err
+	}
+	chart, err := monitoring.RenderChart(ctx, bins.Path(cluster.Helm), root, monitoring.DefaultValues)
+	if err != nil {
+		return err
+	}
+	setup, err := monitoring.ScrapeController(ctx, local, chart, metricsAddr, "", 1)
+	if err != nil {
+		return err
+	}
+	say("Prometheus %s scrapes the controller at %s (job %s) with the chart's ServiceMonitor and rules", local.PrometheusURL(), metricsAddr, setup.Job)
+	return nil
+}
+
 // startController builds and starts the controller with per-sync logging (-v=4), its
 // log teed to _output/dev/trainyard.log; it returns the process and a reader of the log.
 func startController(ctx context.Context, root, kubeconfig, statusAddr string) (*exec.Cmd, io.Reader, error) {
@@ -335,7 +369,7 @@ func startController(ctx context.Context, root, kubeconfig, statusAddr string) (
 	// As `make run` and the e2e tests: the admission webhooks registered with the API
 	// server over 127.0.0.1 (the controller removes them when it stops), the progress
 	// server at statusAddr, whose port is the port of the URL injected into trainer pods.
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false",
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, "--metrics-secure=true",
 		"--health-probe-bind-address=127.0.0.1:0", "--log-format=json", "--v=4",
 		"--webhook-bind-address=127.0.0.1:9443", "--webhook-register-url=https://127.0.0.1:9443",
 		"--status-server-bind-address="+statusAddr)

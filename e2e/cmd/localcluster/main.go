@@ -5,6 +5,9 @@
 //	localcluster up [--detach] [flags] start a cluster; without --detach, run until SIGINT/SIGTERM
 //	localcluster status                show the recorded cluster and whether it serves
 //	localcluster down                  stop the recorded cluster, even if its starter died
+//	localcluster tool NAME             build one cached tool alone (promtool, prometheus, helm), print its path
+//	localcluster scrape --metrics-address=ADDR
+//	                                   have the recorded cluster's Prometheus scrape the controller at ADDR as the chart's ServiceMonitor would
 //
 // All state lives in --state-dir (default <repo>/_output/cluster): the admin
 // kubeconfig, state.json and logs/<component>.log.
@@ -16,9 +19,11 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,15 +33,20 @@ import (
 	"github.com/trainyard/trainyard/e2e/cluster"
 	ctrlproc "github.com/trainyard/trainyard/e2e/controller"
 	"github.com/trainyard/trainyard/e2e/images"
+	"github.com/trainyard/trainyard/e2e/monitoring"
 )
 
-const usage = `usage: localcluster <build|up|down|status> [flags]
+const usage = `usage: localcluster <build|up|down|status|tool> [flags]
 
   build    build the pinned binaries into the cache, or reuse them
   up       start a cluster; stays in the foreground until interrupted, or
            returns once it is ready with --detach
   status   print the recorded cluster, its processes and its health
   down     stop the recorded cluster and remove its data; works after a crash
+  tool     build one tool of the cache alone (promtool, prometheus, helm) and
+           print the path of its binary
+  scrape   have the recorded cluster's Prometheus (up --prometheus) scrape the
+           controller process as the chart's ServiceMonitor would, with its rules
 
 Run "localcluster <command> -h" for the flags of a command.
 `
@@ -56,6 +66,10 @@ func main() {
 		err = runUp(ctx, args)
 	case "down":
 		err = runDown(args)
+	case "tool":
+		err = runTool(ctx, args)
+	case "scrape":
+		err = runScrape(ctx, args)
 	case "status":
 		err = runStatus(ctx, args)
 	case "-h", "--help", "help":
@@ -74,6 +88,7 @@ func main() {
 type common struct {
 	stateDir, logDir, cacheDir, kubeVersion string
 	kueue, realNode, routedServices, helm   bool
+	prometheus                              bool
 }
 
 func (c *common) register(flags *flag.FlagSet) {
@@ -86,6 +101,7 @@ func (c *common) register(flags *flag.FlagSet) {
 	flags.BoolVar(&c.realNode, "real-node", false, "also build (build) or run (up) a real node: kubelet, containerd, runc, CNI and CoreDNS, with the runtimes' images "+
 		"served on 127.0.0.1 (needs root and "+strings.Join(cluster.RealNodeHostPackages, ", ")+"; the fake nodes are then tainted "+cluster.TaintFakeNode.Key+")")
 	flags.BoolVar(&c.helm, "helm", false, "(build) also build the helm CLI (v3.22.0) the e2e Helm leg installs the chart with")
+	flags.BoolVar(&c.prometheus, "prometheus", false, "also build (build) or run (up) Prometheus (3.16.0) and promtool, scraping nothing until configured")
 	flags.BoolVar(&c.routedServices, "routed-services", false, "with --real-node (up): route Services as a real cluster does, kube-proxy in nftables mode on the real node's bridge, "+
 		"the API server reachable from pods at "+cluster.KubernetesServiceIP+" (needs "+strings.Join(cluster.RoutedServicesHostPackages, ", ")+"; one such cluster per machine)")
 }
@@ -93,7 +109,8 @@ func (c *common) register(flags *flag.FlagSet) {
 func (c *common) options() (cluster.Options, error) {
 	opts := cluster.Options{
 		StateDir: c.stateDir, LogDir: c.logDir,
-		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode, Helm: c.helm},
+		Build:          cluster.BuildOptions{CacheDir: c.cacheDir, Kueue: c.kueue, KubeVersion: c.kubeVersion, RealNode: c.realNode, Helm: c.helm, Prometheus: c.prometheus},
+		Prometheus:     c.prometheus,
 		Kueue:          c.kueue,
 		RealNode:       c.realNode,
 		RoutedServices: c.routedServices,
@@ -288,5 +305,77 @@ func runStatus(ctx context.Context, args []string) error {
 		return fmt.Errorf("not serving: %w", err)
 	}
 	fmt.Printf("ready\nexport KUBECONFIG=%s\n", s.Kubeconfig)
+	return nil
+}
+
+// tools are the binaries `localcluster tool` builds alone, with their sources.
+var tools = map[string]cluster.Source{
+	cluster.Promtool:   cluster.PrometheusSource,
+	cluster.Prometheus: cluster.PrometheusSource,
+	cluster.Helm:       cluster.HelmSource,
+}
+
+// runTool builds the source of one tool into the cache unless it is there, without the
+// cluster's other sources (make test-chart needs promtool, not a control plane), and
+// prints the path of its binary.
+func runTool(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("tool", flag.ExitOnError)
+	c.register(flags)
+	_ = flags.Parse(args)
+	if flags.NArg() != 1 {
+		return fmt.Errorf("tool: name one tool of %s", strings.Join(slices.Sorted(maps.Keys(tools)), ", "))
+	}
+	name := flags.Arg(0)
+	src, ok := tools[name]
+	if !ok {
+		return fmt.Errorf("tool: unknown tool %q: want one of %s", name, strings.Join(slices.Sorted(maps.Keys(tools)), ", "))
+	}
+	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{CacheDir: c.cacheDir, Progress: os.Stderr}, src)
+	if err != nil {
+		return err
+	}
+	fmt.Println(bins.Path(name))
+	return nil
+}
+
+// runScrape configures the Prometheus of the recorded cluster (up --prometheus) to
+// scrape the controller process at --metrics-address with the chart's ServiceMonitor
+// and rules (e2e/monitoring.ScrapeController), for `make run`, and prints Prometheus' URL.
+func runScrape(ctx context.Context, args []string) error {
+	var c common
+	flags := flag.NewFlagSet("scrape", flag.ExitOnError)
+	c.register(flags)
+	var metricsAddr string
+	flags.StringVar(&metricsAddr, "metrics-address", "127.0.0.1:8080", "host:port of the controller's /metrics (HTTPS with authentication, as the chart serves it)")
+	_ = flags.Parse(args)
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	local, err := cluster.Attach(ctx, filepath.Join(opts.StateDir, "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if local.PrometheusURL() == "" {
+		return fmt.Errorf("the cluster in %s runs no Prometheus: make cluster-down, then make cluster-up (PROMETHEUS=1, the default)", opts.StateDir)
+	}
+	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{CacheDir: c.cacheDir, Progress: os.Stderr}, cluster.HelmSource)
+	if err != nil {
+		return err
+	}
+	root, err := cluster.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	chart, err := monitoring.RenderChart(ctx, bins.Path(cluster.Helm), root, monitoring.DefaultValues)
+	if err != nil {
+		return err
+	}
+	setup, err := monitoring.ScrapeController(ctx, local, chart, metricsAddr, "", 1)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "Prometheus at %s scrapes %s (job %s) as the chart's ServiceMonitor would, with the chart's rules\n", local.PrometheusURL(), metricsAddr, setup.Job)
 	return nil
 }
