@@ -159,6 +159,8 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 	for _, verb := range []string{"get", "update"} {
 		needed = append(needed, authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets", Name: release + "-secret-name-key", Namespace: namespace})
 	}
+	// ttlSecondsAfterFinished (KEP-2899): the controller deletes a finished TrainJob.
+	needed = append(needed, authorizationv1.ResourceAttributes{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: "team-a"})
 	// Create-only side objects (Secrets) anywhere.
 	needed = append(needed, authorizationv1.ResourceAttributes{Verb: "create", Resource: "secrets", Namespace: "team-a"})
 	// The side-object informers (metadata only, labelled objects only; RBAC cannot
@@ -199,7 +201,10 @@ func TestChartRBACRunsATrainJobAndNoMore(t *testing.T) {
 		{Verb: "update", Resource: "configmaps", Namespace: namespace},
 		{Verb: "delete", Resource: "configmaps", Name: "rbac-mpi-mpi-hostfile", Namespace: namespace},
 		{Verb: "create", Resource: "pods", Namespace: namespace},
-		{Verb: "delete", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
+		// delete on trainjobs is granted for ttlSecondsAfterFinished (KEP-2899); on the
+		// other trainer kinds, and deletecollection on any, it is not.
+		{Verb: "deletecollection", Group: trainer.GroupName, Resource: "trainjobs", Namespace: namespace},
+		{Verb: "delete", Group: trainer.GroupName, Resource: "trainingruntimes", Namespace: namespace},
 		{Verb: "update", Group: trainer.GroupName, Resource: "trainingruntimes", Namespace: namespace},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: "kube-scheduler", Namespace: namespace},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
