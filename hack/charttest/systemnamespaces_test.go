@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -216,8 +217,14 @@ func (g *systemNamespaceGuard) matches(req admissionRequest) bool {
 func writesIn(t *testing.T, r *rendered, ns, user string) []admissionRequest {
 	t.Helper()
 	var rules []rbacv1.PolicyRule
+	controller := into[appsv1.Deployment](t, r.ofKind("Deployment")[0]).Spec.Template.Spec.ServiceAccountName
 	for _, o := range r.ofKind("ClusterRoleBinding") {
 		crb := into[rbacv1.ClusterRoleBinding](t, o)
+		// The controller's bindings only: the metrics scraper's (metrics-reader,
+		// non-resource /metrics) is another identity's.
+		if !slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == controller }) {
+			continue
+		}
 		rules = append(rules, into[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", crb.RoleRef.Name)).Rules...)
 	}
 	for _, o := range r.ofKind("Role") {
