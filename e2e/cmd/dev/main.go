@@ -128,7 +128,8 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 		_ = ctrl.Process.Signal(syscall.SIGTERM)
 		_ = ctrl.Wait()
 	}()
-	if err := scrapeController(ctx, root, local, say); err != nil {
+	job, err := scrapeController(ctx, root, local, say)
+	if err != nil {
 		return err
 	}
 	var kueueState func(context.Context) string
@@ -152,7 +153,19 @@ func run(ctx context.Context, root, kubeconfig string, timeout time.Duration, wi
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, kueueState, say)
+	if err := follow(ctx, kube, trainers, jobsets, tj.Namespace, tj.Name, kueueState, say); err != nil {
+		return err
+	}
+	if job == "" {
+		say("no dashboard picture: the cluster runs no Prometheus (PROMETHEUS=0)")
+		return nil
+	}
+	// The picture is the run's record, not its result: a failure to draw is said, and
+	// the run still succeeded.
+	if _, err := drawDashboard(ctx, root, local.PrometheusURL(), job, start, say); err != nil {
+		say("no dashboard picture: %v", err)
+	}
+	return nil
 }
 
 // search runs the digits search on the real node: the progress server on the host's
@@ -170,7 +183,7 @@ func search(ctx context.Context, root, kubeconfig string, local *cluster.Cluster
 		_ = ctrl.Process.Signal(syscall.SIGTERM)
 		_ = ctrl.Wait()
 	}()
-	if err := scrapeController(ctx, root, local, say); err != nil {
+	if _, err := scrapeController(ctx, root, local, say); err != nil {
 		return err
 	}
 	say("real node %s: every trial trains PyTorch DDP on scikit-learn's digits (%s)", cluster.RealNodeName, training.DigitsScript)
@@ -327,25 +340,27 @@ const metricsAddr = "127.0.0.1:8080"
 
 // scrapeController has the cluster's Prometheus (PROMETHEUS=1, the default) scrape the
 // controller as the chart's ServiceMonitor would, with the chart's rules
-// (e2e/monitoring); nothing without one.
-func scrapeController(ctx context.Context, root string, local *cluster.Cluster, say func(string, ...any)) error {
+// (e2e/monitoring), and returns the job label of its series (the metrics Service's
+// name, which Prometheus Operator's relabeling sets, not the scrape job's name);
+// nothing and "" without one.
+func scrapeController(ctx context.Context, root string, local *cluster.Cluster, say func(string, ...any)) (string, error) {
 	if local.PrometheusURL() == "" {
-		return nil
+		return "", nil
 	}
 	bins, err := cluster.BuildSources(ctx, cluster.BuildOptions{Progress: os.Stderr}, cluster.HelmSource)
 	if err != nil {
-		return err
+		return "", err
 	}
 	chart, err := monitoring.RenderChart(ctx, bins.Path(cluster.Helm), root, monitoring.DefaultValues)
 	if err != nil {
-		return err
+		return "", err
 	}
 	setup, err := monitoring.ScrapeController(ctx, local, chart, metricsAddr, "", 1)
 	if err != nil {
-		return err
+		return "", err
 	}
-	say("Prometheus %s scrapes the controller at %s (job %s) with the chart's ServiceMonitor and rules", local.PrometheusURL(), metricsAddr, setup.Job)
-	return nil
+	say("Prometheus %s scrapes the controller at %s (scrape job %s, job label %s) with the chart's ServiceMonitor and rules", local.PrometheusURL(), metricsAddr, setup.Job, monitoring.MetricsService)
+	return monitoring.MetricsService, nil
 }
 
 // startController builds and starts the controller with per-sync logging (-v=4), its
