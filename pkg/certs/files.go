@@ -118,18 +118,17 @@ func sameIssuer(a, b *x509.Certificate) bool {
 	return len(a.AuthorityKeyId) > 0 && bytes.Equal(a.AuthorityKeyId, b.AuthorityKeyId) && bytes.Equal(a.RawIssuer, b.RawIssuer)
 }
 
-// loadPair loads a pair with its Leaf set.
+// loadPair loads a pair from PEM files with its Leaf set (keyPair).
 func loadPair(certFile, keyFile string) (*tls.Certificate, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
 		return nil, err
 	}
-	if pair.Leaf == nil { // GODEBUG=x509keypairleaf=0
-		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			return nil, err
-		}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
 	}
-	return &pair, nil
+	return keyPair(certPEM, keyPEM)
 }
 
 // Ready reports whether a pair loads from Dir.
