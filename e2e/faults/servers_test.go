@@ -24,7 +24,7 @@ const (
 // controller's admission server, registered with failurePolicy Fail, while 100
 // TrainJobs are created, 4 at a time, each once: none may be refused, their p99 must stay
 // within half the webhook timeout, and the streams beyond the request slots must be
-// cut (408). Before the overflow lane every review was refused 429 while the slow
+// cut (a 408, or the reset of their connection). Before the overflow lane every review was refused 429 while the slow
 // bodies held the 2,048 slots, and the creates failed at the webhook's timeout.
 func TestAdmissionUnderHTTP2SlowBodies(t *testing.T) {
 	timed(t)
@@ -71,8 +71,11 @@ func TestAdmissionUnderHTTP2SlowBodies(t *testing.T) {
 	if p99 > webhookTimeout/2 {
 		t.Errorf("create p99 %s under the HTTP/2 attack, want within half the webhook timeout (%s)", p99, webhookTimeout)
 	}
-	if cut408.Load() < h2Overflow/2 {
-		t.Errorf("%d slow streams cut with 408, want at least half the %d beyond the request slots", cut408.Load(), h2Overflow)
+	// Cut, by a 408 or by the connection the server then resets: which of the two a
+	// stream sees depends on whether the client is mid-write when the server answers
+	// (seen in make check: 63 with 408 of 2,438 cut, the rest "connection loss").
+	if cut.Load() < h2Overflow/2 {
+		t.Errorf("%d slow streams cut (%d with 408), want at least half the %d beyond the request slots", cut.Load(), cut408.Load(), h2Overflow)
 	}
 	expectExact(t, e.waitAllJobSets(t, ns, n, 2*time.Minute), n)
 }
