@@ -53,6 +53,11 @@ type Hooks struct {
 	// Deleted is called with the key of every deleted TrainJob, after tombstones are
 	// unwrapped. Nil: none.
 	Deleted func(key cache.ObjectName)
+	// JobSetDeleted is called with every deleted JobSet a TrainJob controls, as the
+	// cache last held it (tombstones unwrapped), before the deletion is routed: the
+	// stage that keeps a record of its own applies until the cache shows them learns
+	// that the cache has shown this one (status.Stage.JobSetDeleted). Nil: none.
+	JobSetDeleted func(js *jobsetv1alpha2.JobSet)
 }
 
 // Route registers the event handlers, and calls hooks on TrainJob updates and deletions.
@@ -72,7 +77,7 @@ func (in *Informers) Route(logger klog.Logger, r Router, routes Routes, hooks Ho
 		"ClusterTrainingRuntime": {in.ClusterTrainingRuntimes, cache.ResourceEventHandlerFuncs{
 			AddFunc: h.addRuntime, UpdateFunc: h.updateRuntime}},
 		"JobSet": {in.JobSets, cache.ResourceEventHandlerFuncs{
-			AddFunc: h.ownedChanged, UpdateFunc: h.ownedUpdated, DeleteFunc: h.ownedChanged}},
+			AddFunc: h.ownedChanged, UpdateFunc: h.ownedUpdated, DeleteFunc: h.jobSetDeleted}},
 	} {
 		if _, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: &logger}); err != nil {
 			return fmt.Errorf("informers: adding %s event handler: %w", name, err)
@@ -200,6 +205,16 @@ func (h *handlers) ownedChanged(obj any) {
 	if key, ok := ownerKey(obj); ok {
 		h.router.Enqueue(h.routes.Status, key)
 	}
+}
+
+// jobSetDeleted calls Hooks.JobSetDeleted with a deleted JobSet that a TrainJob
+// controls, then routes the deletion as ownedChanged does.
+func (h *handlers) jobSetDeleted(obj any) {
+	js, _ := metaOf(obj).(*jobsetv1alpha2.JobSet)
+	if js != nil && h.hooks.JobSetDeleted != nil && ControllerTrainJob(js) != "" {
+		h.hooks.JobSetDeleted(js)
+	}
+	h.ownedChanged(obj)
 }
 
 // ownedUpdated routes an update of an owned object to the status stage after

@@ -109,6 +109,8 @@ type harness struct {
 	router  *fakeRouter
 	deleted *keyLog // Hooks.Deleted
 	updated *keyLog // Hooks.Updated
+	// jobSetsDeleted are the JobSets Hooks.JobSetDeleted was called with.
+	jobSetsDeleted *keyLog
 	// sentinels counts sentinel changes, to name them.
 	sentinels int
 }
@@ -160,6 +162,8 @@ func newHarness(t *testing.T) *harness {
 		router:  &fakeRouter{},
 		deleted: &keyLog{},
 		updated: &keyLog{},
+
+		jobSetsDeleted: &keyLog{},
 	}
 	watches := &watchStarted{started: map[string]int{}}
 	watches.install(&h.trainer.Fake, h.trainer.Tracker())
@@ -171,8 +175,9 @@ func newHarness(t *testing.T) *harness {
 	}
 	h.in = in
 	if err := in.Route(logger, h.router, Routes{Build: build, Status: status}, Hooks{
-		Updated: func(tj *trainer.TrainJob) { h.updated.add(cache.MetaObjectToName(tj)) },
-		Deleted: h.deleted.add,
+		Updated:       func(tj *trainer.TrainJob) { h.updated.add(cache.MetaObjectToName(tj)) },
+		Deleted:       h.deleted.add,
+		JobSetDeleted: func(js *jobsetv1alpha2.JobSet) { h.jobSetsDeleted.add(cache.MetaObjectToName(js)) },
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -507,6 +512,10 @@ func TestRouteJobSets(t *testing.T) {
 	if got := h.deleted.snapshot(); len(got) != 0 {
 		t.Errorf("onDelete called for JobSets: %v", got)
 	}
+	// Hooks.JobSetDeleted: the deleted JobSet a TrainJob controlled, not the foreign one.
+	if diff := cmp.Diff([]cache.ObjectName{{Namespace: "team-a", Name: "llm-jobset"}}, h.jobSetsDeleted.snapshot()); diff != "" {
+		t.Errorf("Hooks.JobSetDeleted JobSets (-want +got):\n%s", diff)
+	}
 }
 
 // TestRouteJobSetRestarts: a JobSet restart (status.restarts up) whose pods mount the
@@ -623,6 +632,8 @@ func TestHandlersTombstones(t *testing.T) {
 		call        func(h *handlers)
 		wantRoutes  []route
 		wantDeleted []cache.ObjectName
+		// wantJobSets are the JobSets Hooks.JobSetDeleted is called with.
+		wantJobSets []cache.ObjectName
 	}{
 		"TrainJob": {
 			call:        func(h *handlers) { h.deleteTrainJob(tj) },
@@ -636,25 +647,30 @@ func TestHandlersTombstones(t *testing.T) {
 			call: func(h *handlers) { h.deleteTrainJob(cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: "garbage"}) },
 		},
 		"JobSet tombstone": {
-			call:       func(h *handlers) { h.ownedChanged(cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: js}) },
-			wantRoutes: []route{{status, llm}},
+			call:        func(h *handlers) { h.jobSetDeleted(cache.DeletedFinalStateUnknown{Key: "team-a/llm", Obj: js}) },
+			wantRoutes:  []route{{status, llm}},
+			wantJobSets: []cache.ObjectName{llm},
 		},
 		"foreign JobSet tombstone": {
 			call: func(h *handlers) {
-				h.ownedChanged(cache.DeletedFinalStateUnknown{Key: "team-a/x", Obj: utiltesting.MakeJobSet("team-a", "x").Obj()})
+				h.jobSetDeleted(cache.DeletedFinalStateUnknown{Key: "team-a/x", Obj: utiltesting.MakeJobSet("team-a", "x").Obj()})
 			},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			logger, _ := ktesting.NewTestContext(t)
-			r, d := &fakeRouter{}, &keyLog{}
-			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}, hooks: Hooks{Deleted: d.add}, logger: logger})
+			r, d, jss := &fakeRouter{}, &keyLog{}, &keyLog{}
+			hooks := Hooks{Deleted: d.add, JobSetDeleted: func(js *jobsetv1alpha2.JobSet) { jss.add(cache.MetaObjectToName(js)) }}
+			tc.call(&handlers{router: r, routes: Routes{Build: build, Status: status}, hooks: hooks, logger: logger})
 			if diff := cmp.Diff(tc.wantRoutes, r.snapshot()); diff != "" {
 				t.Errorf("routes (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantDeleted, d.snapshot()); diff != "" {
 				t.Errorf("Hooks.Deleted keys (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantJobSets, jss.snapshot()); diff != "" {
+				t.Errorf("Hooks.JobSetDeleted JobSets (-want +got):\n%s", diff)
 			}
 		})
 	}

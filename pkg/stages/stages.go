@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"k8s.io/client-go/tools/cache"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
@@ -152,3 +153,12 @@ type Forgetter interface {
 }
 
 var _ Forgetter = (*status.Stage)(nil)
+
+// JobSetDeleteObserver is a stage that keeps a record of its own JobSet applies until
+// the cache shows them. The controller calls JobSetDeleted with every deleted JobSet a
+// TrainJob controls, before the deletion is routed (informers.Hooks.JobSetDeleted).
+type JobSetDeleteObserver interface {
+	JobSetDeleted(js *jobsetv1alpha2.JobSet)
+}
+
+var _ JobSetDeleteObserver = (*status.Stage)(nil)

@@ -773,8 +773,12 @@ func (e *convergenceEnv) actor(ctx context.Context, rng *rand.Rand, name string,
 			if e.objects.deleteOne(rng, uid) {
 				e.restartJobSet(ctx, name, uid)
 			}
-		case op < 72:
+		case op < 70:
 			update(func(tj *trainer.TrainJob) { metav1.SetMetaDataLabel(&tj.ObjectMeta, "touched", fmt.Sprint(fired)) })
+		case op < 72:
+			// Someone deletes its JobSet (kubectl delete jobset): the controller
+			// re-creates it, also when it was deleted before any sync saw it.
+			e.deleteJobSet(ctx, name, uid)
 		case op < 97:
 			e.jobSetProgress(ctx, name, uid, false)
 		default:
@@ -818,6 +822,18 @@ func (e *convergenceEnv) collectGarbage(ctx context.Context) int {
 		}
 	}
 	return deleted
+}
+
+// deleteJobSet deletes the JobSet of the TrainJob of uid, if there is one.
+func (e *convergenceEnv) deleteJobSet(ctx context.Context, name string, uid types.UID) {
+	jss := e.jobsets.JobsetV1alpha2().JobSets(convergenceNamespace)
+	js, err := jss.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || !metav1.IsControlledBy(js, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{UID: uid}}) {
+		return
+	}
+	if err := jss.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &js.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Errorf("delete JobSet %s: %v", name, err)
+	}
 }
 
 // jobSetProgress plays the JobSet controller: the TrainJob's JobSet reports its jobs

@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
 	configv1alpha1 "github.com/trainyard/trainyard/pkg/apis/config/v1alpha1"
@@ -57,9 +58,21 @@ func buildOptions(cfg *configv1alpha1.Configuration, controllerNamespace string)
 // trainJobHooks keeps the pipeline's per-TrainJob memory to the TrainJobs the cache
 // holds: the status Writer drops a record of its write once the cache shows the write,
 // and a deleted TrainJob's plan goes, with what any stage remembers of it
-// (stages.Forgetter).
+// (stages.Forgetter); a deleted JobSet reaches the stages that record their applies
+// (stages.JobSetDeleteObserver).
 func trainJobHooks(plans *engine.Plans[plan.Plan], writer *statuswriter.Writer, built []engine.Stage) informers.Hooks {
+	var observers []stages.JobSetDeleteObserver
+	for _, s := range built {
+		if o, ok := s.(stages.JobSetDeleteObserver); ok {
+			observers = append(observers, o)
+		}
+	}
 	return informers.Hooks{
+		JobSetDeleted: func(js *jobsetv1alpha2.JobSet) {
+			for _, o := range observers {
+				o.JobSetDeleted(js)
+			}
+		},
 		Updated: writer.Observed,
 		Deleted: func(key cache.ObjectName) {
 			plans.Delete(key)

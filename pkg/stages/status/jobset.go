@@ -185,6 +185,31 @@ func (s *Stage) remember(key cache.ObjectName, a appliedJobSet) {
 	s.applied[key] = a
 }
 
+// JobSetDeleted drops the record of this process's last apply for the TrainJob that
+// controls js when js, as the cache last held it, carries that apply's hash: the cache
+// has shown the apply, and then its deletion. Why: the record stands in for an apply
+// the cache has not shown yet, and only a sync that finds the JobSet in the cache
+// drops it (Sync); a JobSet created and deleted before any sync of its TrainJob ran
+// left the record behind, and the gate, taking the record for a running JobSet, did not
+// re-create it until the record expired (appliedRecordTTL). A deleted JobSet with
+// another hash (an apply of this process came after the deletion, or a tombstone from
+// a relist is older) leaves the record: the apply's add event is still to come.
+//
+// The informers call it (informers.Hooks.JobSetDeleted) before the deletion routes the
+// TrainJob here.
+func (s *Stage) JobSetDeleted(js *jobsetv1alpha2.JobSet) {
+	ref := metav1.GetControllerOf(js)
+	if ref == nil {
+		return
+	}
+	key := cache.ObjectName{Namespace: js.Namespace, Name: ref.Name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.applied[key]; ok && a.uid == ref.UID && a.hash == js.Annotations[AnnotationJobSetHash] {
+		delete(s.applied, key)
+	}
+}
+
 func (s *Stage) forgetApplied(key cache.ObjectName) {
 	s.mu.Lock()
 	delete(s.applied, key)

@@ -1041,6 +1041,56 @@ func TestSyncRecreatesDeletedJobSet(t *testing.T) {
 	}
 }
 
+// TestSyncRecreatesAJobSetDeletedBeforeAnySyncSawIt: a JobSet created and deleted
+// (by a user, or the garbage collector) before any sync of its TrainJob found it in the
+// cache is re-created. Its add and delete events both reached the cache before the
+// status worker ran, so no sync dropped the record of the apply, and the gate took the
+// record for a running JobSet (TestConvergence caught it: a TrainJob left without a
+// JobSet until the record expired).
+func TestSyncRecreatesAJobSetDeletedBeforeAnySyncSawIt(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		deletedHash func(applied string) string
+		wantApplies int
+	}{
+		// The deleted JobSet carries the apply's hash: the cache showed the apply.
+		{name: "the deleted JobSet is the apply", deletedHash: func(h string) string { return h }, wantApplies: 2},
+		// A deleted JobSet with another hash is older than the apply (which came after
+		// the deletion and created a JobSet whose add event is still to come): the
+		// record holds, and nothing is applied twice.
+		{name: "the deleted JobSet predates the apply", deletedHash: func(string) string { return "older" }, wantApplies: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tj := makeTrainJob().Suspend(false).Obj()
+			f := newFixture(t, tj, nil)
+			f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+			if _, err := f.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			applies := f.jobSetApplies()
+			if len(applies) != 1 {
+				t.Fatalf("%d applies, want 1", len(applies))
+			}
+
+			// The JobSet's add and delete events reach the cache (which ends without
+			// it) before the next sync; the delete handler reports the JobSet as the
+			// cache last held it.
+			deleted := makeJobSet(tj).Suspend(false).Annotation(status.AnnotationJobSetHash, tc.deletedHash(appliedHash(t, applies[0]))).Obj()
+			f.stage.JobSetDeleted(deleted)
+			if got, err := f.sync(t); err != nil || got != engine.Restart() {
+				t.Fatalf("Sync after the deletion = %v, %v; want restart (no JobSet, no plan)", got, err)
+			}
+			f.plans.Put(key, tj.UID, tj.Generation, desiredPlan(t, tj))
+			if _, err := f.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(f.jobSetApplies()); n != tc.wantApplies {
+				t.Errorf("%d applies, want %d", n, tc.wantApplies)
+			}
+		})
+	}
+}
+
 // TestSyncGivesNoJobSetPastTheDeadline: a TrainJob past its active deadline gets no
 // JobSet, even with a plan and no JobSet: after a pass deleted the JobSet at the
 // deadline and its status write failed, the retry writes Failed and does not create
