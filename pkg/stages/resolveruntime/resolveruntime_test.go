@@ -630,7 +630,7 @@ func TestSyncResolvesAWaitTheCacheHasNotShownYet(t *testing.T) {
 		rv++
 		written := obj.(*trainer.TrainJob).DeepCopy()
 		written.ResourceVersion = strconv.Itoa(rv)
-		return handled, written, nil
+		return handled, written, f.client.Tracker().Update(trainer.Resource("trainjobs").WithVersion("v1alpha1"), written, ns)
 	})
 
 	if got, err := f.stage.Sync(ctx, key); err != nil || got != engine.WaitForEvent() {

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 
 	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/trainjob"
 )
@@ -75,6 +77,15 @@ func (s *Stage) applyPlan(ctx context.Context, key cache.ObjectName, tj *trainer
 // (then it wrote nothing, side objects included: the pass is to end and come back),
 // and the conflict that stopped it before the JobSet (nil when none did).
 func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *plan.Plan) (bool, time.Duration, *sideObjectConflict, error) {
+	if g, ok := builtFromGeneration(js); ok && g > tj.Generation {
+		// The JobSet was built from a newer spec than the cache's TrainJob has: the
+		// TrainJob cache lags another writer's apply (a new leader's cache, behind the
+		// old leader's last writes). Writing the older spec's JobSet or side objects
+		// would undo it; the TrainJob's update event brings the key back.
+		klog.FromContext(ctx).V(2).Info("Not applying a JobSet built from an older TrainJob generation than the cluster's",
+			"generation", tj.Generation, "jobSetBuiltFrom", g)
+		return false, 0, nil, nil
+	}
 	key := cache.MetaObjectToName(tj)
 	last := s.lastApplied(key, tj.UID)
 	var desired *Desired
@@ -124,6 +135,16 @@ func (s *Stage) applyIfChanged(ctx context.Context, tj *trainer.TrainJob, js *jo
 		logger.V(2).Info("Updated JobSet", "hash", hash)
 	}
 	return true, 0, nil, nil
+}
+
+// builtFromGeneration returns the TrainJob generation js was built from
+// (objectkeys.AnnotationTrainJobGeneration), false when js is nil or carries none.
+func builtFromGeneration(js *jobsetv1alpha2.JobSet) (int64, bool) {
+	if js == nil {
+		return 0, false
+	}
+	g, err := strconv.ParseInt(js.Annotations[objectkeys.AnnotationTrainJobGeneration], 10, 64)
+	return g, err == nil
 }
 
 // mayApply is the upstream gate (docs/compatibility.md#building-the-jobset,

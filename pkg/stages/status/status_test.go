@@ -25,6 +25,7 @@ import (
 	trainerfake "github.com/trainyard/trainyard/pkg/clientset/clientset/versioned/fake"
 	trainerlisters "github.com/trainyard/trainyard/pkg/clientset/listers/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/engine"
+	"github.com/trainyard/trainyard/pkg/objectkeys"
 	"github.com/trainyard/trainyard/pkg/stages/mergepatches"
 	"github.com/trainyard/trainyard/pkg/stages/plan"
 	"github.com/trainyard/trainyard/pkg/stages/plan/plantest"
@@ -1088,6 +1089,38 @@ func TestSyncRecreatesAJobSetDeletedBeforeAnySyncSawIt(t *testing.T) {
 				t.Errorf("%d applies, want %d", n, tc.wantApplies)
 			}
 		})
+	}
+}
+
+// TestSyncNeverAppliesAnOlderGeneration: a JobSet built from a newer TrainJob
+// generation than the cache's TrainJob (a new leader's TrainJob cache behind the old
+// leader's last apply) is not overwritten with the older spec, even while the gate
+// allows an apply (suspended); once the cache shows the newer generation, its plan is
+// applied.
+func TestSyncNeverAppliesAnOlderGeneration(t *testing.T) {
+	stale := makeTrainJob().Generation(2).Suspend(true).Obj()
+	js := makeJobSet(stale).Suspend(true).Annotation(objectkeys.AnnotationTrainJobGeneration, "3").
+		Annotation(status.AnnotationJobSetHash, "built-from-3").Obj()
+	f := newFixture(t, stale, js)
+	f.plans.Put(key, stale.UID, stale.Generation, desiredPlan(t, stale))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 0 {
+		t.Fatalf("%d applies of generation 2 over a JobSet built from 3, want 0", n)
+	}
+
+	fresh := stale.DeepCopy()
+	fresh.Generation = 4
+	if err := f.tjCache.Update(fresh); err != nil {
+		t.Fatal(err)
+	}
+	f.plans.Put(key, fresh.UID, fresh.Generation, desiredPlan(t, fresh))
+	if _, err := f.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.jobSetApplies()); n != 1 {
+		t.Errorf("%d applies of generation 4, want 1", n)
 	}
 }
 

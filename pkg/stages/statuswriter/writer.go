@@ -65,18 +65,26 @@ type writtenStatus struct {
 // recomputing a condition from the stale cache stamps it with its own clock). It
 // returns whether it wrote, and the API error if the write failed.
 //
-// The patch leaves every other status field alone (no conflict with the trainer pods'
-// status.trainerStatus reports) and only ever lands on the TrainJob tj is: a sync that
-// read tj from a lagging cache after the TrainJob was deleted and re-created under the
-// same name must not write the old TrainJob's conditions (a copied Complete=True would
-// leave the new one unbuilt). A uid in a merge patch is no precondition on a custom
-// resource's status subresource (its update strategy copies the stored metadata over the
-// patched object), so the write is a JSON patch (RFC 6902) whose first operation tests
-// metadata.uid: a TrainJob of another uid fails it with 422 Invalid. A TrainJob with no
-// status yet may have none on the server either, where a JSON patch cannot add a field
-// without replacing all of status; its first write is a merge patch carrying tj's
-// resourceVersion instead, which fails with 409 Conflict on any newer object, the
-// re-created one included. Either failure is retried with the cache's newer view.
+// The patch leaves every other status field alone and only ever lands on the TrainJob,
+// and the version of it, that the status was computed from. A sync that read tj from a
+// lagging cache after the TrainJob was deleted and re-created under the same name must
+// not write the old TrainJob's conditions (a copied Complete=True would leave the new
+// one unbuilt); and a sync whose cache lags another writer's status write — a new
+// leader's, whose cache has not shown the old leader's last writes — must not replace
+// the conditions list with one computed from the older status (issue 41: Complete=True
+// written over a Failed=True the new leader had not seen). A uid or resourceVersion in a
+// merge patch is no precondition on a custom resource's status subresource (its update
+// strategy copies the stored metadata over the patched object), so the write is a JSON
+// patch (RFC 6902) whose first operations test metadata.uid and metadata.resourceVersion
+// (the base's: tj's, or this process's last write's when the status builds on it): any
+// other version fails it with 422 Invalid. This is the optimistic concurrency the
+// Kubernetes Job controller and upstream Trainer get from a status update carrying the
+// resourceVersion. A TrainJob with no status yet may have none on the server either,
+// where a JSON patch cannot add a field without replacing all of status; its first
+// write is a merge patch carrying tj's resourceVersion instead, which fails with 409
+// Conflict on any newer object. Either failure is retried with the cache's newer view,
+// which the informer delivers: a trainer's progress report (status.trainerStatus) that
+// lands between the read and the write costs one retry.
 func (w *Writer) Update(ctx context.Context, tj *trainer.TrainJob, mutate func(*trainer.TrainJobStatus)) (bool, error) {
 	return w.Write(ctx, w.Prepare(tj, mutate))
 }
@@ -88,16 +96,19 @@ type Change struct {
 	tj         *trainer.TrainJob
 	Base, Next *trainer.TrainJobStatus
 	pending    bool // Base carries this process's write the cache has not shown
+	// resourceVersion is the TrainJob's version Base was read at: tj's, or the
+	// resourceVersion the API server gave this process's pending write.
+	resourceVersion string
 }
 
 // Prepare computes the status write Update would make for tj with mutate, without
 // making it, so that a stage can decide on it (wait for it to settle, leave it to the
 // next write) with the status computed once.
 func (w *Writer) Prepare(tj *trainer.TrainJob, mutate func(*trainer.TrainJobStatus)) Change {
-	base, pending := w.newest(cache.MetaObjectToName(tj), tj)
+	base, rv, pending := w.newest(cache.MetaObjectToName(tj), tj)
 	next := base.DeepCopy()
 	mutate(next)
-	return Change{tj: tj, Base: base, Next: next, pending: pending}
+	return Change{tj: tj, Base: base, Next: next, pending: pending, resourceVersion: rv}
 }
 
 // Empty reports whether c writes nothing: Next equals Base, or, on a base this process
@@ -114,7 +125,7 @@ func (w *Writer) Write(ctx context.Context, c Change) (bool, error) {
 	}
 	tj, next := c.tj, c.Next
 	key := cache.MetaObjectToName(tj)
-	pt, patch, err := statusPatchOf(tj, c.Base, next)
+	pt, patch, err := statusPatchOf(tj, c.resourceVersion, c.Base, next)
 	if err != nil {
 		return false, fmt.Errorf("encoding status patch: %w", err)
 	}
@@ -134,30 +145,31 @@ func (w *Writer) Write(ctx context.Context, c Change) (bool, error) {
 	return true, nil
 }
 
-// newest returns the status Update builds on for tj: &tj.Status, or, when tj is older
-// than this process's last status write for it (same uid, a lower resourceVersion), a
-// copy of tj.Status with that write's conditions and jobsStatus, and pending true. A
+// newest returns the status Update builds on for tj and the resourceVersion it was read
+// at: &tj.Status and tj's, or, when tj is older than this process's last status write
+// for it (same uid, a lower resourceVersion), a copy of tj.Status with that write's
+// conditions and jobsStatus, the write's resourceVersion, and pending true. A
 // cache that has caught up (or moved past the write, e.g. after another client's status
 // write) drops the record and is taken as it is. Comparing resourceVersions as integers
 // is the API server's contract since Kubernetes 1.35 (KEP-5504); a resourceVersion that
 // is not one (a fake client's) drops the record too.
-func (w *Writer) newest(key cache.ObjectName, tj *trainer.TrainJob) (st *trainer.TrainJobStatus, pending bool) {
+func (w *Writer) newest(key cache.ObjectName, tj *trainer.TrainJob) (st *trainer.TrainJobStatus, resourceVersion string, pending bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.written[key]
 	if !ok {
-		return &tj.Status, false
+		return &tj.Status, tj.ResourceVersion, false
 	}
 	if last.uid == tj.UID {
 		if order, err := resourceversion.CompareResourceVersion(tj.ResourceVersion, last.resourceVersion); err == nil && order < 0 {
 			st := tj.Status.DeepCopy()
 			st.Conditions, st.JobsStatus = last.conditions, last.jobsStatus
 			st.StartTime, st.CompletionTime = last.startTime, last.completionTime
-			return st, true
+			return st, last.resourceVersion, true
 		}
 	}
 	delete(w.written, key)
-	return &tj.Status, false
+	return &tj.Status, tj.ResourceVersion, false
 }
 
 // WroteFinished reports whether this process's last status write for tj made it
@@ -235,11 +247,12 @@ func statusDigest(st *trainer.TrainJobStatus) uint64 {
 }
 
 // statusPatchOf returns the patch that sets next's conditions, jobsStatus, startTime and
-// completionTime on tj (see
-// Update), base being the status next was built on: a JSON patch testing tj's uid when
-// base has a status, else a merge patch with tj's resourceVersion. A nil list is written
-// as null, which the API server prunes.
-func statusPatchOf(tj *trainer.TrainJob, base, next *trainer.TrainJobStatus) (types.PatchType, []byte, error) {
+// completionTime on tj (see Update), base being the status next was built on, read at
+// resourceVersion: a JSON patch testing tj's uid and resourceVersion when base has a
+// status, else a merge patch with tj's resourceVersion. An empty resourceVersion (a
+// fake client's object has none) is not tested. A nil list is written as null, which
+// the API server prunes.
+func statusPatchOf(tj *trainer.TrainJob, resourceVersion string, base, next *trainer.TrainJobStatus) (types.PatchType, []byte, error) {
 	if equality.Semantic.DeepEqual(base, &trainer.TrainJobStatus{}) {
 		patch, err := json.Marshal(statusMergePatch{
 			Metadata: resourceVersionPrecondition{ResourceVersion: tj.ResourceVersion},
@@ -247,11 +260,13 @@ func statusPatchOf(tj *trainer.TrainJob, base, next *trainer.TrainJobStatus) (ty
 		})
 		return types.MergePatchType, patch, err
 	}
-	ops := []jsonPatchOp{
-		{Op: "test", Path: "/metadata/uid", Value: tj.UID},
-		{Op: "add", Path: "/status/conditions", Value: next.Conditions},
-		{Op: "add", Path: "/status/jobsStatus", Value: next.JobsStatus},
+	ops := []jsonPatchOp{{Op: "test", Path: "/metadata/uid", Value: tj.UID}}
+	if resourceVersion != "" {
+		ops = append(ops, jsonPatchOp{Op: "test", Path: "/metadata/resourceVersion", Value: resourceVersion})
 	}
+	ops = append(ops,
+		jsonPatchOp{Op: "add", Path: "/status/conditions", Value: next.Conditions},
+		jsonPatchOp{Op: "add", Path: "/status/jobsStatus", Value: next.JobsStatus})
 	// The times only when either side has one: most writes touch neither.
 	if base.StartTime != nil || next.StartTime != nil {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/status/startTime", Value: next.StartTime})

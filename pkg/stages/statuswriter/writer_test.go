@@ -87,6 +87,19 @@ func TestWriterUpdate(t *testing.T) {
 			wantBody: `[` + testUID + `,{"op":"add","path":"/status/conditions","value":[{"type":"Suspended","status":"True","lastTransitionTime":"2026-03-01T12:00:00Z","reason":"Suspended","message":"TrainJob is suspended"}]},` +
 				`{"op":"add","path":"/status/jobsStatus","value":[{"name":"node","ready":1,"succeeded":0,"failed":0,"active":1,"suspended":0}]}]`,
 		},
+		"the resourceVersion read is tested": {
+			base: func() *trainer.TrainJob {
+				tj := base.Clone().Obj()
+				tj.ResourceVersion = "7"
+				return tj
+			}(),
+			mutate:    func(st *trainer.TrainJobStatus) { st.JobsStatus = nil },
+			wantWrote: true,
+			wantType:  types.JSONPatchType,
+			wantBody: `[` + testUID + `,{"op":"test","path":"/metadata/resourceVersion","value":"7"},` +
+				`{"op":"add","path":"/status/conditions","value":[{"type":"Suspended","status":"True","lastTransitionTime":"2026-03-01T12:00:00Z","reason":"Suspended","message":"TrainJob is suspended"}]},` +
+				`{"op":"add","path":"/status/jobsStatus","value":null}]`,
+		},
 		"first write: merge patch on the resourceVersion": {
 			base: func() *trainer.TrainJob {
 				tj := makeTrainJob().UID("uid-1").Obj()
@@ -212,6 +225,43 @@ func TestWriterNeverWritesAReCreatedTrainJob(t *testing.T) {
 				t.Errorf("the re-created TrainJob got conditions %v", stored.Status.Conditions)
 			}
 		})
+	}
+}
+
+// A status computed from a TrainJob older than the stored one is not written: a new
+// leader whose cache has not shown the old leader's last write (Failed=True, at the
+// active deadline) computes Complete=True from its JobSet and would replace the whole
+// conditions list (issue 41). The JSON patch tests the resourceVersion the status was
+// read at; the API server refuses it with 422, and the retry reads the newer TrainJob.
+func TestWriterNeverWritesOverANewerStatus(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	created := utiltesting.Condition(trainer.TrainJobSuspended, metav1.ConditionFalse, "Resumed", "TrainJob is resumed")
+	failed := utiltesting.Condition(trainer.TrainJobFailed, metav1.ConditionTrue, "DeadlineExceeded", "past its active deadline")
+	stored := makeTrainJob().UID("uid-1").Condition(created).Condition(failed).Obj()
+	stored.ResourceVersion = "5"
+	cached := makeTrainJob().UID("uid-1").Condition(created).Obj()
+	cached.ResourceVersion = "4"
+	client := trainerfake.NewSimpleClientset(stored)
+
+	wrote, err := (&statuswriter.Writer{Client: client}).Update(ctx, cached, func(st *trainer.TrainJobStatus) {
+		st.Conditions = append(st.Conditions, utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionTrue, "JobSetCompleted", "done"))
+	})
+	if wrote || err == nil {
+		t.Fatalf("Update from resourceVersion 4 over 5 = %v, %v; want an error", wrote, err)
+	}
+	got, err := client.TrainerV1alpha1().TrainJobs(ns).Get(ctx, tjName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := utiltesting.ConditionsDiff([]metav1.Condition{created, failed}, got.Status.Conditions); diff != "" {
+		t.Errorf("stored conditions after the refused write (-want +got):\n%s", diff)
+	}
+
+	// Read at the stored version, the same change is written.
+	if wrote, err := (&statuswriter.Writer{Client: client}).Update(ctx, got, func(st *trainer.TrainJobStatus) {
+		st.Conditions = append(st.Conditions, utiltesting.Condition(trainer.TrainJobComplete, metav1.ConditionFalse, "Failed", "failed"))
+	}); !wrote || err != nil {
+		t.Fatalf("Update from the stored version = %v, %v; want a write", wrote, err)
 	}
 }
 
