@@ -48,6 +48,7 @@ func testQueuedTrainJobAdmittedWhenQuotaFrees(t *testing.T) {
 
 	first := e.createTrainJob(t, e.trainJob("first", 1))
 	e.waitPodsRunning(t, first.Name, 1)
+	e.waitSDKRunning(t, first.Name)
 	second := e.createTrainJob(t, e.trainJob("second", 1))
 
 	// At creation Kueue's webhook suspended it and gave it an (empty) patch.
@@ -162,6 +163,22 @@ func (e *env) waitPodsRunning(t *testing.T, name string, n int) {
 			}
 		}
 		return running == n, fmt.Sprintf("%d of %d pods running", running, len(pods.Items))
+	})
+}
+
+// waitSDKRunning waits until the Python SDK's get_job() would report the running
+// TrainJob name Running after Kueue admitted it: by the SDK's rule (encoded and cited in
+// e2e/trainjob/sdkstatus_test.go), a TrainJob with any condition is Created, so a
+// running one must have none — Kueue's resume removes the Suspended condition
+// (docs/compatibility.md#suspended-condition; kubeflow/sdk #803).
+func (e *env) waitSDKRunning(t *testing.T, name string) {
+	t.Helper()
+	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("TrainJob %s without conditions while it runs", name), func(ctx context.Context) (bool, string) {
+		tj, err := e.trainers.TrainerV1alpha1().TrainJobs(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(tj.Status.Conditions) == 0, fmt.Sprintf("conditions %+v", tj.Status.Conditions)
 	})
 }
 

@@ -21,11 +21,17 @@ import (
 // from a plan; expired that the active deadline passed.
 func computeStatus(st *trainer.TrainJobStatus, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, applied, expired bool, now time.Time) {
 	gen := tj.Generation
-	switch {
+	switch suspended := meta.FindStatusCondition(st.Conditions, trainer.TrainJobSuspended); {
 	case trainjob.IsSuspended(tj):
 		setCondition(st, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, trainer.TrainJobSuspendedMessage, gen, now)
-	case meta.IsStatusConditionTrue(st.Conditions, trainer.TrainJobSuspended):
-		setCondition(st, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, trainer.TrainJobResumedMessage, gen, now)
+	case suspended != nil && (suspended.Status == metav1.ConditionTrue || !trainjob.IsFinished(tj)):
+		// A resume removes the condition instead of upstream's Suspended=False/Resumed:
+		// the Python SDK reports Running only for a TrainJob without conditions, so the
+		// False condition kept every resumed TrainJob — every one Kueue admits — Created
+		// for its whole run (kubeflow/sdk #803; docs/compatibility.md#suspended-condition).
+		// An unfinished TrainJob's Suspended=False (left by upstream's controller before a
+		// swap) goes too; a finished one's stays, so a swap writes no finished TrainJob.
+		meta.RemoveStatusCondition(&st.Conditions, trainer.TrainJobSuspended)
 	}
 
 	// A TrainJob rejected earlier for bad input is healed once a JobSet is applied.

@@ -71,7 +71,9 @@ const (
 // docs/compatibility.md#status-from-the-jobset).
 const (
 	// TrainJobSuspended is True while spec.suspend is true (reason
-	// TrainJobSuspendedReason) and False after a resume (reason TrainJobResumedReason).
+	// TrainJobSuspendedReason). Upstream sets it False after a resume (reason
+	// TrainJobResumedReason); Trainyard removes it, so that the Python SDK reports a
+	// resumed TrainJob Running (docs/compatibility.md#suspended-condition).
 	TrainJobSuspended = "Suspended"
 	// TrainJobComplete is True once the JobSet completed; reason and message are the
 	// JobSet's (default AllJobsCompleted).
