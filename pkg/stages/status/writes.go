@@ -15,8 +15,9 @@ import (
 // is written. Through Kueue it is: Kueue writes its runtime patch (generation 2) and
 // unsuspends (generation 3) in two requests milliseconds apart, and the status of
 // generation 2 — Suspended=True with observedGeneration 2 — was a patch of its own,
-// followed by generation 3's Resumed; from the newest TrainJob the pass that applied
-// generation 2 writes Resumed at once, and generation 3's pass, which resumes the
+// followed by generation 3's resume (the condition removed); from the newest TrainJob
+// the pass that applied generation 2 writes the resume at once, and generation 3's
+// pass, which resumes the
 // JobSet, finds nothing left to write (docs/design/status-writes.md). The status
 // follows spec.suspend as upstream's does (docs/compatibility.md#suspended-condition);
 // the newer generation is queued for its own build (the informers route it), which
