@@ -34,11 +34,12 @@ func (s *Stage) runPolicy(tj *trainer.TrainJob) trainer.RunPolicy {
 	return trainjob.RunPolicy(tj, rt)
 }
 
-// activeStart returns when tj last became active: status.startTime when set; else
-// now for a TrainJob resumed since its status was written (Kueue admitted it: this
-// pass writes Suspended=False stamped now, and the clock restarts there, as upstream's
-// does — from the creation, a TrainJob queued longer than its deadline would fail the
-// moment it was admitted); else its last resume (Suspended=False); else its creation.
+// activeStart returns when tj last became active: now for a TrainJob resumed since its
+// status was written (Kueue admitted it: this pass removes Suspended and sets startTime
+// to now, and the clock restarts there, as upstream's does — from the creation, a
+// TrainJob queued longer than its deadline would fail the moment it was admitted); else
+// status.startTime when set; else its last resume (upstream's Suspended=False, on a
+// TrainJob resumed before a swap); else its creation.
 func activeStart(tj *trainer.TrainJob, now time.Time) time.Time {
 	c := meta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended)
 	switch {
