@@ -251,7 +251,7 @@ func (e *env) watchTransitions(t *testing.T, ns string) *transitions {
 		wasSuspended := map[string]bool{}
 		for ev := range tjw {
 			tr.saw("TrainJob", ev)
-			tj, ok := tj(ev.Object)
+			tj, ok := ev.Object.(*trainer.TrainJob)
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
@@ -264,11 +264,6 @@ func (e *env) watchTransitions(t *testing.T, ns string) *transitions {
 	})
 	t.Cleanup(func() { _, _ = tr.stop() })
 	return tr
-}
-
-func tj(obj any) (*trainer.TrainJob, bool) {
-	t, ok := obj.(*trainer.TrainJob)
-	return t, ok
 }
 
 // suspendedCondition reports whether tj's Suspended condition is True.
