@@ -169,7 +169,8 @@ func servedCertificate(addr string) (*x509.Certificate, error) {
 // <code> leaf=<sha256 of the served certificate, 16 hex> cas=<certificates in the CA
 // file> t=<unix time>" or "report <i>: failed: <reason> cas=<n> t=<unix time>". It
 // stops once AFTER reports were served a certificate other than the first report's, or
-// after MAX reports, and exits non-zero when any report failed.
+// after MAX reports, and exits 0 either way: the test judges the log, and a container
+// restarted after a failure would start over with the new certificate as its first.
 const peerReportScript = `import datetime, hashlib, http.client, json, os, ssl, time, urllib.parse
 
 url = urllib.parse.urlsplit(os.environ["KUBEFLOW_TRAINER_SERVER_URL"])
@@ -177,7 +178,7 @@ path = url.path + ("?" + url.query if url.query else "")
 token_file = os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]
 ca_file = os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"]
 after, limit = int(os.environ["AFTER"]), int(os.environ["MAX"])
-first, switched, failed = None, 0, 0
+first, switched = None, 0
 for i in range(1, limit + 1):
     cas = open(ca_file).read().count("BEGIN CERTIFICATE")
     ctx = ssl.create_default_context(cafile=ca_file)
@@ -190,18 +191,15 @@ for i in range(1, limit + 1):
         leaf = hashlib.sha256(conn.sock.getpeercert(binary_form=True)).hexdigest()[:16]
         status = conn.getresponse().status
         print(f"report {i}: HTTP {status} leaf={leaf} cas={cas} t={time.time():.3f}", flush=True)
-        failed += status != 200
         first = first or leaf
         switched += leaf != first
     except Exception as e:
         print(f"report {i}: failed: {e} cas={cas} t={time.time():.3f}", flush=True)
-        failed += 1
     finally:
         conn.close()
     if switched >= after:
         break
     time.sleep(2)
-raise SystemExit(1 if failed else 0)
 `
 
 // providedCAPublishDelay is the test's webhook.certificates.caPublishDelay: the kubelet
@@ -219,7 +217,8 @@ const providedCAPublishDelay = 2 * time.Minute
 // trainer's mounted ca.crt; every report before, during and after is accepted, and the
 // old CA stays in the bundle after the switch. Without the hold (caPublishDelay 1ms) the
 // new pair is served while the pod's ca.crt holds the old CA only, and the reports fail
-// with "certificate verify failed: unable to get local issuer certificate".
+// with "certificate verify failed: unable to get local issuer certificate" until the
+// kubelet refreshes the pod's ca.crt (30 refused over 58 s in a run of 2026-11-29).
 func TestTrainerKeepsReportingAcrossAProvidedCARotation(t *testing.T) {
 	dir := t.TempDir()
 	ca1, ca1Key := newCertificate(t, nil, nil, nil)
@@ -241,6 +240,12 @@ func TestTrainerKeepsReportingAcrossAProvidedCARotation(t *testing.T) {
 		data, err := e.c.Client().CoreV1().Pods(e.ns).GetLogs(pods[0].Name, &corev1.PodLogOptions{Container: "node"}).DoRaw(ctx)
 		return string(data), err
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, err := trainerLog(context.Background())
+			t.Logf("the trainer's log (%v):\n%s", err, log)
+		}
+	})
 	cluster.Eventually(t, trainingTimeout, "three reports accepted before the rotation", func(ctx context.Context) (bool, string) {
 		log, err := trainerLog(ctx)
 		if err != nil {
@@ -300,11 +305,11 @@ func TestTrainerKeepsReportingAcrossAProvidedCARotation(t *testing.T) {
 		}
 		return false, fmt.Sprintf("serving the old pair %.0f s after the rotation; CA ConfigMap with the new CA: %v", time.Since(rotated).Seconds(), hasNew)
 	})
+	// Errors, not fatal: the trainer's reports below show what an early switch costs.
 	if published.IsZero() {
-		t.Fatalf("the new pair was served %.1f s after the rotation before %s carried the new CA", switched.Sub(rotated).Seconds(), progressCAConfigMap)
-	}
-	if held := switched.Sub(published); held < providedCAPublishDelay-slack {
-		t.Fatalf("the new pair was served %.1f s after %s carried the new CA, want at least caPublishDelay (%v)", held.Seconds(), progressCAConfigMap, providedCAPublishDelay)
+		t.Errorf("the new pair was served %.1f s after the rotation, before %s carried the new CA", switched.Sub(rotated).Seconds(), progressCAConfigMap)
+	} else if held := switched.Sub(published); held < providedCAPublishDelay-slack {
+		t.Errorf("the new pair was served %.1f s after %s carried the new CA, want at least caPublishDelay (%v)", held.Seconds(), progressCAConfigMap, providedCAPublishDelay)
 	}
 
 	tj = e.waitFinished(t, tj.Name)
@@ -315,11 +320,12 @@ func TestTrainerKeepsReportingAcrossAProvidedCARotation(t *testing.T) {
 	reports := parseReports(t, log)
 	oldLeaf, newLeaf := leafDigest(leaf1), leafDigest(leaf2)
 	var before, afterSwitch int
+	var refused []peerReport
 	refreshed := -1.0 // seconds from the rotation to the first report whose CA file held two CAs
 	for _, r := range reports {
 		switch {
 		case !r.accepted:
-			t.Errorf("report %d refused %.1f s after the rotation: %s", r.n, r.at.Sub(rotated).Seconds(), r.line)
+			refused = append(refused, r)
 		case r.leaf == oldLeaf:
 			before++
 		case r.leaf == newLeaf:
@@ -334,9 +340,14 @@ func TestTrainerKeepsReportingAcrossAProvidedCARotation(t *testing.T) {
 			t.Errorf("report %d was served the new pair with a CA file of %d certificates, want the old CA kept beside the new one: %s", r.n, r.cas, r.line)
 		}
 	}
+	if len(refused) > 0 {
+		first, last := refused[0], refused[len(refused)-1]
+		t.Errorf("%d reports refused, from %.1f s to %.1f s after the rotation; the first: %s",
+			len(refused), first.at.Sub(rotated).Seconds(), last.at.Sub(rotated).Seconds(), first.line)
+	}
 	if t.Failed() || !meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) || afterSwitch < after {
-		t.Fatalf("%d reports accepted under the old pair, %d under the new (want %d), conditions %v; the trainer's log:\n%s",
-			before, afterSwitch, after, tj.Status.Conditions, log)
+		t.Fatalf("%d reports accepted under the old pair, %d under the new (want %d), conditions %v",
+			before, afterSwitch, after, tj.Status.Conditions)
 	}
 	if hasOld, hasNew, err := caConfigMap(context.Background()); err != nil || !hasOld || !hasNew {
 		t.Fatalf("after the switch %s holds the old CA: %v, the new: %v (%v); want both until the old CA expires", progressCAConfigMap, hasOld, hasNew, err)
