@@ -108,6 +108,10 @@ type Config struct {
 	// cert-manager or user Secret. The admission server then serves unregistered: only
 	// self-managed certificates can register the webhooks, in a cluster the chart does.
 	ProvidedCertDir string
+	// CAPublishDelay, when positive, sets webhook.certificates.caPublishDelay: how long a
+	// new CA must have been in every trainer pod's CA ConfigMap before a certificate it
+	// signed is served (default 5m).
+	CAPublishDelay time.Duration
 }
 
 // Start runs the controller against c as `make run` does: with its admission server on
@@ -199,7 +203,9 @@ func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process, webhoo
 	t.Helper()
 	args := slices.Clone(cfg.Args)
 	if cfg.ProvidedCertDir != "" {
-		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir))
+		args = append(args, "--config="+providedConfig(t, cfg.ProvidedCertDir, cfg.CAPublishDelay))
+	} else if cfg.CAPublishDelay > 0 {
+		t.Fatal("ctrlproc.Config.CAPublishDelay is set without ProvidedCertDir: only provided certificates write a configuration file")
 	}
 	if !slices.Contains(args, NoAdmission) {
 		addr := webhookAddr
@@ -228,11 +234,15 @@ func serverArgs(t testing.TB, c *cluster.Cluster, cfg Config, p *Process, webhoo
 }
 
 // providedConfig writes a Configuration file for certificates mode Provided from
-// certDir into the test's temporary folder and returns its path.
-func providedConfig(t testing.TB, certDir string) string {
+// certDir (and caPublishDelay, when positive) into the test's temporary folder and
+// returns its path.
+func providedConfig(t testing.TB, certDir string, caPublishDelay time.Duration) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	config := fmt.Sprintf("apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  certificates:\n    mode: Provided\n    certDir: %q\n", certDir)
+	if caPublishDelay > 0 {
+		config += fmt.Sprintf("    caPublishDelay: %s\n", caPublishDelay)
+	}
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type servingCertificate struct {
 // With provided certificates (cert-manager, a user's Secret) Trainyard adds a new
 // ca.crt to the published bundle (the previous CA stays until it expires) and holds a
 // renewed certificate its trainer pods do not trust yet back until the bundle that
-// verifies it has been in every copy for certs.DefaultCAPublishDelay, or until the
+// verifies it has been in every copy for webhook.certificates.caPublishDelay, or until the
 // served one expires (issue 41).
 type caCopies struct {
 	// changed, when set, is called each time the bundle changes (it must not block).
@@ -70,7 +70,7 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bo
 			}
 			c.providedCA = ca
 			if copies.published != nil {
-				files.Trusted = ca.Trusts(copies.published, certs.DefaultCAPublishDelay)
+				files.Trusted = ca.Trusts(copies.published, cfg.Certificates.CAPublishDelay.Duration)
 			}
 		}
 		return c, nil
@@ -81,6 +81,7 @@ func newServingCertificate(cfg configv1alpha1.WebhookConfiguration, publishCA bo
 		MutatingWebhookConfigurations:   []string{cfg.MutatingWebhookConfigurationName},
 		CAValidity:                      cfg.Certificates.CAValidity.Duration,
 		ServingValidity:                 cfg.Certificates.ServingValidity.Duration,
+		CAPublishDelay:                  cfg.Certificates.CAPublishDelay.Duration,
 		Metrics:                         m,
 		OnCABundleChange:                copies.changed,
 		CAPublished:                     copies.published,

@@ -286,6 +286,11 @@ func validate(cfg *configv1alpha1.Configuration) error {
 	if c := cfg.Webhook.Certificates; c.ServingValidity.Duration <= 0 || c.CAValidity.Duration < c.ServingValidity.Duration {
 		problems = append(problems, "webhook.certificates.servingValidity must be positive and not above webhook.certificates.caValidity")
 	}
+	if d := cfg.Webhook.Certificates.CAPublishDelay.Duration; d <= 0 {
+		problems = append(problems, fmt.Sprintf("webhook.certificates.caPublishDelay %v must be positive: it is the time the servers' clients "+
+			"(API servers, the kubelets refreshing trainer pods' ca.crt) get to see a new CA before a certificate it signed is served; "+
+			"leave it unset for the default %v", d, configv1alpha1.DefaultCAPublishDelay))
+	}
 	switch wh := cfg.Webhook; {
 	case wh.Certificates.Mode != configv1alpha1.CertificatesSelfManaged && wh.Certificates.Mode != configv1alpha1.CertificatesProvided:
 		problems = append(problems, fmt.Sprintf("webhook.certificates.mode %q must be %q or %q", wh.Certificates.Mode, configv1alpha1.CertificatesSelfManaged, configv1alpha1.CertificatesProvided))

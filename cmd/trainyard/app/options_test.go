@@ -62,6 +62,7 @@ func defaults() *configv1alpha1.Configuration {
 			Certificates: configv1alpha1.WebhookCertificates{
 				Mode: "SelfManaged", SecretName: "trainyard-webhook-certs", CertDir: "/tmp/k8s-webhook-server/serving-certs",
 				CAValidity: &metav1.Duration{Duration: 26280 * time.Hour}, ServingValidity: &metav1.Duration{Duration: 2160 * time.Hour},
+				CAPublishDelay: &metav1.Duration{Duration: 5 * time.Minute},
 			},
 		},
 		Consistency: configv1alpha1.ConsistencyConfiguration{
@@ -355,6 +356,10 @@ func TestConfigErrors(t *testing.T) {
 		"serving certificate outliving its CA": {
 			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  certificates:\n    caValidity: 1h\n    servingValidity: 2h\n")},
 			wantIn: []string{"webhook.certificates.servingValidity", "caValidity"},
+		},
+		"a CA served before it is published": {
+			args:   []string{"--config=" + writeFile(t, "apiVersion: config.trainyard.dev/v1alpha1\nkind: Configuration\nwebhook:\n  certificates:\n    caPublishDelay: 0s\n")},
+			wantIn: []string{"webhook.certificates.caPublishDelay 0s must be positive", "unset for the default 5m0s"},
 		},
 		"negative sweep period": {
 			args:   []string{"--config=" + badSweep},

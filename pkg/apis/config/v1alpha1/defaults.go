@@ -49,6 +49,7 @@ const (
 	DefaultMutatingWebhookName     = "trainyard-defaulter"
 	DefaultCAValidity              = 3 * 365 * 24 * time.Hour
 	DefaultServingValidity         = 90 * 24 * time.Hour
+	DefaultCAPublishDelay          = 5 * time.Minute
 	DefaultSweepPeriod             = time.Minute
 	DefaultLagThreshold            = 5 * time.Minute
 	DefaultStatusServerBindAddress = ":10443"
@@ -176,7 +177,8 @@ func defaultRateLimit(rl *RateLimitConfiguration) {
 
 // defaultWebhook fills the unset fields of the admission server and its self-managed
 // certificates (DefaultWebhook*, DefaultValidatingWebhookName,
-// DefaultMutatingWebhookName, DefaultCAValidity, DefaultServingValidity).
+// DefaultMutatingWebhookName, DefaultCAValidity, DefaultServingValidity,
+// DefaultCAPublishDelay).
 func defaultWebhook(wh *WebhookConfiguration) {
 	setString(&wh.BindAddress, DefaultWebhookBindAddress)
 	setString(&wh.ServiceName, DefaultWebhookServiceName)
@@ -190,6 +192,9 @@ func defaultWebhook(wh *WebhookConfiguration) {
 	}
 	if wh.Certificates.ServingValidity == nil {
 		wh.Certificates.ServingValidity = &metav1.Duration{Duration: DefaultServingValidity}
+	}
+	if wh.Certificates.CAPublishDelay == nil {
+		wh.Certificates.CAPublishDelay = &metav1.Duration{Duration: DefaultCAPublishDelay}
 	}
 }
 

@@ -311,6 +311,16 @@ type WebhookCertificates struct {
 	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
 	// +optional
 	ServingValidity *metav1.Duration `json:"servingValidity,omitempty"`
+	// caPublishDelay is how long a new CA must have been published to the servers'
+	// clients before a serving certificate it signed is served: self-managed, in the
+	// webhook configurations and the progress server's CA ConfigMaps; provided, a
+	// renewed pair whose certificate the published bundle does not verify yet is held
+	// back until that bundle has been in every CA ConfigMap this long. It covers the
+	// time an API server takes to see a new caBundle and a kubelet to refresh the
+	// ca.crt a trainer pod mounts (up to its syncFrequency, 1m by default, plus
+	// jitter). Defaults to 5m; must be positive (docs/design/certificates.md).
+	// +optional
+	CAPublishDelay *metav1.Duration `json:"caPublishDelay,omitempty"`
 }
 
 // Webhook certificate modes.

@@ -342,6 +342,11 @@ func (in *WebhookCertificates) DeepCopyInto(out *WebhookCertificates) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.CAPublishDelay != nil {
+		in, out := &in.CAPublishDelay, &out.CAPublishDelay
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	return
 }
 
