@@ -133,7 +133,7 @@ func ScrapeController(ctx context.Context, c *cluster.Cluster, chart Chart, metr
 	if err := apply(ctx, c, identity...); err != nil {
 		return nil, err
 	}
-	if s.Token, err = waitToken(ctx, c, s.ServiceMonitor); err != nil {
+	if s.Token, err = ScraperToken(ctx, c, s.ServiceMonitor); err != nil {
 		return nil, err
 	}
 	tokenFile := filepath.Join(c.PrometheusDir(), "scraper-token")
@@ -175,9 +175,12 @@ func apply(ctx context.Context, c *cluster.Cluster, objs ...*unstructured.Unstru
 	return nil
 }
 
-// waitToken waits (up to a minute) until the token controller wrote the token into the
-// Secret the ServiceMonitor's authorization names, and returns it.
-func waitToken(ctx context.Context, c *cluster.Cluster, sm *unstructured.Unstructured) ([]byte, error) {
+// ScraperToken waits (up to a minute) until the token controller wrote the token into
+// the Secret the ServiceMonitor's authorization names, and returns it: the value
+// Prometheus Operator copies into the scrape configuration. Errors: the
+// ServiceMonitor has no single endpoint with authorization.credentials, or no token
+// within the minute.
+func ScraperToken(ctx context.Context, c *cluster.Cluster, sm *unstructured.Unstructured) ([]byte, error) {
 	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 	if len(eps) != 1 {
 		return nil, fmt.Errorf("the ServiceMonitor has %d endpoints, want 1", len(eps))
