@@ -47,6 +47,9 @@ type leg struct {
 	c        *cluster.Cluster
 	repo     string
 	trainers trainerclient.Interface
+	// scrape is the cluster's Prometheus scraping the controller Pods, from the
+	// step that configures it on.
+	scrape *scrape
 }
 
 // helm runs the helm CLI against the cluster and returns its combined output; a
@@ -150,10 +153,13 @@ func TestChartLifecycle(t *testing.T) {
 		run  func(*testing.T, *leg)
 	}{
 		{"install", testInstall},
+		{"Prometheus scrapes both Pods with the ServiceMonitor's token", testPrometheusScrapesThePods},
 		{"admission through the Service", testAdmissionThroughTheService},
 		{"training reports progress through the Service", testTrainingReportsThroughTheService},
 		{"failover of the leader Pod under 200 creates", testFailover},
+		{"Prometheus follows the Pods after the failover", testPrometheusFollowsThePods},
 		{"upgrade under a create loop, then the CRD upgrade step", testUpgrade},
+		{"Prometheus follows the Pods after the upgrade", testPrometheusFollowsThePods},
 		{"uninstall", testUninstall},
 	}
 	for _, s := range steps {
@@ -167,10 +173,12 @@ func TestChartLifecycle(t *testing.T) {
 var installCommand = []string{"install", release, "charts/trainyard", "--namespace", namespace, "--create-namespace", "--wait"}
 
 // testInstall: `helm install` with the chart's defaults (its CRDs, two replicas, the
-// self-managed certificates, the default image) on the real node: both Pods Ready,
-// each controller process running as the chart's non-root user.
+// self-managed certificates, the default image) and its ServiceMonitor, as in a
+// cluster that runs Prometheus Operator, on the real node: both Pods Ready, each
+// controller process running as the chart's non-root user.
 func testInstall(t *testing.T, l *leg) {
-	args := append(append([]string{}, installCommand...), "--timeout", installTimeout.String())
+	l.installServiceMonitorCRD(t)
+	args := append(append(append([]string{}, installCommand...), "--timeout", installTimeout.String()), monitoringValues...)
 	args[2] = l.chartDir()
 	if set := os.Getenv(EnvHelmSet); set != "" {
 		t.Logf("installing with --set %s (%s): a step is meant to fail", set, EnvHelmSet)

@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 		o.RoutedServices = true
 		o.Images = images.Publisher(images.Options{})
 		o.Build.Helm = true
+		o.Prometheus = true // scrapes the controller Pods (prometheus_test.go)
 		o.Nodes = 1
 	}))
 }
