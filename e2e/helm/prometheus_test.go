@@ -70,12 +70,12 @@ func (l *leg) installServiceMonitorCRD(t *testing.T) {
 // scrape is what the leg's Prometheus scrapes: the job of the chart's ServiceMonitor
 // and a copy of it without the authorization.
 type scrape struct {
-	api               promv1.API
-	job, noTokenJob   string
-	metricsJob        string // the job label: the metrics Service's name
+	api             promv1.API
+	job, noTokenJob string
+	metricsJob      string // the job label: the metrics Service's name
 	// scheme, path and port are the ServiceMonitor endpoint's.
 	scheme, path, port string
-	configured, first time.Time
+	configured, first  time.Time
 }
 
 // testPrometheusScrapesThePods: the cluster's Prometheus, on the host, is given the
