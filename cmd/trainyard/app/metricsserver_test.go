@@ -184,8 +184,15 @@ func TestMetricsServerScrapedWhileAPodHoldsSlowConnections(t *testing.T) {
 		if err != nil || code != http.StatusOK || took > scrapeBound {
 			t.Fatalf("round %d: a scrape beside %d slow connections: %d after %v (%v), want 200 within %v", round, slowConns, code, took, err, scrapeBound)
 		}
-		t.Logf("round %d: scraped in %v; %d connections open, %d refused", round, took, srv.OpenConns(), srv.RefusedConns())
-		if open := srv.OpenConns(); open > metricsMaxConnsPerSource {
+		// The scrape's own connection may still be open on the server side, its close
+		// not yet handled (CI saw 9 once): wait for it, up to a second, before counting
+		// the pod's.
+		open := srv.OpenConns()
+		for deadline := time.Now().Add(time.Second); open > metricsMaxConnsPerSource && time.Now().Before(deadline); open = srv.OpenConns() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("round %d: scraped in %v; %d connections open, %d refused", round, took, open, srv.RefusedConns())
+		if open > metricsMaxConnsPerSource {
 			t.Errorf("round %d: %d connections open, want the pod's %d at most", round, open, metricsMaxConnsPerSource)
 		}
 	}
