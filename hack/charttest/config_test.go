@@ -107,6 +107,7 @@ func TestConfigFile(t *testing.T) {
 					CertDir:         configv1alpha1.DefaultWebhookCertDir,
 					CAValidity:      &metav1.Duration{Duration: configv1alpha1.DefaultCAValidity},
 					ServingValidity: &metav1.Duration{Duration: configv1alpha1.DefaultServingValidity},
+					CAPublishDelay:  &metav1.Duration{Duration: configv1alpha1.DefaultCAPublishDelay},
 				},
 			},
 		}
