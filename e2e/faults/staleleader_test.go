@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -207,28 +208,8 @@ func (e *env) watchTransitions(t *testing.T, ns string) *transitions {
 	ctx, cancel := context.WithCancel(t.Context())
 	tr := &transitions{ctx: ctx, cancel: cancel, events: map[string]int{}}
 	jss, tjs := e.jobsets.JobsetV1alpha2().JobSets(ns), e.trainers.TrainerV1alpha1().TrainJobs(ns)
-	jsw := listAndWatch(t, ctx, func(ctx context.Context) ([]runtime.Object, string, error) {
-		list, err := jss.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, "", err
-		}
-		var objs []runtime.Object
-		for i := range list.Items {
-			objs = append(objs, &list.Items[i])
-		}
-		return objs, list.ResourceVersion, nil
-	}, jss.Watch)
-	tjw := listAndWatch(t, ctx, func(ctx context.Context) ([]runtime.Object, string, error) {
-		list, err := tjs.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, "", err
-		}
-		var objs []runtime.Object
-		for i := range list.Items {
-			objs = append(objs, &list.Items[i])
-		}
-		return objs, list.ResourceVersion, nil
-	}, tjs.Watch)
+	jsw := listAndWatch(t, ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return jss.List(ctx, o) }, jss.Watch)
+	tjw := listAndWatch(t, ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return tjs.List(ctx, o) }, tjs.Watch)
 	tr.done.Go(func() {
 		suspendedAt := map[string]int64{} // JobSet name → generation it was suspended from
 		for ev := range jsw {
@@ -281,13 +262,22 @@ func suspendedCondition(tj *trainer.TrainJob) bool {
 // when the API server closes it (client-go's RetryWatcher): on a loaded machine the
 // watch cache drops a watcher that falls behind a burst, and the audit must miss
 // nothing.
-func listAndWatch(t *testing.T, ctx context.Context, list func(context.Context) ([]runtime.Object, string, error),
+func listAndWatch(t *testing.T, ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)) <-chan watch.Event {
 	t.Helper()
-	objs, rv, err := list(ctx)
+	listed, err := list(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs, err := apimeta.ExtractList(listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listMeta, err := apimeta.ListAccessor(listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := listMeta.GetResourceVersion()
 	w, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return watchFunc(ctx, opts)
