@@ -4,43 +4,61 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // TestBurstDoesNotDelayAnotherNamespace (issue 43): tenant A creates a burst of
-// TrainJobs (-faults.tenantburst, 3,000 by default) from 64 concurrent clients; once a
-// third of it exists, tenant B creates one TrainJob. Every stage's queue serves the
-// namespaces in turn (pkg/engine/fairqueue.go,
+// TrainJobs (-faults.tenantburst: 3,000, then 10,000, a subtest each) from 64
+// concurrent clients; once a third of it exists, tenant B creates one TrainJob. Every
+// stage's queue serves the namespaces in turn (pkg/engine/fairqueue.go,
 // docs/design/architecture.md#fair-queuing-in-every-stage), so B's key waits for about
 // one of A's keys per stage, not for the hundreds of A's keys queued ahead of it: B's
 // JobSet must appear within 2 s of B's create; its time alone (measured first, by the
-// same controller, with nothing else to do) is logged beside it. With one
-// FIFO per stage, B waited behind up to 500 of A's keys in each stage (issue 43
-// measured 8–9 s with `make run`).
+// same controller, with nothing else to do) is logged beside it. With one FIFO per
+// stage, B waited behind up to 500 of A's keys in each stage (issue 43 measured 8–9 s
+// with `make run`).
 //
-// Measured on a shared 2-core machine: B alone 7–13 ms; during the burst 0.15–0.62 s,
-// 1.06 s inside a full `make check` (at 10,000: 0.34 s, alone 10 ms); with the flow key
-// nil (one FIFO per stage) 2.1 s and 2.9 s, a failure. The test takes 20–25 s, A's deletion included; 1m20s at 10,000.
+// B's way to its JobSet crosses the API server twice (its TrainJob's create and watch
+// event to the controller, the JobSet's apply and watch event to the test), and during
+// A's burst the API server is what is loaded. So the test also times that crossing
+// for anyone, a ConfigMap of B's namespace from create to watch event ("an API hop"),
+// alone and right around B's TrainJob, and logs B's time beyond two hops: the part the
+// controller adds, the part fairness governs.
+//
+// Measured on a shared 2-core machine: see e2e/README.md#the-fault-suite. With the flow
+// key nil (one FIFO per stage) 2.1 s and 2.9 s at 3,000, a failure.
 func TestBurstDoesNotDelayAnotherNamespace(t *testing.T) {
+	sizes, err := parseSizes(*tenantBursts)
+	if err != nil {
+		t.Fatalf("-faults.tenantburst: %v", err)
+	}
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("burst=%d", n), func(t *testing.T) { burstBesideAnotherNamespace(t, n) })
+	}
+}
+
+// burstBesideAnotherNamespace is TestBurstDoesNotDelayAnotherNamespace with a burst of
+// n TrainJobs, on a controller of its own.
+func burstBesideAnotherNamespace(t *testing.T, n int) {
 	timed(t)
 	const (
 		clients = 64
 		// duringMax is the issue's bound for B during the burst, and the one asserted.
-		// Its other bound, 2× B alone (7–13 ms here), is logged, not asserted: during the
-		// burst the cores run the API server, etcd, the controller and 64 clients at
-		// once, so each step on B's way to its JobSet (the TrainJob's watch event behind
-		// A's in the informer, a freed in-flight slot, one of A's keys ahead in each
-		// stage, the apply, the JobSet's watch event) also waits for a core and for the
-		// API server. Measured with fair stages: 0.15–0.62 s alone on the machine, 1.06 s
-		// inside a full `make check` (a bound of 2× alone + 1 s failed there); behind one
-		// FIFO per stage: 2.07 s and 2.90 s alone on the machine, a failure.
+		// Its other bound, 2× B alone (7–13 ms here), is logged with B's time beyond
+		// two API hops, not asserted: during the burst the cores run the API server,
+		// etcd, the controller and 64 clients at once, so each step on B's way to its
+		// JobSet also waits for a core and for the API server
+		// (e2e/README.md#the-fault-suite has the figures).
 		duringMax = 2 * time.Second
+		samples   = 5
 	)
-	n := *tenantBurst
 	e := newEnv(t)
 	e.startController(t, "", "trainyard-burst")
 	busy, quiet := e.namespace(t), e.namespace(t)
@@ -49,20 +67,23 @@ func TestBurstDoesNotDelayAnotherNamespace(t *testing.T) {
 	b, a := newEnvQPS(t, 50, 100), newEnvQPS(t, 5000, 10000)
 
 	// B alone: a warm-up TrainJob (the controller's first apply), then five, the
-	// median kept.
+	// median kept; an API hop after each.
 	b.timeToJobSet(t, quiet, "alone-warmup", 30*time.Second)
-	var alones []time.Duration
-	for i := range 5 {
+	var alones, hopsAlone []time.Duration
+	for i := range samples {
 		d, _ := b.timeToJobSet(t, quiet, fmt.Sprintf("alone-%d", i), 30*time.Second)
 		alones = append(alones, d)
+		hopsAlone = append(hopsAlone, b.apiHop(t, quiet, fmt.Sprintf("hop-alone-%d", i)))
 	}
-	slices.Sort(alones)
-	alone := alones[len(alones)/2]
+	alone, hopAlone := median(alones), median(hopsAlone)
 
 	burst := a.startBurstClients(busy, n, 0, clients)
 	burst.waitCreated(n / 3)
 	into, createdAtB := time.Since(burst.start), burst.created.Load()
+	hopsDuring := []time.Duration{b.apiHop(t, quiet, "hop-before-b")}
 	during, create := b.timeToJobSet(t, quiet, "during-burst", 2*time.Minute)
+	hopsDuring = append(hopsDuring, b.apiHop(t, quiet, "hop-after-b"))
+	hopDuring := (hopsDuring[0] + hopsDuring[1]) / 2
 	// A's TrainJobs still without a JobSet when B had its own: the backlog B did not
 	// wait behind.
 	aJobSets := e.jobSetCount(context.Background(), t, busy)
@@ -75,20 +96,82 @@ func TestBurstDoesNotDelayAnotherNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectExact(t, ty, 7)
+	expectExact(t, ty, 1+samples+1)
 
-	t.Logf("B alone: its JobSet %v after its create (median of %v)", alone.Round(time.Millisecond), roundAll(alones))
-	t.Logf("B during A's burst of %d (%d clients; B created %v into it, %d of A's created): its JobSet %v after its create (the create call %v); then %d of A's created, %d with their JobSet (%d waiting)",
+	t.Logf("B alone: its JobSet %v after its create (median of %v); an API hop %v (median of %v)",
+		alone.Round(time.Millisecond), roundAll(alones), hopAlone.Round(time.Millisecond), roundAll(hopsAlone))
+	t.Logf("B during A's burst of %d (%d clients; B created %v into it, %d of A's created): its JobSet %v after its create (the create call %v); API hops around it %v; then %d of A's created, %d with their JobSet (%d waiting)",
 		n, clients, into.Round(10*time.Millisecond), createdAtB, during.Round(time.Millisecond), create.Round(time.Millisecond),
-		createdAtJobSet, aJobSets, createdAtJobSet-int64(aJobSets))
+		roundAll(hopsDuring), createdAtJobSet, aJobSets, createdAtJobSet-int64(aJobSets))
 	t.Logf("A's burst: %d created in %v (%.0f/s, %d retried), all with their JobSets %v after the burst began (%v after the last create)",
 		n, burstTook.Round(100*time.Millisecond), float64(n)/burstTook.Seconds(), burst.retries.Load(),
 		time.Since(burst.start).Round(100*time.Millisecond), time.Since(allStart).Round(100*time.Millisecond))
-	t.Logf("B during the burst / B alone: %.1f×; limit %v", during.Seconds()/alone.Seconds(), duringMax)
+	beyondAlone, beyondDuring := max(alone-2*hopAlone, 0), max(during-2*hopDuring, 0)
+	t.Logf("B during the burst / B alone: %.1f× (limit %v); beyond two API hops: %v during, %v alone",
+		during.Seconds()/alone.Seconds(), duringMax, beyondDuring.Round(time.Millisecond), beyondAlone.Round(time.Millisecond))
 	if during > duringMax {
 		t.Errorf("during A's burst, B's JobSet appeared %v after its create, more than %v (%v alone): B waited behind A's keys",
 			during.Round(time.Millisecond), duringMax, alone.Round(time.Millisecond))
 	}
+}
+
+// apiHop creates ConfigMap name in ns and returns how long from the create call until
+// its watch event arrives (the watch opened before the create): what the API server
+// adds to one write seen by a watcher, at this moment, for any client.
+func (e *env) apiHop(t *testing.T, ns, name string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cms := e.core.CoreV1().ConfigMaps(ns)
+	sel := "metadata.name=" + name
+	list, err := cms.List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatalf("listing ConfigMap %s/%s: %v", ns, name, err)
+	}
+	w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watching ConfigMap %s/%s: %v", ns, name, err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ConfigMap %s/%s: %v", ns, name, err)
+	}
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			switch {
+			case !ok:
+				t.Fatalf("the watch of ConfigMap %s/%s closed before it appeared", ns, name)
+			case ev.Type == watch.Error:
+				t.Fatalf("watching ConfigMap %s/%s: %v", ns, name, ev.Object)
+			case ev.Type == watch.Added:
+				return time.Since(start)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no watch event for ConfigMap %s/%s within a minute of its create", ns, name)
+		}
+	}
+}
+
+// parseSizes parses a comma-separated list of positive counts.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive count (want e.g. 3000,10000)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// median returns the middle of ds after sorting a copy (the upper one of an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // timeToJobSet creates TrainJob name in ns and returns how long from the create call
