@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned"
@@ -35,7 +34,6 @@ type env struct {
 	c        *cluster.Cluster
 	trainers trainerclient.Interface
 	jobsets  jobsetclient.Interface
-	core     kubernetes.Interface
 }
 
 func newEnv(t *testing.T) *env {
@@ -57,11 +55,7 @@ func newEnvQPS(t *testing.T, qps float32, burst int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{c: c, trainers: trainers, jobsets: jobsets, core: core}
+	return &env{c: c, trainers: trainers, jobsets: jobsets}
 }
 
 // namespace creates a namespace for the test with the torch runtime in it.
