@@ -199,6 +199,27 @@ func TestTTLTargetsAndReport(t *testing.T) {
 	}
 }
 
+func TestTTLWithoutTheSecondWindowMissesATargetAndStillReports(t *testing.T) {
+	r := ttlResult()
+	r.TTL.With = nil
+	r.Targets = evaluateTargets(r)
+	found := false
+	for _, tg := range r.Targets {
+		if tg.Name == "the idle controller with the TTLs pending" {
+			found = !tg.Met
+		}
+		if strings.Contains(tg.Name, "pend") && tg.Name != "the idle controller with the TTLs pending" {
+			t.Errorf("target %q stated without the window it needs", tg.Name)
+		}
+	}
+	if !found {
+		t.Errorf("no missed target for the window left out: %+v", r.Targets)
+	}
+	if report := Report(r); !strings.Contains(report, "**1000 of 1000 deleted**") {
+		t.Errorf("report lacks the deletions:\n%s", report)
+	}
+}
+
 func TestTTLPlotWritesSVG(t *testing.T) {
 	expiries := []time.Time{t0, t0.Add(time.Second), t0.Add(2 * time.Second)}
 	deleted := []time.Time{t0.Add(50 * time.Millisecond), t0.Add(1200 * time.Millisecond), {}}
