@@ -104,26 +104,37 @@ type TTL struct {
 	Without *TTLWindow `json:"without"`
 	With    *TTLWindow `json:"with"`
 
-	// Patches: the N merge patches of spec.ttlSecondsAfterFinished (PatchSeconds, their
-	// rate and errors), and the controller from their start until it was idle again.
-	PatchSeconds        float64    `json:"patchSeconds"`
-	PatchesPerSecond    float64    `json:"patchesPerSecond"`
-	PatchErrors         int        `json:"patchErrors"`
-	FirstPatchError     string     `json:"firstPatchError,omitempty"`
-	PatchController     Controller `json:"patchController"`
-	PatchIdleSeconds    float64    `json:"patchIdleSeconds"`
-	PatchStatusSyncs    float64    `json:"patchStatusSyncs"`
-	CreatesPerSecond    float64    `json:"createsPerSecond"`
-	ScheduledPerSecond  float64    `json:"scheduledPerSecond"`
-	SpanSeconds         float64    `json:"spanSeconds"`
-	LeadSeconds         float64    `json:"leadSeconds"`
-	LastPatchToExpiry   float64    `json:"lastPatchToFirstExpirySeconds"`
-	Deletions           Deletions  `json:"deletions"`
-	JobSetsDeleted      int        `json:"jobSetsDeleted"`
-	GCLagP50            float64    `json:"gcLagP50"`
-	GCLagP99            float64    `json:"gcLagP99"`
-	GCLagMax            float64    `json:"gcLagMax"`
-	DeletionIdleSeconds float64    `json:"deletionIdleSeconds"`
+	// PatchSeconds, PatchesPerSecond, PatchErrors and FirstPatchError are the N merge
+	// patches of spec.ttlSecondsAfterFinished. PatchController is the controller from
+	// their start until it was idle again, PatchIdleSeconds later, after
+	// PatchStatusSyncs syncs of the status stage.
+	PatchSeconds     float64    `json:"patchSeconds"`
+	PatchesPerSecond float64    `json:"patchesPerSecond"`
+	PatchErrors      int        `json:"patchErrors"`
+	FirstPatchError  string     `json:"firstPatchError,omitempty"`
+	PatchController  Controller `json:"patchController"`
+	PatchIdleSeconds float64    `json:"patchIdleSeconds"`
+	PatchStatusSyncs float64    `json:"patchStatusSyncs"`
+
+	// The plan: the expiries spread evenly over SpanSeconds, ScheduledPerSecond of
+	// them, ttlDeleteShare × CreatesPerSecond (the run's TrainJob creates); the first
+	// LeadSeconds after the patches began, LastPatchToFirstExpiry after they ended.
+	CreatesPerSecond       float64 `json:"createsPerSecond"`
+	ScheduledPerSecond     float64 `json:"scheduledPerSecond"`
+	SpanSeconds            float64 `json:"spanSeconds"`
+	LeadSeconds            float64 `json:"leadSeconds"`
+	LastPatchToFirstExpiry float64 `json:"lastPatchToFirstExpirySeconds"`
+
+	Deletions Deletions `json:"deletions"`
+	// JobSetsDeleted is how many of the TrainJobs' JobSets garbage collection deleted,
+	// GCLag* the seconds from a TrainJob's DELETED event to its JobSet's.
+	JobSetsDeleted int     `json:"jobSetsDeleted"`
+	GCLagP50       float64 `json:"gcLagP50"`
+	GCLagP99       float64 `json:"gcLagP99"`
+	GCLagMax       float64 `json:"gcLagMax"`
+	// DeletionIdleSeconds runs from the deletion phase's start (just before the first
+	// expiry) until the controller was idle after the last JobSet was deleted.
+	DeletionIdleSeconds float64 `json:"deletionIdleSeconds"`
 }
 
 // TTLWindow is the idle controller sampled over a window: its CPU, its RSS every
@@ -213,7 +224,7 @@ func (r *runner) runTTL(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := expiries[0]
+	first, _ := expiryRange(expiries)
 	if room := time.Until(first) - ttlMargin; room < ttlMinWindow {
 		r.say("no idle window with the TTLs pending: %s left before the first expiry", room.Round(time.Second))
 	} else {
@@ -233,9 +244,9 @@ func (r *runner) runTTL(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	end, idle, err := s.untilIdle(ctx, 0)
-	if err != nil || !idle {
-		return nil, fmt.Errorf("waiting for the controller to go idle after the deletions: %v", err)
+	end, _, err := s.untilIdle(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the controller to go idle after the deletions: %w", err)
 	}
 	t.DeletionIdleSeconds = round3(end.quietSince.Sub(start.metrics.At).Seconds())
 	res.Controller = controllerFigures(start, end, len(names))
@@ -312,8 +323,8 @@ func completedJobSetPatch(at metav1.Time) ([]byte, error) {
 // time, the settle and the idle window), patches every
 // TrainJob's spec.ttlSecondsAfterFinished accordingly with Config.Parallelism in flight,
 // waits until the controller is idle, and records the patches and the controller's
-// work for them in t. It returns each TrainJob's expiry, in the order of names (the
-// earliest first). Errors: a patch failed, or a scrape.
+// work for them in t. It returns each TrainJob's expiry, in the order of names.
+// Errors: a patch failed, or a scrape.
 func (r *runner) patchTTLs(ctx context.Context, s *sampler, names []string, finished []time.Time, t *TTL) ([]time.Time, error) {
 	span := ttlSpan(len(names), t.CreatesPerSecond)
 	lead := time.Duration(ttlPatchAllowance*t.JobSetPatchSeconds*float64(time.Second)) + ttlSettle + r.cfg.IdleWindow + ttlMargin
@@ -337,7 +348,8 @@ func (r *runner) patchTTLs(ctx context.Context, s *sampler, names []string, fini
 	})
 	t.PatchSeconds, t.PatchErrors = round3(patched.Seconds()), patched.Errors
 	t.PatchesPerSecond = round3(float64(len(names)-patched.Errors) / patched.Seconds())
-	t.LastPatchToExpiry = round3(expiries[0].Sub(patched.End).Seconds())
+	earliest, _ := expiryRange(expiries)
+	t.LastPatchToFirstExpiry = round3(earliest.Sub(patched.End).Seconds())
 	if patched.Errors > 0 {
 		t.FirstPatchError = patched.FirstError.Error()
 		return nil, fmt.Errorf("%d of %d TTL patches failed: %w", patched.Errors, len(names), patched.FirstError)
@@ -353,6 +365,13 @@ func (r *runner) patchTTLs(ctx context.Context, s *sampler, names []string, fini
 	r.say("%d TTLs set in %.1fs; controller idle after %.1fs, %.2f CPU s, writes %s", len(names), t.PatchSeconds, t.PatchIdleSeconds,
 		t.PatchController.CPUSeconds, methods(t.PatchController.Requests, true))
 	return expiries, nil
+}
+
+// expiryRange returns the earliest and the latest of expiries (not empty). The plan's
+// are nearly sorted: each is up to a second after its planned instant, whole seconds
+// from its finish time.
+func expiryRange(expiries []time.Time) (earliest, latest time.Time) {
+	return slices.MinFunc(expiries, time.Time.Compare), slices.MaxFunc(expiries, time.Time.Compare)
 }
 
 // ttlSpan is how long the expiries of n TrainJobs are spread over: n at ttlDeleteShare ×
@@ -453,7 +472,7 @@ func windowFigures(start, end *sample, collected *Snapshot, rss []float64) *TTLW
 // records the deletions against expiries and garbage collection's lag in t. It returns
 // when each TrainJob's deletion was seen, in the order of names (zero: not seen).
 func (r *runner) waitTTLDeletions(ctx context.Context, rec *ttlRecorder, names []string, expiries []time.Time, t *TTL) ([]time.Time, error) {
-	last := expiries[len(expiries)-1]
+	_, last := expiryRange(expiries)
 	r.say("waiting for %d TTL deletions (the last expires at %s)", len(names), last.Format(time.TimeOnly))
 	err := waitCount(ctx, time.Until(last)+r.cfg.Timeout, rec.deleted, len(names), func(n int) { r.say("%d/%d TrainJobs deleted", n, len(names)) })
 	if err != nil {
@@ -477,7 +496,7 @@ func (r *runner) waitTTLDeletions(ctx context.Context, rec *ttlRecorder, names [
 }
 
 // deletionFigures returns the deletions seen (deleted[i], zero when not seen) against
-// the expiries (expiries[i]; sorted, the earliest first).
+// the expiries (expiries[i]).
 func deletionFigures(expiries, deleted []time.Time) Deletions {
 	d := Deletions{Expected: len(expiries)}
 	var late []float64
@@ -505,7 +524,8 @@ func deletionFigures(expiries, deleted []time.Time) Deletions {
 	if d.Seconds > 0 {
 		d.PerSecond = round3(float64(d.Deleted-1) / d.Seconds)
 	}
-	d.AfterLastExpiry = round3(lastDel.Sub(expiries[len(expiries)-1]).Seconds())
+	_, lastExpiry := expiryRange(expiries)
+	d.AfterLastExpiry = round3(lastDel.Sub(lastExpiry).Seconds())
 	return d
 }
 
@@ -673,7 +693,7 @@ func ttlReport(w func(string, ...any), r *Result, t *TTL) {
 	w("- %d patches in %.2f s (%.0f/s, %d errors); the controller idle %.2f s after the first: %.0f status syncs, CPU %.2f s (%.2f s per 1,000), API requests %s\n",
 		t.Deletions.Expected, t.PatchSeconds, t.PatchesPerSecond, t.PatchErrors, t.PatchIdleSeconds, t.PatchStatusSyncs, p.CPUSeconds, p.CPUSecondsPer1000, methods(p.Requests, false))
 	w("- expiries spread evenly over %.0f s (%.0f/s scheduled: %.1f × the %.0f TrainJob creates/s of this run's burst), the first %.0f s after the last patch\n",
-		t.SpanSeconds, t.ScheduledPerSecond, ttlDeleteShare, t.CreatesPerSecond, t.LastPatchToExpiry)
+		t.SpanSeconds, t.ScheduledPerSecond, ttlDeleteShare, t.CreatesPerSecond, t.LastPatchToFirstExpiry)
 	d := t.Deletions
 	w("\n## Deletions (lateness: the DELETED watch event − Complete's time + TTL)\n\n")
 	w("- **%d of %d deleted**; lateness p50 **%.3f s**, p99 **%.3f s**, max %.3f s (min %.3f s)\n", d.Deleted, d.Expected, d.LatenessP50, d.LatenessP99, d.LatenessMax, d.LatenessMin)
@@ -688,14 +708,14 @@ type ttlTimeline struct {
 	expiries, deleted, jobSetsDeleted, lateness []float64
 }
 
-// newTTLTimeline returns the timeline of the expiries (the earliest first) and the
+// newTTLTimeline returns the timeline of the expiries and the
 // TrainJobs' and JobSets' deletions seen (zero: not seen), in the same order.
 func newTTLTimeline(expiries, deleted, jobSets []time.Time) *ttlTimeline {
 	tl := &ttlTimeline{}
 	if len(expiries) == 0 {
 		return tl
 	}
-	first := expiries[0]
+	first, _ := expiryRange(expiries)
 	for i, at := range expiries {
 		tl.expiries = append(tl.expiries, at.Sub(first).Seconds())
 		if !deleted[i].IsZero() {

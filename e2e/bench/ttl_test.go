@@ -29,6 +29,11 @@ func TestPlanExpiriesSpreadsWholeSecondTTLsFromEachFinish(t *testing.T) {
 			t.Errorf("TrainJob %d: ttl %d expiry %s; want %d and %s", i, ttls[i], expiries[i], wantTTLs[i], wantExpiries[i])
 		}
 	}
+	// The whole-second TTLs leave the expiries nearly sorted: the range is taken, not
+	// the ends.
+	if earliest, latest := expiryRange([]time.Time{t0.Add(time.Second), t0, t0.Add(3 * time.Second), t0.Add(2 * time.Second)}); !earliest.Equal(t0) || !latest.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("expiryRange = %s, %s; want t0 and t0+3s", earliest, latest)
+	}
 	// A finish after its planned expiry has no TTL that expresses it.
 	if _, _, err := planExpiries([]time.Time{t0.Add(time.Hour)}, t0, time.Minute); err == nil || !strings.Contains(err.Error(), "ttlSecondsAfterFinished") {
 		t.Errorf("a finish after the planned expiry: error %v, want one naming ttlSecondsAfterFinished", err)
@@ -52,7 +57,8 @@ func TestTTLSpanIsHalfTheCreateRateAndAtLeastTheMinimum(t *testing.T) {
 }
 
 func TestDeletionFiguresMeasureLatenessAgainstEachExpiry(t *testing.T) {
-	expiries := []time.Time{t0, t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(3 * time.Second)}
+	// Nearly sorted, as planned: the latest expiry is not the last.
+	expiries := []time.Time{t0, t0.Add(time.Second), t0.Add(3 * time.Second), t0.Add(2 * time.Second)}
 	deleted := []time.Time{
 		t0.Add(100 * time.Millisecond),
 		t0.Add(time.Second + 300*time.Millisecond),
@@ -63,10 +69,11 @@ func TestDeletionFiguresMeasureLatenessAgainstEachExpiry(t *testing.T) {
 	if d.Expected != 4 || d.Deleted != 3 {
 		t.Fatalf("expected %d deleted %d, want 4 and 3", d.Expected, d.Deleted)
 	}
-	if d.LatenessMin != 0.1 || d.LatenessP50 != 0.3 || d.LatenessP99 != 2 || d.LatenessMax != 2 {
-		t.Errorf("lateness min %v p50 %v p99 %v max %v; want 0.1, 0.3, 2, 2", d.LatenessMin, d.LatenessP50, d.LatenessP99, d.LatenessMax)
+	if d.LatenessMin != 0.1 || d.LatenessP50 != 0.3 || d.LatenessP99 != 3 || d.LatenessMax != 3 {
+		t.Errorf("lateness min %v p50 %v p99 %v max %v; want 0.1, 0.3, 3, 3", d.LatenessMin, d.LatenessP50, d.LatenessP99, d.LatenessMax)
 	}
-	// First deletion t0+0.1, last t0+5: 2 intervals over 4.9 s; the last 2 s after the last expiry.
+	// First deletion t0+0.1, last t0+5: 2 intervals over 4.9 s; the last 2 s after the
+	// latest expiry (t0+3).
 	if d.Seconds != 4.9 || d.PerSecond != round3(2/4.9) || d.AfterLastExpiry != 2 {
 		t.Errorf("seconds %v, per second %v, after last expiry %v; want 4.9, %v, 2", d.Seconds, d.PerSecond, d.AfterLastExpiry, round3(2/4.9))
 	}
