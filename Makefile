@@ -254,6 +254,12 @@ BENCH_KUEUE_QUOTA ?= 200
 bench-kueue: host-packages ## Trainyard under real Kueue v0.19.1 (issue 16): BENCH_KUEUE_N TrainJobs through one ClusterQueue with quota for BENCH_KUEUE_QUOTA at a time, each run to Complete; end-to-end time and throughput, the most running at once (≤ the quota), Trainyard's writes per TrainJob (and who writes what, from the audit log), Kueue's unsuspend → JobSet exists / unsuspended p50/p99, Kueue's and Trainyard's CPU. Results: bench/results/kueue-n<N>-<date>/.
 	cd e2e && $(GO) run ./cmd/bench --mode=kueue --n=$(BENCH_KUEUE_N) --quota=$(BENCH_KUEUE_QUOTA)
 
+BENCH_TTL_N ?= 50000
+
+.PHONY: bench-ttl
+bench-ttl: host-packages ## TTLs at scale (issue 40): BENCH_TTL_N TrainJobs finished (their JobSets marked Completed, no JobSet controller), the idle controller's CPU, RSS and live heap without and with a ttlSecondsAfterFinished pending on every one, the TTL patches' cost, and every deletion's lateness against its expiry (p50/p99/max), the JobSets going by garbage collection. Results: bench/results/ttl-n<N>-<date>/.
+	cd e2e && $(GO) run ./cmd/bench --mode=ttl --n=$(BENCH_TTL_N) --timeout=60m
+
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the pure hot paths (merge patches, ML policies, hashing, status), with allocations.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

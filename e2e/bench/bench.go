@@ -13,7 +13,9 @@
 // (progress.go). A fourth (kueue, issue 16) runs N TrainJobs through real
 // Kueue with quota for some of them at a time, each to Complete, and measures
 // the quota held, Trainyard's writes, and how soon Trainyard acts on Kueue's
-// unsuspend (kueue.go).
+// unsuspend (kueue.go). A fifth (ttl, issue 40) gives N finished TrainJobs a
+// ttlSecondsAfterFinished and measures the controller with and without the TTLs
+// pending, and how late each deletion comes (ttl.go).
 //
 // Each run writes result.json, report.md and plot.svg to its output folder.
 // `make bench` runs it; see e2e/cmd/bench for the flags.
@@ -25,7 +27,7 @@
 // plot.go the outputs. Each mode has files named after it, with its run and
 // the figures, targets, report sections and plot that are its alone:
 // admission.go (and restart.go), lifecycle.go, progress*.go, kueue*.go,
-// writes*.go and peer*.go.
+// writes*.go, peer*.go and ttl.go.
 package bench
 
 import (
@@ -61,7 +63,7 @@ const (
 
 // Config is one benchmark run.
 type Config struct {
-	// Mode is ModeAdmission, ModeLifecycle, ModeProgress or ModeKueue.
+	// Mode is ModeAdmission, ModeLifecycle, ModeProgress, ModeKueue or ModeTTL.
 	Mode string
 	// N is the number of TrainJobs in the burst.
 	N int
@@ -116,6 +118,10 @@ type Config struct {
 	// Quota (Kueue mode only) is how many TrainJobs the ClusterQueue admits at a
 	// time (default DefaultKueueQuota).
 	Quota int
+
+	// IdleWindow (TTL mode only) is how long the idle controller is sampled, without
+	// and with the TTLs pending (default DefaultTTLIdleWindow).
+	IdleWindow time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -125,6 +131,11 @@ func (c *Config) defaults() error {
 		c.Quota = cmp.Or(c.Quota, DefaultKueueQuota)
 		if c.Quota < 0 {
 			return fmt.Errorf("quota %d: want a positive number of TrainJobs", c.Quota)
+		}
+	case ModeTTL:
+		c.IdleWindow = cmp.Or(c.IdleWindow, DefaultTTLIdleWindow)
+		if c.IdleWindow < ttlMinWindow {
+			return fmt.Errorf("idle window %v: want at least %v", c.IdleWindow, ttlMinWindow)
 		}
 	case ModeProgress:
 		c.ReportInterval = cmp.Or(c.ReportInterval, time.Second)
@@ -136,7 +147,7 @@ func (c *Config) defaults() error {
 				c.ReportInterval, c.ReportDuration, c.AdmissionN, c.Namespaces)
 		}
 	default:
-		return fmt.Errorf("mode %q: want %q, %q, %q or %q", c.Mode, ModeAdmission, ModeLifecycle, ModeProgress, ModeKueue)
+		return fmt.Errorf("mode %q: want %q, %q, %q, %q or %q", c.Mode, ModeAdmission, ModeLifecycle, ModeProgress, ModeKueue, ModeTTL)
 	}
 	if c.N <= 0 || c.Parallelism <= 0 || c.NumNodes <= 0 {
 		return fmt.Errorf("n, parallelism and numNodes must be positive (got %d, %d, %d)", c.N, c.Parallelism, c.NumNodes)
@@ -177,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	pods := 0
-	if cfg.Mode != ModeAdmission {
+	if cfg.Mode != ModeAdmission && cfg.Mode != ModeTTL {
 		pods = cfg.N * int(cfg.NumNodes)
 	}
 	opts := clusterOptions(cfg.RepoRoot, cfg.OutDir, cfg.Progress, cfg.Mode, pods)
@@ -202,6 +213,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		run = r.runProgress
 	case ModeKueue:
 		run = r.runKueue
+	case ModeTTL:
+		run = r.runTTL
 	}
 	res, err := run(ctx)
 	if err != nil {

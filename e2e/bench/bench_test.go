@@ -94,14 +94,19 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
-func TestParseVmHWM(t *testing.T) {
+func TestParseStatusBytes(t *testing.T) {
 	status := "Name:\ttrainyard\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n"
-	got, err := parseVmHWM(bufio.NewScanner(strings.NewReader(status)))
-	if err != nil || got != 51200*1024 {
-		t.Errorf("VmHWM = %d, %v; want %d", got, err, 51200*1024)
+	for field, want := range map[string]int64{"VmHWM": 51200 * 1024, "VmRSS": 40000 * 1024} {
+		got, err := parseStatusBytes(bufio.NewScanner(strings.NewReader(status)), field)
+		if err != nil || got != want {
+			t.Errorf("%s = %d, %v; want %d", field, got, err, want)
+		}
 	}
-	if _, err := parseVmHWM(bufio.NewScanner(strings.NewReader("Name:\tx\n"))); err == nil {
+	if _, err := parseStatusBytes(bufio.NewScanner(strings.NewReader("Name:\tx\n")), "VmHWM"); err == nil {
 		t.Error("no error without a VmHWM line")
+	}
+	if _, err := parseStatusBytes(bufio.NewScanner(strings.NewReader("VmRSS:\t12 MB\n")), "VmRSS"); err == nil {
+		t.Error("no error for a size not in kB")
 	}
 }
 

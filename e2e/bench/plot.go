@@ -26,6 +26,8 @@ type timeline struct {
 	progress *progressTimeline
 	// kueue is what Kueue mode plots beyond the curves above.
 	kueue *kueueTimeline
+	// ttl is what TTL mode plots instead.
+	ttl *ttlTimeline
 }
 
 func newTimeline(created burstResult, admitted, finished *arrivals, mode string) *timeline {
@@ -99,6 +101,9 @@ func writePlot(path string, r *Result, tl *timeline) error {
 	}
 	if tl.kueue != nil {
 		return writeKueuePlot(path, r, tl)
+	}
+	if tl.ttl != nil {
+		return writeTTLPlot(path, r, tl.ttl)
 	}
 	over := plot.New()
 	over.Title.Text = fmt.Sprintf("%d TrainJobs (%s) over time", r.N, r.Mode)

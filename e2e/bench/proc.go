@@ -52,35 +52,45 @@ func parseStatCPU(stat string) (float64, error) {
 // (VmHWM of /proc/<pid>/status, which the kernel keeps for the process's
 // life, so no sampling can miss the peak). Errors: no such process, or no
 // VmHWM line.
-func ProcPeakRSSBytes(pid int) (int64, error) {
+func ProcPeakRSSBytes(pid int) (int64, error) { return procStatusBytes(pid, "VmHWM") }
+
+// ProcRSSBytes returns the resident set size of process pid now, in bytes (VmRSS of
+// /proc/<pid>/status). Errors: no such process, or no VmRSS line.
+func ProcRSSBytes(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+
+// procStatusBytes returns the field of /proc/<pid>/status, a size in kB, in bytes.
+func procStatusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	return parseVmHWM(bufio.NewScanner(f))
+	return parseStatusBytes(bufio.NewScanner(f), field)
 }
 
-func parseVmHWM(sc *bufio.Scanner) (int64, error) {
+// parseStatusBytes returns the size in field ("VmHWM", "VmRSS") of a /proc/<pid>/status
+// read from sc, in bytes (the file gives kB). Errors: no such line, or not "<n> kB".
+func parseStatusBytes(sc *bufio.Scanner, field string) (int64, error) {
+	prefix := field + ":"
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "VmHWM:") {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
-		fields := strings.Fields(strings.TrimPrefix(line, "VmHWM:"))
+		fields := strings.Fields(strings.TrimPrefix(line, prefix))
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("unexpected VmHWM line %q", line)
+			return 0, fmt.Errorf("unexpected %s line %q", field, line)
 		}
 		kb, err := strconv.ParseInt(fields[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("VmHWM: %w", err)
+			return 0, fmt.Errorf("%s: %w", field, err)
 		}
 		return kb * 1024, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("no VmHWM line")
+	return 0, fmt.Errorf("no %s line", field)
 }
 
 // MachineCPUSeconds returns the busy (non-idle, non-iowait) CPU seconds of all

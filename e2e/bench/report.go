@@ -37,6 +37,9 @@ func Report(r *Result) string {
 	if k := r.Kueue; k != nil {
 		kueueReport(w, r, k)
 	}
+	if t := r.TTL; t != nil {
+		ttlReport(w, r, t)
+	}
 	controllerReport(w, r)
 	cpuReport(w, r)
 	return b.String()
@@ -52,6 +55,8 @@ func reportHeader(w func(string, ...any), r *Result) {
 		progressHeader(w, r, p)
 	} else if k := r.Kueue; k != nil {
 		kueueHeader(w, r, k)
+	} else if r.TTL != nil {
+		w("![TTL expiries and deletions over time, and the lateness](plot.svg)\n\n")
 	} else {
 		w("![admissions over time and latency](plot.svg)\n\n")
 	}
@@ -77,7 +82,11 @@ func controllerReport(w func(string, ...any), r *Result) {
 	if p := r.Progress; p != nil {
 		progressControllerReport(w, r, p)
 	} else {
-		w("\n## Controller\n\n")
+		if r.TTL != nil {
+			w("\n## Controller during the deletions (just before the first expiry → idle after the last JobSet was deleted)\n\n")
+		} else {
+			w("\n## Controller\n\n")
+		}
 		w("- CPU %.2f s (%.2f s per 1,000 TrainJobs); peak RSS %.1f MiB; Go heap in use: peak %.1f MiB, at the end %.1f MiB\n",
 			c.CPUSeconds, c.CPUSecondsPer1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.PeakHeapBytes)/(1<<20), float64(c.HeapBytes)/(1<<20))
 		w("- API requests: %s; per TrainJob: %s; writes per TrainJob %.3f\n", methods(c.Requests, false), perTrainJob(c.Requests, r.N), c.WritesPerTrainJob)
@@ -95,6 +104,9 @@ func cpuReport(w func(string, ...any), r *Result) {
 	span := "burst start → controller idle"
 	if r.Progress != nil {
 		span = "the reporting window, its burst included"
+	}
+	if r.TTL != nil {
+		span = "the deletions: just before the first expiry → controller idle"
 	}
 	w("\n## Where the CPU went (seconds, %s; machine utilisation %.0f%% of %d cores over %.1f s)\n\n",
 		span, r.Machine.Utilisation*100, r.CPUs, r.Machine.WallSeconds)

@@ -38,6 +38,9 @@ type Result struct {
 	// Kueue: the TrainJobs through Kueue (kueue mode only); Admission and Lifecycle
 	// are then of the same run, the JobSets they count created suspended.
 	Kueue *Kueue `json:"kueue,omitempty"`
+	// TTL: the TTLs of N finished TrainJobs (ttl mode only); Controller, Stages,
+	// Components and Machine then cover the deletions.
+	TTL *TTL `json:"ttl,omitempty"`
 
 	Controller Controller `json:"controller"`
 	Stages     []Stage    `json:"stages"`

@@ -59,7 +59,9 @@ func (r *runner) startController(ctx context.Context, extraArgs ...string) (*con
 		return nil, nil, err
 	}
 	args = append(args, extraArgs...)
-	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, r.cfg.CPUProfile > 0, r.cfg.ControllerEnv, args...)
+	// TTL mode forces garbage collections through /debug/pprof to read the live heap.
+	profiling := r.cfg.CPUProfile > 0 || r.cfg.Mode == ModeTTL
+	ctrl, err := startControllerProcess(ctx, r.binary, r.cluster.Kubeconfig(), filepath.Join(r.cfg.OutDir, "logs", "trainyard.log"), r.cfg.QPS, r.cfg.Burst, profiling, r.cfg.ControllerEnv, args...)
 	if err != nil {
 		return nil, nil, err
 	}

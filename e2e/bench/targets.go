@@ -28,7 +28,8 @@ func (ts *targetList) add(name, target, measured string, met bool, note string) 
 }
 
 // evaluateTargets states each target that this run's mode measures: the mode's own
-// (admissionTargets, lifecycleTargets, kueueTargets, progressTargets, restartTargets),
+// (admissionTargets, lifecycleTargets, kueueTargets, progressTargets, ttlTargets,
+// restartTargets),
 // then those of every mode: no failed sync from cache lag, no errors, the peak RSS.
 func evaluateTargets(r *Result) []Target {
 	var ts targetList
@@ -44,12 +45,18 @@ func evaluateTargets(r *Result) []Target {
 	if p := r.Progress; r.Mode == ModeProgress && p != nil {
 		progressTargets(&ts, r, p)
 	}
+	if t := r.TTL; r.Mode == ModeTTL && t != nil {
+		ttlTargets(&ts, r, t)
+	}
 	if rs := r.Restart; rs != nil {
 		restartTargets(&ts, r, rs)
 	}
 	c := r.Controller
 	ts.add("failed syncs from the controller's cache lag", "0", fmt.Sprintf("%.0f", c.CacheLagErrors), c.CacheLagErrors == 0, "stage errors with reason not_found or conflict")
 	errorsTarget(&ts, r)
+	if r.TTL != nil {
+		return ts // ttlTargets states the peak RSS at its own N
+	}
 	rssNote := ""
 	if r.N < targetRSSAtN {
 		rssNote = fmt.Sprintf("the target is for N = %d; this run has N = %d", targetRSSAtN, r.N)

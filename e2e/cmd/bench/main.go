@@ -11,6 +11,7 @@
 //	go run ./cmd/bench --mode=peer --kueue-n=2000 --quota=200 --lifecycle-n=-1 --rounds=1
 //	go run ./cmd/bench --mode=writes --n=500 --rounds=3
 //	go run ./cmd/bench --mode=kueue --n=2000 --quota=200
+//	go run ./cmd/bench --mode=ttl --n=50000 --timeout=60m
 //
 // `make bench` runs the admission and lifecycle modes with the defaults;
 // `make bench-progress` the progress mode (issue 14); `make bench-peer` the
@@ -19,7 +20,10 @@
 // bench/results/peer-<date>; `make bench-peer-kueue` the peer mode's Kueue load
 // alone (issue 27), into bench/results/peer-kueue-<date>; `make bench-kueue` the kueue mode (issue 16): N
 // TrainJobs through real Kueue with quota for some at a time, into
-// bench/results/kueue-n<N>-<date>.
+// bench/results/kueue-n<N>-<date>; `make bench-ttl` the ttl mode (issue 40): N
+// finished TrainJobs given ttlSecondsAfterFinished, the controller's memory and CPU
+// with and without them pending, and the deletions' lateness, into
+// bench/results/ttl-n<N>-<date>.
 package main
 
 import (
@@ -61,7 +65,7 @@ func main() {
 	o.cfg.RepoRoot = root
 	if o.out == "" {
 		o.out = filepath.Join(root, "bench", "results", fmt.Sprintf("%s-n%d", o.cfg.Mode, o.cfg.N))
-		if o.cfg.Mode == bench.ModeKueue {
+		if o.cfg.Mode == bench.ModeKueue || o.cfg.Mode == bench.ModeTTL {
 			o.out += "-" + time.Now().UTC().Format("2006-01-02")
 		}
 	}
@@ -82,7 +86,7 @@ func main() {
 // --num-nodes when they are not given.
 func parseFlags() *options {
 	o := &options{cfg: bench.Config{Progress: os.Stderr}}
-	flag.StringVar(&o.cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) "peer" (Trainyard and upstream side by side, issue 17) "writes" (what each way of writing a JobSet costs the API server, no controller; issue 17) or "kueue" (through real Kueue with a quota, to Complete; issue 16)`)
+	flag.StringVar(&o.cfg.Mode, "mode", bench.ModeAdmission, `"admission" (TrainJob → JobSet, JobSet controller off), "lifecycle" (to Complete, everything on) "progress" (pods Running and reporting their progress, issue 14) "peer" (Trainyard and upstream side by side, issue 17) "writes" (what each way of writing a JobSet costs the API server, no controller; issue 17), "kueue" (through real Kueue with a quota, to Complete; issue 16) or "ttl" (N finished TrainJobs given a ttlSecondsAfterFinished: the controller with and without the TTLs pending, and each deletion's lateness; issue 40)`)
 	flag.IntVar(&o.cfg.N, "n", 2000, "TrainJobs in the burst; progress mode: TrainJobs reporting (default there 1000); writes mode: JobSets per method and round (default there 500)")
 	flag.IntVar(&o.cfg.Parallelism, "parallelism", 32, "creates in flight, for the burst and the raw-create limit")
 	flag.IntVar(&o.numNodes, "num-nodes", 2, "spec.trainer.numNodes of each TrainJob (default in progress mode 4: pods per TrainJob)")
@@ -99,6 +103,7 @@ func parseFlags() *options {
 		return nil
 	})
 	flag.IntVar(&o.cfg.Quota, "quota", bench.DefaultKueueQuota, "kueue mode: the ClusterQueue's quota, in TrainJobs at a time (numNodes pods each)")
+	flag.DurationVar(&o.cfg.IdleWindow, "idle-window", bench.DefaultTTLIdleWindow, "ttl mode: how long the idle controller is sampled, without and with the TTLs pending")
 	flag.Func("controller-env", "an extra environment variable of the controller process only, e.g. --controller-env=GOMEMLIMIT=64MiB (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("%q is not NAME=value", v)
@@ -184,7 +189,7 @@ func runPeer(ctx context.Context, o *options, root string) {
 	fmt.Printf("\nresults in %s\n", cfg.OutDir)
 }
 
-// run runs the admission, lifecycle, progress or kueue mode, compares its throughput
+// run runs the admission, lifecycle, progress, kueue or ttl mode, compares its throughput
 // with --baseline's (rewriting result.json and report.md), and prints its report.
 func run(ctx context.Context, o *options) {
 	res, err := bench.Run(ctx, o.cfg)
