@@ -396,29 +396,44 @@ func testTrainingReportsThroughTheService(t *testing.T, l *leg) {
 // testUninstall: `helm uninstall` removes every webhook configuration (one left with
 // failurePolicy Fail would refuse every TrainJob write in the cluster) and every
 // cluster-scoped object of the release; the CRDs stay, as the chart documents, and
-// TrainJobs can still be written.
+// TrainJobs can still be written. What is left is listed once the controller processes
+// have exited (`--wait` waits for the Deployment object, which Helm deletes in the
+// background, not for its Pods, which serve on for shutdownDelay), so that a
+// configuration a stopping replica wrote back would be seen too.
 func testUninstall(t *testing.T, l *leg) {
 	l.helm(t, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "2m")
+	start := time.Now()
+	cluster.Eventually(t, 2*time.Minute, "the controller processes exited", func(context.Context) (bool, string) {
+		uids := controllerProcessUIDs(t)
+		return len(uids) == 0, fmt.Sprintf("%d running", len(uids))
+	})
+	t.Logf("controller processes exited %s after helm uninstall returned", time.Since(start).Round(100*time.Millisecond))
 	ctx := context.Background()
 	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
 	var left []string
-	if list, err := l.c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, o := range list.Items {
-			if strings.Contains(o.Name, release) {
-				left = append(left, "ValidatingWebhookConfiguration "+o.Name)
-			}
+	webhookLeft := func(kind string, o metav1.ObjectMeta) {
+		if !strings.Contains(o.Name, release) {
+			return
 		}
-	} else {
+		why := ""
+		if policy, ok := o.Annotations["helm.sh/resource-policy"]; ok {
+			why = " (helm.sh/resource-policy: " + policy + ")"
+		}
+		left = append(left, kind+" "+o.Name+why)
+	}
+	vwcs, err := l.c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if list, err := l.c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, o := range list.Items {
-			if strings.Contains(o.Name, release) {
-				left = append(left, "MutatingWebhookConfiguration "+o.Name)
-			}
-		}
-	} else {
+	for _, o := range vwcs.Items {
+		webhookLeft("ValidatingWebhookConfiguration", o.ObjectMeta)
+	}
+	mwcs, err := l.c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range mwcs.Items {
+		webhookLeft("MutatingWebhookConfiguration", o.ObjectMeta)
 	}
 	if list, err := l.c.Client().RbacV1().ClusterRoles().List(ctx, selector); err == nil {
 		for _, o := range list.Items {
