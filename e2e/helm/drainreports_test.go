@@ -285,16 +285,17 @@ func (d *drainReports) verify(t *testing.T) {
 		}
 		t.Logf("%s: %d reports to the draining Pod %s from %s: the last answered 200 is %d, sent %s after its deletion was seen; other answers %v",
 			target.name, len(answers), pod, answers[0].sent.Format(time.StampMilli), last.progress, last.sent.Sub(seen).Round(10*time.Millisecond), other)
+		state := "no trainerStatus"
 		cluster.Eventually(t, 30*time.Second, fmt.Sprintf("%s's status at report %d, answered 200 by the draining Pod %s", target.name, last.progress, pod), func(ctx context.Context) (bool, string) {
 			tj, err := d.l.trainers.TrainerV1alpha1().TrainJobs(d.ns).Get(ctx, target.name, metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return false, state + "; then " + err.Error()
 			}
-			ts := tj.Status.TrainerStatus
-			if ts == nil || ts.ProgressPercentage == nil {
-				return false, "no trainerStatus"
+			if ts := tj.Status.TrainerStatus; ts != nil && ts.ProgressPercentage != nil {
+				state = fmt.Sprintf("trainerStatus progress %d (lastUpdatedTime %v)", *ts.ProgressPercentage, ts.LastUpdatedTime)
+				return *ts.ProgressPercentage == last.progress, state
 			}
-			return *ts.ProgressPercentage == last.progress, fmt.Sprintf("trainerStatus progress %d", *ts.ProgressPercentage)
+			return false, state
 		})
 	}
 }

@@ -302,10 +302,11 @@ func testUpgrade(t *testing.T, l *leg) {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) {
+		if p.DeletionTimestamp == nil && !strings.Contains(p.Spec.Containers[0].Image, ":"+tag+"@") {
 			t.Errorf("pod %s runs %s after the upgrade, want tag %s", p.Name, p.Spec.Containers[0].Image, tag)
 		}
 	}
+	l.checkPodsRunPushedImage(t, pods.Items)
 	time.Sleep(2 * time.Second) // creates against the new replicas only
 	names := cr.finish(t)
 	t.Logf("%d TrainJobs created across the upgrade", len(names))
