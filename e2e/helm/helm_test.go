@@ -50,6 +50,11 @@ type leg struct {
 	// scrape is the cluster's Prometheus scraping the controller Pods, from the
 	// step that configures it on.
 	scrape *scrape
+	// image is the digest of the controller image index pushed (pushImage), and
+	// imageDigests holds it and its platform images' digests: what a controller
+	// container's imageID may name.
+	image        string
+	imageDigests map[string]bool
 }
 
 // helm runs the helm CLI against the cluster and returns its combined output; a
@@ -102,7 +107,8 @@ func appVersion(t *testing.T, repo string) string {
 }
 
 // pushImage pushes the image index of the OCI layout dir to the cluster's registry as
-// <imageRepository>:<tag>, where the node finds the chart's default image.
+// <imageRepository>:<tag>, where the node finds the chart's default image, and records
+// its digest (leg.image).
 func (l *leg) pushImage(t *testing.T, dir, tag string) {
 	t.Helper()
 	p, err := layout.FromPath(dir)
@@ -128,7 +134,31 @@ func (l *leg) pushImage(t *testing.T, dir, tag string) {
 	if err := remote.WriteIndex(ref, idx); err != nil {
 		t.Fatalf("pushing the controller image to %s: %v", ref, err)
 	}
+	platforms, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.image, l.imageDigests = m.Manifests[0].Digest.String(), map[string]bool{m.Manifests[0].Digest.String(): true}
+	for _, p := range platforms.Manifests {
+		l.imageDigests[p.Digest.String()] = true
+	}
 	t.Logf("controller image %s pushed as %s", m.Manifests[0].Digest, ref)
+}
+
+// checkPodsRunPushedImage fails for each of pods whose controller container runs
+// another image than the one pushed last (leg.image).
+func (l *leg) checkPodsRunPushedImage(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if _, digest, _ := strings.Cut(cs.ImageID, "@"); !l.imageDigests[digest] {
+				t.Errorf("pod %s runs image %s, not the image pushed (%s): a copy the node pulled earlier under the same tag?", p.Name, cs.ImageID, l.image)
+			}
+		}
+	}
 }
 
 // TestChartLifecycle installs the chart as a platform team does and checks what they
@@ -169,7 +199,11 @@ func TestChartLifecycle(t *testing.T) {
 	}
 }
 
-// installCommand is README.md's install command, as the leg runs it.
+// installCommand is README.md's install command, as the leg runs it. The leg adds the
+// pushed image's digest (image.digest): the real node keeps the images it pulled across
+// runs (cluster.RealNodeState.ContainerdRoot), and with the chart's pullPolicy
+// IfNotPresent a tag pushed again with other content would run the image an earlier
+// run pulled.
 var installCommand = []string{"install", release, "charts/trainyard", "--namespace", namespace, "--create-namespace", "--wait"}
 
 // testInstall: `helm install` with the chart's defaults (its CRDs, two replicas, the
@@ -180,6 +214,7 @@ func testInstall(t *testing.T, l *leg) {
 	l.installServiceMonitorCRD(t)
 	args := append(append(append([]string{}, installCommand...), "--timeout", installTimeout.String()), monitoringValues...)
 	args[2] = l.chartDir()
+	args = append(args, "--set", "image.digest="+l.image)
 	if set := os.Getenv(EnvHelmSet); set != "" {
 		t.Logf("installing with --set %s (%s): a step is meant to fail", set, EnvHelmSet)
 		args = append(args, "--set", set)
@@ -199,6 +234,7 @@ func testInstall(t *testing.T, l *leg) {
 		t.Fatalf("deployment %s: %d/%d ready, want 2/2\n%s", release, dep.Status.ReadyReplicas, ptrValue(dep.Spec.Replicas), l.describeControllerPods())
 	}
 	pods := l.controllerPods(t, dep)
+	l.checkPodsRunPushedImage(t, pods)
 	for _, p := range pods {
 		if p.Spec.NodeName != cluster.RealNodeName {
 			t.Errorf("pod %s on %q, want the real node", p.Name, p.Spec.NodeName)
@@ -396,29 +432,44 @@ func testTrainingReportsThroughTheService(t *testing.T, l *leg) {
 // testUninstall: `helm uninstall` removes every webhook configuration (one left with
 // failurePolicy Fail would refuse every TrainJob write in the cluster) and every
 // cluster-scoped object of the release; the CRDs stay, as the chart documents, and
-// TrainJobs can still be written.
+// TrainJobs can still be written. What is left is listed once the controller processes
+// have exited (`--wait` waits for the Deployment object, which Helm deletes in the
+// background, not for its Pods, which serve on for shutdownDelay), so that a
+// configuration a stopping replica wrote back would be seen too.
 func testUninstall(t *testing.T, l *leg) {
 	l.helm(t, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "2m")
+	start := time.Now()
+	cluster.Eventually(t, 2*time.Minute, "the controller processes exited", func(context.Context) (bool, string) {
+		uids := controllerProcessUIDs(t)
+		return len(uids) == 0, fmt.Sprintf("%d running", len(uids))
+	})
+	t.Logf("controller processes exited %s after helm uninstall returned", time.Since(start).Round(100*time.Millisecond))
 	ctx := context.Background()
 	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
 	var left []string
-	if list, err := l.c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, o := range list.Items {
-			if strings.Contains(o.Name, release) {
-				left = append(left, "ValidatingWebhookConfiguration "+o.Name)
-			}
+	webhookLeft := func(kind string, o metav1.ObjectMeta) {
+		if !strings.Contains(o.Name, release) {
+			return
 		}
-	} else {
+		why := ""
+		if policy, ok := o.Annotations["helm.sh/resource-policy"]; ok {
+			why = " (helm.sh/resource-policy: " + policy + ")"
+		}
+		left = append(left, kind+" "+o.Name+why)
+	}
+	vwcs, err := l.c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if list, err := l.c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, o := range list.Items {
-			if strings.Contains(o.Name, release) {
-				left = append(left, "MutatingWebhookConfiguration "+o.Name)
-			}
-		}
-	} else {
+	for _, o := range vwcs.Items {
+		webhookLeft("ValidatingWebhookConfiguration", o.ObjectMeta)
+	}
+	mwcs, err := l.c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range mwcs.Items {
+		webhookLeft("MutatingWebhookConfiguration", o.ObjectMeta)
 	}
 	if list, err := l.c.Client().RbacV1().ClusterRoles().List(ctx, selector); err == nil {
 		for _, o := range list.Items {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -201,15 +202,17 @@ func testFailover(t *testing.T, l *leg) {
 // deletionTimestamp to its first poll without it in the list (zero if still there).
 type drainWindow struct{ from, to time.Time }
 
-// drainWatch records the drain windows of the release's Pods, polling every 250 ms.
+// drainWatch records the drain windows of the release's Pods, polling every 250 ms,
+// and calls draining with each Pod when it is first seen terminating.
 type drainWatch struct {
-	stopCh  chan struct{}
-	done    chan struct{}
-	windows map[string]drainWindow
+	stopCh   chan struct{}
+	done     chan struct{}
+	windows  map[string]drainWindow
+	draining func(corev1.Pod)
 }
 
-func watchDrains(l *leg) *drainWatch {
-	d := &drainWatch{stopCh: make(chan struct{}), done: make(chan struct{}), windows: map[string]drainWindow{}}
+func watchDrains(l *leg, draining func(corev1.Pod)) *drainWatch {
+	d := &drainWatch{stopCh: make(chan struct{}), done: make(chan struct{}), windows: map[string]drainWindow{}, draining: draining}
 	go func() {
 		defer close(d.done)
 		tick := time.NewTicker(250 * time.Millisecond)
@@ -222,6 +225,7 @@ func watchDrains(l *leg) *drainWatch {
 					seen[p.Name] = true
 					if _, ok := d.windows[p.Name]; !ok && p.DeletionTimestamp != nil {
 						d.windows[p.Name] = drainWindow{from: now}
+						d.draining(p)
 					}
 				}
 				for name, w := range d.windows {
@@ -269,15 +273,21 @@ func (l *leg) waitReplicasReady(t *testing.T, want int32) {
 // seconds after): the Deployment rolls both replicas, no create is refused, every
 // TrainJob created before, during and after gets its one JobSet, and each trainer's
 // last report answered 200 is its status, also one a draining replica answered (how
-// many final reports were sent while an old replica drained is logged). Then the CRD upgrade
+// many final reports were sent while an old replica drained is logged). Beside them, the
+// test reports for one sleeping TrainJob per old replica straight to that replica's Pod
+// IP from the moment it starts terminating until it stops answering, and the last
+// report each answered 200 must be in its TrainJob's status (drainreports_test.go):
+// what a replica held in memory when it stopped is written. Then the CRD upgrade
 // step the chart README documents (`helm show crds | kubectl apply --server-side`) is
 // applied over the existing TrainJobs, which keep their number and specs.
 func testUpgrade(t *testing.T, l *leg) {
 	ctx := context.Background()
 	const tag = "0.1.0-upgrade"
 	l.pushImage(t, imageLayout(), tag)
+	direct := createDrainTargets(t, l)
 	reports := startReporters(t, l, []time.Duration{12 * time.Second, 20 * time.Second, 28 * time.Second, 36 * time.Second})
-	drains := watchDrains(l)
+	direct.prepare(t)
+	drains := watchDrains(l, direct.draining)
 	ns := cluster.NewNamespace(t, l.c)
 	cr := startCreating(l, ns, "upgrade", 0)
 	cluster.Eventually(t, time.Minute, "20 creates sent", func(context.Context) (bool, string) {
@@ -292,14 +302,16 @@ func testUpgrade(t *testing.T, l *leg) {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) {
+		if p.DeletionTimestamp == nil && !strings.Contains(p.Spec.Containers[0].Image, ":"+tag+"@") {
 			t.Errorf("pod %s runs %s after the upgrade, want tag %s", p.Name, p.Spec.Containers[0].Image, tag)
 		}
 	}
+	l.checkPodsRunPushedImage(t, pods.Items)
 	time.Sleep(2 * time.Second) // creates against the new replicas only
 	names := cr.finish(t)
 	t.Logf("%d TrainJobs created across the upgrade", len(names))
 	l.waitEachHasOneJobSet(t, ns, names)
+	direct.verify(t)
 	reports.verify(t)
 	windows := drains.stop()
 	for name, sent := range reports.finals {

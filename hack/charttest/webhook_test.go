@@ -510,6 +510,42 @@ func TestWebhookModes(t *testing.T) {
 	})
 }
 
+// TestWebhookAnnotations: webhook.annotations lands on both configurations, beside
+// cert-manager's CA injection in CertManager mode, and may not replace it.
+func TestWebhookAnnotations(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values string
+		want   map[string]string
+	}{
+		"defaults": {``, nil},
+		"self-managed": {
+			`webhook: {annotations: {policies.kyverno.io/scored: "false", argocd.argoproj.io/compare-options: IgnoreExtraneous}}`,
+			map[string]string{"policies.kyverno.io/scored": "false", "argocd.argoproj.io/compare-options": "IgnoreExtraneous"},
+		},
+		"cert-manager": {
+			`webhook: {annotations: {example.com/team: ml}, certificates: {mode: CertManager}}`,
+			map[string]string{"example.com/team": "ml", "cert-manager.io/inject-ca-from": namespace + "/trainyard-webhook"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, v, _ := webhooks(t, mustRender(t, tc.values, withCertManager()))
+			for _, o := range []metav1.ObjectMeta{m.ObjectMeta, v.ObjectMeta} {
+				if diff := cmp.Diff(tc.want, o.Annotations); diff != "" {
+					t.Errorf("%s annotations (-want +got):\n%s", o.Name, diff)
+				}
+			}
+		})
+	}
+	t.Run("cert-manager's key is the chart's", func(t *testing.T) {
+		_, err := render(t, `webhook: {annotations: {cert-manager.io/inject-ca-from: other/cert}, certificates: {mode: CertManager}}`, withCertManager())
+		errContains(t, err, "webhook.annotations sets cert-manager.io/inject-ca-from", "remove it from webhook.annotations")
+	})
+	t.Run("values are strings", func(t *testing.T) {
+		_, err := render(t, `webhook: {annotations: {example.com/replicas: 2}}`)
+		errContains(t, err, "annotations")
+	})
+}
+
 // TestSelfManagedSecret: the Secret the controller fills is created empty, by
 // Helm, and nothing Helm does later can reset it.
 func TestSelfManagedSecret(t *testing.T) {

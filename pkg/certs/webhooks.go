@@ -158,6 +158,10 @@ func (m *Manager) syncWebhooks(ctx context.Context, st *state) error {
 	return errors.Join(errs...)
 }
 
+// syncWebhook sets bundle as the caBundle of every webhook of w's configuration,
+// as cached, by update only: the chart (or register) creates the configurations, and
+// this never re-creates one that was deleted. Errors: the update's, after
+// maxWriteAttempts conflicts.
 func (m *Manager) syncWebhook(ctx context.Context, w *webhookConfig, bundle []byte) error {
 	obj := w.cached()
 	for attempt := 1; obj != nil && !carries(obj, bundle); attempt++ {
@@ -168,6 +172,13 @@ func (m *Manager) syncWebhook(ctx context.Context, w *webhookConfig, bundle []by
 		err := w.update(ctx, obj)
 		if err == nil {
 			klog.FromContext(ctx).Info("Set the CA bundle", "kind", w.kind, "name", w.name, "webhooks", len(caBundles(obj)))
+			return nil
+		}
+		// Deleted since the cache saw it (helm uninstall while this replica stops):
+		// nothing to publish to. An update never creates it again; a configuration
+		// created later is an informer add, and synced then.
+		if apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).V(2).Info("Webhook configuration deleted; no CA bundle to set", "kind", w.kind, "name", w.name)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt == maxWriteAttempts {

@@ -244,14 +244,20 @@ matchExpressions:
 {{- end }}
 
 {{/*
-Annotations of the webhook configurations: cert-manager's CA injection in
-CertManager mode.
+Annotations of the webhook configurations: webhook.annotations, and cert-manager's
+CA injection in CertManager mode, whose key webhook.annotations may not set (the
+chart's value would silently replace the user's, or the user's would point the
+injector at another Certificate).
 */}}
 {{- define "trainyard.webhookAnnotations" -}}
-{{- if eq .Values.webhook.certificates.mode "CertManager" -}}
-annotations:
-  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "trainyard.webhookCertificateName" .) }}
+{{- $annotations := deepCopy (.Values.webhook.annotations | default dict) }}
+{{- if eq .Values.webhook.certificates.mode "CertManager" }}
+{{- if hasKey $annotations "cert-manager.io/inject-ca-from" }}
+{{- fail "webhook.annotations sets cert-manager.io/inject-ca-from, which the chart sets in webhook.certificates.mode CertManager: remove it from webhook.annotations (use mode Provided to manage the caBundle yourself)" }}
 {{- end }}
+{{- $_ := set $annotations "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "trainyard.webhookCertificateName" .)) }}
+{{- end }}
+{{- with $annotations }}{{ dict "annotations" . | toYaml }}{{ end }}
 {{- end }}
 
 {{/*
