@@ -91,6 +91,16 @@ func TestGCLagsPairTrainJobAndJobSetDeletions(t *testing.T) {
 	}
 }
 
+func TestPerSecondCountsTheIntervalsBetweenTheInstantsSeen(t *testing.T) {
+	ats := []time.Time{t0.Add(4 * time.Second), {}, t0, t0.Add(2 * time.Second)}
+	if got := perSecond(ats); got != 0.5 {
+		t.Errorf("perSecond = %v, want 2 intervals over 4 s = 0.5", got)
+	}
+	if got := perSecond([]time.Time{t0, {}}); got != 0 {
+		t.Errorf("perSecond of one instant = %v, want 0", got)
+	}
+}
+
 func TestWindowFiguresTakeCPURequestsMedianRSSAndTheCollectedHeap(t *testing.T) {
 	start := &sample{controller: "trainyard", procCPU: map[string]float64{"trainyard": 10},
 		metrics: &Snapshot{At: t0, Families: parse(t, exposition).Families}}
@@ -197,9 +207,12 @@ func TestTTLTargetsAndReport(t *testing.T) {
 	r.TTL.With.Millicores = r.TTL.Without.Millicores + 11
 	r.TTL.PatchController = Controller{Requests: map[string]float64{"PATCH": 1000}, Writes: 1000}
 	r.Controller.Requests["PATCH"], r.Controller.Writes = 5, 1005
-	r.TTL.JobSetsDeleted = 990
+	r.TTL.JobSetsDeleted, r.TTL.GCPerSecond = 990, 5
 	r.Controller.PeakRSSBytes = 500 << 20
 	for _, tg := range evaluateTargets(r) {
+		if tg.Name == "JobSets deleted by garbage collection" && !strings.Contains(tg.Note, "at 5.0/s the other 10 take 0 min more") {
+			t.Errorf("the garbage collection target's note %q does not estimate the rest", tg.Note)
+		}
 		if tg.Met && tg.Name != "failed syncs from the controller's cache lag" && tg.Name != "errors" {
 			t.Errorf("target %q met (%s), want missed", tg.Name, tg.Measured)
 		}
