@@ -124,25 +124,11 @@ func burstBesideAnotherNamespace(t *testing.T, n int) {
 }
 
 // jobSetHop server-side applies JobSet name, of the suite's runtime's shape, in ns and
-// returns how long from the apply call until its watch event arrives (the watch opened
-// before the apply): what the API server adds at this moment to the controller's
-// second write on a TrainJob's way, seen by a watcher. ns holds no TrainJob, so the
-// JobSet is nobody's.
+// returns how long from the apply call until its watch event arrives: what the API
+// server adds at this moment to the controller's second write on a TrainJob's way,
+// seen by a watcher. ns holds no TrainJob, so the JobSet is nobody's.
 func (e *env) jobSetHop(t *testing.T, ns, name string) time.Duration {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	jss := e.jobsets.JobsetV1alpha2().JobSets(ns)
-	sel := "metadata.name=" + name
-	list, err := jss.List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if err != nil {
-		t.Fatalf("listing JobSet %s/%s: %v", ns, name, err)
-	}
-	w, err := jss.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatalf("watching JobSet %s/%s: %v", ns, name, err)
-	}
-	defer w.Stop()
 	body, err := json.Marshal(&jobsetv1alpha2.JobSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: jobsetv1alpha2.SchemeGroupVersion.String(), Kind: "JobSet"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -151,25 +137,11 @@ func (e *env) jobSetHop(t *testing.T, ns, name string) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if _, err := jss.Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "faults-probe", Force: ptr.To(true)}); err != nil {
-		t.Fatalf("applying JobSet %s/%s: %v", ns, name, err)
-	}
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			switch {
-			case !ok:
-				t.Fatalf("the watch of JobSet %s/%s closed before it appeared", ns, name)
-			case ev.Type == watch.Error:
-				t.Fatalf("watching JobSet %s/%s: %v", ns, name, ev.Object)
-			case ev.Type == watch.Added:
-				return time.Since(start)
-			}
-		case <-ctx.Done():
-			t.Fatalf("no watch event for JobSet %s/%s within a minute of its apply", ns, name)
-		}
-	}
+	hop, _ := e.untilJobSetAdded(t, ns, name, time.Minute, func(ctx context.Context) error {
+		_, err := e.jobsets.JobsetV1alpha2().JobSets(ns).Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "faults-probe", Force: ptr.To(true)})
+		return err
+	})
+	return hop
 }
 
 // parseSizes parses a comma-separated list of positive counts.
@@ -193,9 +165,20 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // timeToJobSet creates TrainJob name in ns and returns how long from the create call
-// until its JobSet exists (watched from before the create), and how long the create
-// call itself took; the test fails after timeout.
+// until its JobSet exists, and how long the create call itself took; the test fails
+// after timeout.
 func (e *env) timeToJobSet(t *testing.T, ns, name string, timeout time.Duration) (toJobSet, create time.Duration) {
+	t.Helper()
+	return e.untilJobSetAdded(t, ns, name, timeout, func(ctx context.Context) error {
+		_, err := e.trainers.TrainerV1alpha1().TrainJobs(ns).Create(ctx, trainJob(ns, name), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// untilJobSetAdded opens a watch of JobSet ns/name, calls write, and returns how long
+// from the call until the JobSet's Added event, and how long the call itself took. The
+// test fails when write errs, the watch breaks, or no event comes within timeout.
+func (e *env) untilJobSetAdded(t *testing.T, ns, name string, timeout time.Duration, write func(context.Context) error) (added, call time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -211,10 +194,10 @@ func (e *env) timeToJobSet(t *testing.T, ns, name string, timeout time.Duration)
 	}
 	defer w.Stop()
 	start := time.Now()
-	if _, err := e.trainers.TrainerV1alpha1().TrainJobs(ns).Create(ctx, trainJob(ns, name), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating TrainJob %s/%s: %v", ns, name, err)
+	if err := write(ctx); err != nil {
+		t.Fatalf("writing for JobSet %s/%s: %v", ns, name, err)
 	}
-	create = time.Since(start)
+	call = time.Since(start)
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
@@ -224,10 +207,10 @@ func (e *env) timeToJobSet(t *testing.T, ns, name string, timeout time.Duration)
 			case ev.Type == watch.Error:
 				t.Fatalf("watching JobSet %s/%s: %v", ns, name, ev.Object)
 			case ev.Type == watch.Added:
-				return time.Since(start), create
+				return time.Since(start), call
 			}
 		case <-ctx.Done():
-			t.Fatalf("no JobSet %s/%s within %v of its TrainJob's create", ns, name, timeout)
+			t.Fatalf("no JobSet %s/%s within %v of the write", ns, name, timeout)
 		}
 	}
 }
