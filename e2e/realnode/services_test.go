@@ -225,13 +225,23 @@ func TestAPIServerCallsAWebhookThroughItsService(t *testing.T) {
 		_ = c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), ns+"-denier", metav1.DeleteOptions{})
 	})
 	const want = "denied by the in-cluster webhook, called through its Service"
-	// Until the pod serves, the call fails (failurePolicy Fail): "failed calling webhook".
+	// The API server loads a new webhook configuration from its own watch, a moment
+	// after the create: until then a ConfigMap is admitted without a call (deleted and
+	// tried again). Once loaded, the call fails until the pod serves (failurePolicy
+	// Fail: "failed calling webhook"), then the webhook denies; from then on a
+	// ConfigMap admitted means the webhook was not called.
+	loaded := false
 	cluster.Eventually(t, trainingTimeout, "a ConfigMap denied by the webhook through its Service", func(ctx context.Context) (bool, string) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "denied-", Labels: map[string]string{"trainyard.dev/deny": "true"}}}
-		_, err := c.Client().CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
-		if err == nil {
-			t.Fatal("a ConfigMap the webhook denies was admitted: the webhook was not called")
+		created, err := c.Client().CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		switch {
+		case err == nil && loaded:
+			t.Fatal("a ConfigMap the webhook denies was admitted after the API server had called the webhook: the webhook was not called")
+		case err == nil:
+			_ = c.Client().CoreV1().ConfigMaps(ns).Delete(ctx, created.Name, metav1.DeleteOptions{})
+			return false, "admitted: the API server has not loaded the webhook configuration yet"
 		}
+		loaded = loaded || strings.Contains(err.Error(), webhookName)
 		return strings.Contains(err.Error(), want), err.Error()
 	})
 }

@@ -16,6 +16,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/util/fairlimit"
 )
 
 // fairQueue keeps each flow's keys in order and gives every flow with keys waiting one
@@ -562,4 +563,39 @@ func objectName(s string) cache.ObjectName {
 		panic(err)
 	}
 	return k
+}
+
+// TestSyncContextCarriesTheKeysFlow: every Sync's context names the key's flow (its
+// namespace) for the API clients' rate limiter (fairlimit.WithFlow), so that the
+// writes a stage makes for a namespace wait for tokens in that namespace's turn, as its
+// keys do in the queues; with no flow key (client-go's FIFO) it names none.
+func TestSyncContextCarriesTheKeysFlow(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts []Option
+		want func(cache.ObjectName) string
+	}{
+		"namespace":   {want: func(k cache.ObjectName) string { return k.Namespace }},
+		"no flow key": {opts: []Option{withFlowKey(nil)}, want: func(cache.ObjectName) string { return "" }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			flows := make(chan string, 4)
+			stages := []Stage{&fakeStage{name: "apply", sync: func(ctx context.Context, _ cache.ObjectName) (Result, error) {
+				flows <- fairlimit.FlowFrom(ctx)
+				return WaitForEvent(), nil
+			}}}
+			p := mustNew(t, stages, tc.opts...)
+			run(t, p)
+			for _, k := range []cache.ObjectName{cache.NewObjectName("team-a", "x"), cache.NewObjectName("team-b", "y")} {
+				p.EnqueueFirst(k)
+				select {
+				case got := <-flows:
+					if want := tc.want(k); got != want {
+						t.Errorf("Sync of %v: flow %q in its context, want %q", k, got, want)
+					}
+				case <-time.After(timeout):
+					t.Fatalf("no Sync of %v within %v", k, timeout)
+				}
+			}
+		})
+	}
 }

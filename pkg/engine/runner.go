@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trainyard/trainyard/pkg/metrics"
+	"github.com/trainyard/trainyard/pkg/util/fairlimit"
 )
 
 // runner owns one stage's queue and worker pool.
@@ -23,6 +24,10 @@ type runner struct {
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	clock   clock.PassiveClock
 	metrics *metrics.StageMetrics
+	// flowKey names the flow of a key's API requests in its sync's context
+	// (fairlimit.WithFlow), so that the client's rate limiter serves them in turn as
+	// the queues serve the keys; nil: no flow, the limiter's one queue.
+	flowKey flowKeyFunc
 
 	keys *tracker // shared by every stage of the pipeline
 }
@@ -37,6 +42,7 @@ func newRunner(s Stage, index, workers int, cfg config) *runner {
 		queue:   newStageQueue(name, cfg),
 		clock:   cfg.clock,
 		metrics: cfg.metrics.Stage(name),
+		flowKey: cfg.flowKey,
 	}
 	r.metrics.SetWorkers(workers)
 	return r
@@ -103,6 +109,9 @@ func (r *runner) processNext(ctx context.Context) bool {
 func (r *runner) handle(ctx context.Context, key cache.ObjectName) {
 	logger := withLazyValues(klog.FromContext(ctx), "stage", r.name, "trainJob", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
+	if r.flowKey != nil {
+		ctx = fairlimit.WithFlow(ctx, r.flowKey(key))
+	}
 
 	r.metrics.SyncStarted()
 	start := r.clock.Now()

@@ -72,7 +72,8 @@ func newRegistry() (*prometheus.Registry, *metrics.Metrics) {
 // ConfigMaps. With leader election the latter are fenced (lease.FencedConfig): they
 // send no write unless this replica leads and its last Lease renewal is younger than
 // renewDeadline. Each client has its own client-side rate limiter
-// (clientConnection.qps/burst). The progress and metrics endpoints authenticate with
+// (clientConnection.qps/burst), serving waiting requests namespace by namespace
+// (withFairLimiter). The progress and metrics endpoints authenticate with
 // clients of their own (authClient: own rate limits, and a limiter on the TokenReviews
 // of unknown tokens), so that random bearer tokens cannot starve the others.
 func (c *controller) buildClients() (all, leader *clients, err error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/trainyard/trainyard/pkg/informers"
 	"github.com/trainyard/trainyard/pkg/kubeclient"
 	"github.com/trainyard/trainyard/pkg/util/authlimit"
+	"github.com/trainyard/trainyard/pkg/util/fairlimit"
 	"github.com/trainyard/trainyard/pkg/version"
 )
 
@@ -33,35 +34,59 @@ type clients struct {
 	progressAuth, metricsAuth kubeclient.Interface
 }
 
-// newClients builds the clients of c, each with its own client-side rate limiter.
-// Errors: an invalid configuration.
+// newClients builds the clients of c, each with its own client-side rate limiter of
+// c's QPS and burst, which serves the requests waiting for a token namespace by
+// namespace (withFairLimiter). Errors: an invalid configuration.
 func newClients(c *rest.Config) (*clients, error) {
 	var (
 		cs  clients
 		err error
 	)
-	if cs.kube, err = kubeclient.NewForConfig(c); err != nil {
+	if cs.kube, err = kubeclient.NewForConfig(withFairLimiter(c)); err != nil {
 		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	if cs.metadata, err = metadata.NewForConfig(c); err != nil {
+	if cs.metadata, err = metadata.NewForConfig(withFairLimiter(c)); err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
 	// Custom resources speak JSON only.
 	crdConfig := rest.CopyConfig(c)
 	crdConfig.ContentType, crdConfig.AcceptContentTypes = "application/json", "application/json"
-	if cs.trainers, err = trainerclient.NewForConfig(crdConfig); err != nil {
+	if cs.trainers, err = trainerclient.NewForConfig(withFairLimiter(crdConfig)); err != nil {
 		return nil, fmt.Errorf("creating trainer.kubeflow.org client: %w", err)
 	}
-	if cs.jobsets, err = jobsetclient.NewForConfig(crdConfig); err != nil {
+	if cs.jobsets, err = jobsetclient.NewForConfig(withFairLimiter(crdConfig)); err != nil {
 		return nil, fmt.Errorf("creating jobset.x-k8s.io client: %w", err)
 	}
-	if cs.jobSetWatch, err = informers.NewJobSetWatchClient(crdConfig); err != nil {
+	if cs.jobSetWatch, err = informers.NewJobSetWatchClient(withFairLimiter(crdConfig)); err != nil {
 		return nil, err
 	}
-	if cs.dynamic, err = dynamic.NewForConfig(crdConfig); err != nil {
+	if cs.dynamic, err = dynamic.NewForConfig(withFairLimiter(crdConfig)); err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	return &cs, nil
+}
+
+// withFairLimiter returns a copy of c whose rate limiter is a new fairlimit.Limiter of
+// c's QPS and burst (client-go's defaults, 5 and 10, when unset): the same budget as
+// client-go's token bucket, but the requests waiting for it are served flow by flow
+// in turn, the flow being the namespace of the TrainJob a pipeline stage syncs
+// (engine sets it), so that one namespace's burst, which keeps the client at its QPS,
+// does not hold another namespace's writes behind all of its own (issue 43). A
+// negative QPS (no limit) or a limiter already set is kept.
+func withFairLimiter(c *rest.Config) *rest.Config {
+	fc := rest.CopyConfig(c)
+	if fc.RateLimiter != nil || fc.QPS < 0 {
+		return fc
+	}
+	qps, burst := fc.QPS, fc.Burst
+	if qps == 0 {
+		qps = rest.DefaultQPS
+	}
+	if burst == 0 {
+		burst = rest.DefaultBurst
+	}
+	fc.RateLimiter = fairlimit.New(qps, burst)
+	return fc
 }
 
 // restConfig builds the client configuration: --kubeconfig (or $KUBECONFIG, or

@@ -1,0 +1,253 @@
+// Package fairlimit is a client-side rate limiter for client-go (rest.Config.RateLimiter)
+// that serves the requests waiting for a token flow by flow in turn, where client-go's
+// token bucket (flowcontrol.NewTokenBucketRateLimiter) serves them in arrival order.
+//
+// Why: the pipeline's stage queues serve namespaces in turn (package engine), but every
+// stage's workers then wait for the same client's tokens. When one namespace's burst
+// keeps the client at its QPS, each of the status stage's workers waits in the limiter
+// with one of that namespace's writes, and another namespace's JobSet write, handed to
+// the next free worker in its turn, then waited behind all of them in arrival order:
+// up to workers/QPS (32 workers at 200 QPS: 160 ms) however fair the queues were
+// (issue 43; docs/design/architecture.md#fair-queuing-in-every-stage). Here a waiting
+// request of another flow gets one of the next tokens, whatever the other flows have
+// waiting.
+//
+// A request's flow is in its context (WithFlow; the engine sets the TrainJob's
+// namespace for each sync); requests without one (informers, leader election, the
+// certificate manager) share the flow "". The bucket itself is golang.org/x/time/rate's,
+// with client-go's meaning of QPS and burst: the same requests pass, in a fairer order.
+package fairlimit
+
+import (
+	"container/list"
+	"context"
+	"sync"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
+)
+
+type flowKey struct{}
+
+// WithFlow returns ctx carrying flow, the flow the Limiter files a request made with
+// it under (a namespace, for the pipeline).
+func WithFlow(ctx context.Context, flow string) context.Context {
+	return context.WithValue(ctx, flowKey{}, flow)
+}
+
+// FlowFrom returns the flow WithFlow put in ctx, "" when none.
+func FlowFrom(ctx context.Context) string {
+	flow, _ := ctx.Value(flowKey{}).(string)
+	return flow
+}
+
+// Limiter is a token bucket of QPS tokens per second holding at most burst, whose
+// waiting requests are served one flow at a time in turn, and in arrival order within
+// a flow. It implements client-go's flowcontrol.RateLimiter; one Limiter serves the
+// clients that share its budget. Its zero value is not usable: use New.
+type Limiter struct {
+	qps   float32
+	clock clock.WithDelayedExecution
+
+	mu     sync.Mutex
+	bucket *rate.Limiter
+	// queues holds each flow's waiting requests in arrival order; a flow with none
+	// waiting has no entry, so an idle flow costs nothing.
+	queues map[string]*list.List
+	// turns lists the flows with requests waiting, in the order they are served from
+	// next on, round and round; a flow that starts waiting joins at the end of the
+	// round, behind the flows already waiting.
+	turns   []string
+	next    int
+	waiting int
+	// reserved is set while a timer runs to hand the token it reserved to the request
+	// in turn when the token falls due.
+	reserved bool
+	// spare is a token that fell due when no request waited any more: the next
+	// request takes it, so that a request giving up while waiting costs no token.
+	spare bool
+}
+
+var _ flowcontrol.RateLimiter = (*Limiter)(nil)
+
+// waiter is one waiting request. ready is closed when it is given a token.
+type waiter struct {
+	flow  string
+	ready chan struct{}
+	elem  *list.Element
+}
+
+// New returns a Limiter of qps tokens per second and at most burst at once, full at
+// first, as client-go's token bucket. qps must be positive and burst at least 1, as
+// rest.Config validates them; otherwise the Limiter lets no request through.
+func New(qps float32, burst int) *Limiter {
+	return NewWithClock(qps, burst, clock.RealClock{})
+}
+
+// NewWithClock is New on the clock c (a fake one in tests).
+func NewWithClock(qps float32, burst int, c clock.WithDelayedExecution) *Limiter {
+	return &Limiter{
+		qps:    qps,
+		clock:  c,
+		bucket: rate.NewLimiter(rate.Limit(qps), burst),
+		queues: map[string]*list.List{},
+	}
+}
+
+// Wait blocks until the request of ctx's flow (FlowFrom) is given a token, and returns
+// nil; or until ctx is done, and returns ctx.Err() having taken none (a token given
+// while ctx ended is kept and nil returned: the request goes).
+func (l *Limiter) Wait(ctx context.Context) error {
+	l.mu.Lock()
+	if l.waiting == 0 && l.take() {
+		l.mu.Unlock()
+		return nil
+	}
+	w := l.enqueue(FlowFrom(ctx))
+	l.schedule()
+	l.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-w.ready:
+		return nil
+	default:
+	}
+	l.remove(w)
+	return ctx.Err()
+}
+
+// TryAccept takes a token and returns true when one is free and no request waits for
+// one; false otherwise, taking none.
+func (l *Limiter) TryAccept() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting == 0 && l.take()
+}
+
+// Accept blocks until a request of the flow "" is given a token.
+func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
+
+// QPS returns the tokens per second New was given.
+func (l *Limiter) QPS() float32 { return l.qps }
+
+// Stop does nothing, as client-go's token bucket: a Limiter holds no goroutine of its
+// own (a timer runs only while requests wait, and they stop waiting with their context).
+func (l *Limiter) Stop() {}
+
+// take takes a free token, the spare one first, and reports whether there was one.
+// l.mu is held.
+func (l *Limiter) take() bool {
+	if l.spare {
+		l.spare = false
+		return true
+	}
+	return l.bucket.AllowN(l.clock.Now(), 1)
+}
+
+// enqueue files a request of flow at the end of its flow's queue; a flow that had none
+// waiting joins the turns at the end of the round. l.mu is held.
+func (l *Limiter) enqueue(flow string) *waiter {
+	q := l.queues[flow]
+	if q == nil {
+		q = list.New()
+		l.queues[flow] = q
+		// Insert at next and move next past it: the new flow is served after every
+		// flow already waiting has had its turn, so a flow that empties its queue and
+		// refills it at once cannot take every token.
+		l.turns = append(l.turns, "")
+		copy(l.turns[l.next+1:], l.turns[l.next:])
+		l.turns[l.next] = flow
+		l.next = (l.next + 1) % len(l.turns)
+	}
+	w := &waiter{flow: flow, ready: make(chan struct{})}
+	w.elem = q.PushBack(w)
+	l.waiting++
+	return w
+}
+
+// remove takes w, not yet given a token, out of its flow's queue. l.mu is held.
+func (l *Limiter) remove(w *waiter) {
+	q := l.queues[w.flow]
+	q.Remove(w.elem)
+	l.waiting--
+	if q.Len() == 0 {
+		l.dropFlow(w.flow)
+	}
+}
+
+// dropFlow removes flow, whose queue is empty, from the queues and the turns. l.mu is
+// held.
+func (l *Limiter) dropFlow(flow string) {
+	delete(l.queues, flow)
+	for i, f := range l.turns {
+		if f != flow {
+			continue
+		}
+		l.turns = append(l.turns[:i], l.turns[i+1:]...)
+		if i < l.next {
+			l.next--
+		}
+		if l.next >= len(l.turns) {
+			l.next = 0
+		}
+		return
+	}
+}
+
+// schedule gives free tokens to the requests in turn, then, while requests still wait
+// and no timer runs, reserves the next token and sets a timer for when it is due.
+// l.mu is held.
+func (l *Limiter) schedule() {
+	for l.waiting > 0 && !l.reserved {
+		if l.take() {
+			l.release()
+			continue
+		}
+		now := l.clock.Now()
+		r := l.bucket.ReserveN(now, 1)
+		if !r.OK() {
+			return // burst < 1: no request can ever pass
+		}
+		l.reserved = true
+		// The clock may call f with its own lock held (the fake clock does): f must
+		// not read the clock, so the token is handed over from another goroutine.
+		l.clock.AfterFunc(r.DelayFrom(now), func() { go l.fire() })
+	}
+}
+
+// fire hands the token that fell due to the request in turn, or keeps it as the spare
+// when none waits any more, and schedules the next.
+func (l *Limiter) fire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserved = false
+	if l.waiting == 0 {
+		l.spare = true
+		return
+	}
+	l.release()
+	l.schedule()
+}
+
+// release gives a token to the first request of the flow in turn and moves the turn
+// on. l.mu is held and l.waiting > 0.
+func (l *Limiter) release() {
+	flow := l.turns[l.next]
+	q := l.queues[flow]
+	w := q.Remove(q.Front()).(*waiter)
+	l.waiting--
+	close(w.ready)
+	if q.Len() == 0 {
+		l.dropFlow(flow) // next now points at the flow after it
+		return
+	}
+	l.next = (l.next + 1) % len(l.turns)
+}
