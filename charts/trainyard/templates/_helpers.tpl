@@ -438,3 +438,35 @@ else the service-account token Secret the chart creates for <fullname>-metrics-s
 {{- define "trainyard.metricsScraperSecretName" -}}
 {{- default (printf "%s-metrics-scraper-token" (include "trainyard.fullname" .)) .Values.metrics.serviceMonitor.authorization.credentials.name }}
 {{- end }}
+
+{{/*
+The Go duration string . ("5s", "1m30s", "500ms"; values.schema.json's pattern) in
+seconds, a float.
+*/}}
+{{- define "trainyard.durationSeconds" -}}
+{{- $seconds := 0.0 }}
+{{- $perUnit := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" . -1 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
+{{- $seconds = addf $seconds (mulf (float64 $number) (get $perUnit (trimPrefix $number .))) }}
+{{- end }}
+{{- $seconds }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds, checked against what a stopping replica does before it
+exits: it serves on for shutdownDelay, then shuts its servers down (up to 5 s) and
+writes the progress reports it accepted (up to 10 s; cmd/trainyard/app/progress.go).
+A shorter grace period lets the kubelet kill it mid-way, losing accepted reports or,
+with a period under shutdownDelay, refusing TrainJob writes during a rolling update
+(issue 38's Helm leg: "connection reset by peer" with 3 s), so the render fails.
+*/}}
+{{- define "trainyard.terminationGracePeriodSeconds" -}}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $delay := include "trainyard.durationSeconds" .Values.shutdownDelay | float64 }}
+{{- $needed := addf $delay 15 | ceil | int }}
+{{- if lt $grace $needed }}
+{{- fail (printf "terminationGracePeriodSeconds %d is shorter than shutdownDelay (%s) + 15 s, the time a stopping replica takes to close its servers (up to 5 s) and write the progress reports it accepted (up to 10 s): the kubelet would kill it before. Set terminationGracePeriodSeconds to at least %d, or shorten shutdownDelay." $grace .Values.shutdownDelay $needed) }}
+{{- end }}
+{{- $grace }}
+{{- end }}
