@@ -22,6 +22,7 @@ import (
 	"container/list"
 	"context"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/flowcontrol"
@@ -46,6 +47,12 @@ func FlowFrom(ctx context.Context) string {
 // waiting requests are served one flow at a time in turn, and in arrival order within
 // a flow. It implements client-go's flowcontrol.RateLimiter; one Limiter serves the
 // clients that share its budget. Its zero value is not usable: use New.
+//
+// Each request that finds no free token books the next free instant of the bucket, as
+// client-go's does (a rate.Reservation each); the instants are handed out as they fall
+// due, not to the request that booked them but to the waiting request whose flow's
+// turn it is. So the Limiter passes the same requests at the same times as client-go's
+// token bucket, in a fairer order, and a timer that fires late loses no token.
 type Limiter struct {
 	qps   float32
 	clock clock.WithDelayedExecution
@@ -61,12 +68,16 @@ type Limiter struct {
 	turns   []string
 	next    int
 	waiting int
-	// reserved is set while a timer runs to hand the token it reserved to the request
-	// in turn when the token falls due.
-	reserved bool
-	// spare is a token that fell due when no request waited any more: the next
-	// request takes it, so that a request giving up while waiting costs no token.
-	spare bool
+	// slots are the instants booked, one per waiting request, earliest first.
+	slots []slot
+	// timerSet is true while a timer is set to hand out the slots falling due.
+	timerSet bool
+}
+
+// slot is one booked instant of the bucket.
+type slot struct {
+	at time.Time
+	r  *rate.Reservation
 }
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
@@ -100,12 +111,20 @@ func NewWithClock(qps float32, burst int, c clock.WithDelayedExecution) *Limiter
 // while ctx ended is kept and nil returned: the request goes).
 func (l *Limiter) Wait(ctx context.Context) error {
 	l.mu.Lock()
-	if l.waiting == 0 && l.take() {
+	now := l.clock.Now()
+	if l.waiting == 0 && l.bucket.AllowN(now, 1) {
 		l.mu.Unlock()
 		return nil
 	}
+	r := l.bucket.ReserveN(now, 1)
+	if !r.OK() {
+		l.mu.Unlock()
+		<-ctx.Done() // burst < 1: no request can ever pass
+		return ctx.Err()
+	}
 	w := l.enqueue(FlowFrom(ctx))
-	l.schedule()
+	l.slots = append(l.slots, slot{at: now.Add(r.DelayFrom(now)), r: r})
+	l.handOut(now)
 	l.mu.Unlock()
 
 	select {
@@ -115,12 +134,21 @@ func (l *Limiter) Wait(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Slots already due go out first (a timer may be late), so that the slot given
+	// back below is still to come and returns its token.
+	now = l.clock.Now()
+	l.handOut(now)
 	select {
 	case <-w.ready:
 		return nil
 	default:
 	}
 	l.remove(w)
+	// Give back the latest slot booked: it is the bucket's latest reservation, so
+	// cancelling it returns its token whole.
+	last := l.slots[len(l.slots)-1]
+	l.slots = l.slots[:len(l.slots)-1]
+	last.r.CancelAt(now)
 	return ctx.Err()
 }
 
@@ -129,7 +157,7 @@ func (l *Limiter) Wait(ctx context.Context) error {
 func (l *Limiter) TryAccept() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiting == 0 && l.take()
+	return l.waiting == 0 && l.bucket.AllowN(l.clock.Now(), 1)
 }
 
 // Accept blocks until a request of the flow "" is given a token.
@@ -141,16 +169,6 @@ func (l *Limiter) QPS() float32 { return l.qps }
 // Stop does nothing, as client-go's token bucket: a Limiter holds no goroutine of its
 // own (a timer runs only while requests wait, and they stop waiting with their context).
 func (l *Limiter) Stop() {}
-
-// take takes a free token, the spare one first, and reports whether there was one.
-// l.mu is held.
-func (l *Limiter) take() bool {
-	if l.spare {
-		l.spare = false
-		return true
-	}
-	return l.bucket.AllowN(l.clock.Now(), 1)
-}
 
 // enqueue files a request of flow at the end of its flow's queue; a flow that had none
 // waiting joins the turns at the end of the round. l.mu is held.
@@ -202,43 +220,33 @@ func (l *Limiter) dropFlow(flow string) {
 	}
 }
 
-// schedule gives free tokens to the requests in turn, then, while requests still wait
-// and no timer runs, reserves the next token and sets a timer for when it is due.
-// l.mu is held.
-func (l *Limiter) schedule() {
-	for l.waiting > 0 && !l.reserved {
-		if l.take() {
-			l.release()
-			continue
-		}
-		now := l.clock.Now()
-		r := l.bucket.ReserveN(now, 1)
-		if !r.OK() {
-			return // burst < 1: no request can ever pass
-		}
-		l.reserved = true
-		// The clock may call f with its own lock held (the fake clock does): f must
-		// not read the clock, so the token is handed over from another goroutine.
-		l.clock.AfterFunc(r.DelayFrom(now), func() { go l.fire() })
+// handOut gives each slot due by now to the request in turn, then sets a timer for
+// the next slot if none is set. l.mu is held.
+func (l *Limiter) handOut(now time.Time) {
+	for len(l.slots) > 0 && !l.slots[0].at.After(now) {
+		l.slots = l.slots[1:]
+		l.release()
 	}
+	if len(l.slots) == 0 || l.timerSet {
+		return
+	}
+	l.timerSet = true
+	// The clock may call f with its own lock held (the fake clock does): f must not
+	// read the clock, so the slots are handed out from another goroutine.
+	l.clock.AfterFunc(l.slots[0].at.Sub(now), func() { go l.fire() })
 }
 
-// fire hands the token that fell due to the request in turn, or keeps it as the spare
-// when none waits any more, and schedules the next.
+// fire hands out the slots that fell due; a timer set for a slot since given back
+// finds none due and sets the next.
 func (l *Limiter) fire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.reserved = false
-	if l.waiting == 0 {
-		l.spare = true
-		return
-	}
-	l.release()
-	l.schedule()
+	l.timerSet = false
+	l.handOut(l.clock.Now())
 }
 
 // release gives a token to the first request of the flow in turn and moves the turn
-// on. l.mu is held and l.waiting > 0.
+// on. l.mu is held and l.waiting > 0 (a slot is booked per waiting request).
 func (l *Limiter) release() {
 	flow := l.turns[l.next]
 	q := l.queues[flow]
