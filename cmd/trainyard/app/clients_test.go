@@ -103,7 +103,6 @@ func TestClientsServeWaitingNamespacesInTurn(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	defer cancel()

@@ -21,6 +21,7 @@ package fairlimit
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -65,10 +66,10 @@ type Limiter struct {
 	// turns lists the flows with requests waiting, in the order they are served from
 	// next on, round and round; a flow that starts waiting joins at the end of the
 	// round, behind the flows already waiting.
-	turns   []string
-	next    int
-	waiting int
-	// slots are the instants booked, one per waiting request, earliest first.
+	turns []string
+	next  int
+	// slots are the instants booked, one per waiting request, earliest first: as many
+	// as the requests in queues.
 	slots []slot
 	// timerSet is true while a timer is set to hand out the slots falling due.
 	timerSet bool
@@ -91,7 +92,8 @@ type waiter struct {
 
 // New returns a Limiter of qps tokens per second and at most burst at once, full at
 // first, as client-go's token bucket. qps must be positive and burst at least 1, as
-// rest.Config validates them; otherwise the Limiter lets no request through.
+// rest.Config validates them; with a burst below 1 Wait returns an error, as
+// golang.org/x/time/rate's does.
 func New(qps float32, burst int) *Limiter {
 	return NewWithClock(qps, burst, clock.RealClock{})
 }
@@ -112,15 +114,14 @@ func NewWithClock(qps float32, burst int, c clock.WithDelayedExecution) *Limiter
 func (l *Limiter) Wait(ctx context.Context) error {
 	l.mu.Lock()
 	now := l.clock.Now()
-	if l.waiting == 0 && l.bucket.AllowN(now, 1) {
+	if len(l.slots) == 0 && l.bucket.AllowN(now, 1) {
 		l.mu.Unlock()
 		return nil
 	}
 	r := l.bucket.ReserveN(now, 1)
 	if !r.OK() {
 		l.mu.Unlock()
-		<-ctx.Done() // burst < 1: no request can ever pass
-		return ctx.Err()
+		return fmt.Errorf("fairlimit: a burst of %d admits no request", l.bucket.Burst())
 	}
 	w := l.enqueue(FlowFrom(ctx))
 	l.slots = append(l.slots, slot{at: now.Add(r.DelayFrom(now)), r: r})
@@ -157,7 +158,7 @@ func (l *Limiter) Wait(ctx context.Context) error {
 func (l *Limiter) TryAccept() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiting == 0 && l.bucket.AllowN(l.clock.Now(), 1)
+	return len(l.slots) == 0 && l.bucket.AllowN(l.clock.Now(), 1)
 }
 
 // Accept blocks until a request of the flow "" is given a token.
@@ -187,7 +188,6 @@ func (l *Limiter) enqueue(flow string) *waiter {
 	}
 	w := &waiter{flow: flow, ready: make(chan struct{})}
 	w.elem = q.PushBack(w)
-	l.waiting++
 	return w
 }
 
@@ -195,7 +195,6 @@ func (l *Limiter) enqueue(flow string) *waiter {
 func (l *Limiter) remove(w *waiter) {
 	q := l.queues[w.flow]
 	q.Remove(w.elem)
-	l.waiting--
 	if q.Len() == 0 {
 		l.dropFlow(w.flow)
 	}
@@ -224,6 +223,7 @@ func (l *Limiter) dropFlow(flow string) {
 // the next slot if none is set. l.mu is held.
 func (l *Limiter) handOut(now time.Time) {
 	for len(l.slots) > 0 && !l.slots[0].at.After(now) {
+		l.slots[0] = slot{} // the backing array keeps no spent reservation
 		l.slots = l.slots[1:]
 		l.release()
 	}
@@ -246,12 +246,11 @@ func (l *Limiter) fire() {
 }
 
 // release gives a token to the first request of the flow in turn and moves the turn
-// on. l.mu is held and l.waiting > 0 (a slot is booked per waiting request).
+// on. l.mu is held and a request waits (its slot was just handed out).
 func (l *Limiter) release() {
 	flow := l.turns[l.next]
 	q := l.queues[flow]
 	w := q.Remove(q.Front()).(*waiter)
-	l.waiting--
 	close(w.ready)
 	if q.Len() == 0 {
 		l.dropFlow(flow) // next now points at the flow after it

@@ -57,9 +57,17 @@ func (h *harness) start(ctx context.Context, flow, id string) {
 // filed counts the requests the limiter has seen: waiting, or done.
 func (h *harness) filed() int {
 	h.l.mu.Lock()
-	waiting := h.l.waiting
+	waiting := len(h.l.slots)
 	h.l.mu.Unlock()
 	return waiting + len(h.done) + len(h.passed)
+}
+
+// takeBurst takes the one token of a harness of burst 1, so that the next request
+// waits.
+func (h *harness) takeBurst() {
+	h.t.Helper()
+	h.start(context.Background(), "a", "burst")
+	h.collect()
 }
 
 // next steps the clock by one token and returns the request that was given it.
@@ -79,7 +87,7 @@ func (h *harness) awaitTimer() {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		h.l.mu.Lock()
-		set := h.l.timerSet || h.l.waiting == 0
+		set := h.l.timerSet || len(h.l.slots) == 0
 		h.l.mu.Unlock()
 		if set {
 			return
@@ -147,8 +155,7 @@ func TestBurstPassesAtOnceThenOneTokenPerTick(t *testing.T) {
 // not after a's ten (client-go's token bucket would serve it eleventh).
 func TestWaitingFlowsTakeTurns(t *testing.T) {
 	h := newHarness(t, 1)
-	h.start(context.Background(), "a", "a-burst")
-	h.collect()
+	h.takeBurst()
 	for i := range 10 {
 		h.start(context.Background(), "a", fmt.Sprintf("a%d", i))
 	}
@@ -168,8 +175,7 @@ func TestWaitingFlowsTakeTurns(t *testing.T) {
 // with a flow that has many waiting instead of taking every token.
 func TestRefillingFlowGetsOneTurnPerRound(t *testing.T) {
 	h := newHarness(t, 1)
-	h.start(context.Background(), "a", "a-burst")
-	h.collect()
+	h.takeBurst()
 	for i := range 6 {
 		h.start(context.Background(), "a", fmt.Sprintf("a%d", i))
 	}
@@ -194,8 +200,7 @@ func TestRefillingFlowGetsOneTurnPerRound(t *testing.T) {
 // request on time.
 func TestCancelledRequestTakesNoToken(t *testing.T) {
 	h := newHarness(t, 1)
-	h.start(context.Background(), "a", "burst")
-	h.collect()
+	h.takeBurst()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.start(ctx, "b", "b-cancelled")
 	h.start(context.Background(), "a", "a0")
@@ -208,8 +213,8 @@ func TestCancelledRequestTakesNoToken(t *testing.T) {
 	}
 	h.l.mu.Lock()
 	defer h.l.mu.Unlock()
-	if h.l.waiting != 0 || len(h.l.queues) != 0 || len(h.l.turns) != 0 {
-		t.Fatalf("limiter not empty after every request left: %d waiting, queues %v, turns %v", h.l.waiting, h.l.queues, h.l.turns)
+	if len(h.l.slots) != 0 || len(h.l.queues) != 0 || len(h.l.turns) != 0 {
+		t.Fatalf("limiter not empty after every request left: %d slots, queues %v, turns %v", len(h.l.slots), h.l.queues, h.l.turns)
 	}
 }
 
@@ -218,8 +223,7 @@ func TestCancelledRequestTakesNoToken(t *testing.T) {
 // that instant comes, as no request had waited.
 func TestCancelledRequestGivesItsTokenBack(t *testing.T) {
 	h := newHarness(t, 1)
-	h.start(context.Background(), "a", "burst")
-	h.collect()
+	h.takeBurst()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.start(ctx, "a", "cancelled")
 	cancel()
@@ -238,8 +242,7 @@ func TestCancelledRequestGivesItsTokenBack(t *testing.T) {
 // with a burst of one) the five requests due all pass, and the rate holds.
 func TestLateTimerLosesNoToken(t *testing.T) {
 	h := newHarness(t, 1)
-	h.start(context.Background(), "a", "burst")
-	h.collect()
+	h.takeBurst()
 	for i := range 10 {
 		h.start(context.Background(), fmt.Sprint(i%3), fmt.Sprint(i))
 	}
@@ -291,8 +294,14 @@ func TestManyFlowsUnderRace(t *testing.T) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.waiting != 0 || len(l.queues) != 0 || len(l.turns) != 0 {
-		t.Fatalf("limiter not empty: %d waiting, %d queues, turns %v", l.waiting, len(l.queues), l.turns)
+	if len(l.slots) != 0 || len(l.queues) != 0 || len(l.turns) != 0 {
+		t.Fatalf("limiter not empty: %d slots, %d queues, turns %v", len(l.slots), len(l.queues), l.turns)
+	}
+}
+
+func TestBurstBelowOneRefusesWithAnError(t *testing.T) {
+	if err := New(10, 0).Wait(context.Background()); err == nil {
+		t.Fatal("Wait with a burst of 0 returned nil, want an error")
 	}
 }
 
