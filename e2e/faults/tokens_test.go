@@ -35,8 +35,8 @@ const floodConnsPerSource = 8
 // TestRandomBearerTokenFlood: 1,000 random bearer tokens against /metrics (HTTPS, with
 // TokenReview and SubjectAccessReview auth) and 1,000 against the progress endpoint of a
 // running controller, first from one address, then spread over 100 (loopback addresses
-// 127.0.1.x), while a scraper with a valid ServiceAccount token that RBAC allows keeps
-// scraping /metrics from its own address. What it proves: the flood costs the API
+// 127.0.1.x), while a scraper with a valid ServiceAccount token that RBAC allows scrapes
+// /metrics from its own address, 10 times inside each flood (between its requests). What it proves: the flood costs the API
 // server at most the limiters' bounds (pkg/util/authlimit: per source, the burst, then
 // the refill; over all sources, the reviews in flight), the rest is answered 429 with
 // Retry-After, and every scrape is answered 200 from the allow cache. Figures: the
@@ -67,27 +67,28 @@ func TestRandomBearerTokenFlood(t *testing.T) {
 		{"one source", 1, func(burst, refill, _, _ float64, d time.Duration) float64 { return burst + refill*d.Seconds() + 2 }},
 		{"100 sources", 100, func(_, _, qps, qpsBurst float64, d time.Duration) float64 { return qpsBurst + qps*d.Seconds() + 2 }},
 	} {
-		scrapes := startScraping(scraper, metricsURL, token)
+		scrapes := &scraping{client: scraper, url: metricsURL, token: token}
 		before := authReviews(t, scraper, metricsURL, token)
 		start := time.Now()
 		metricsCodes := floodFrom(phase.sources, func(i int) *http.Request {
 			return floodRequest(http.MethodGet, metricsURL, fmt.Sprintf("random-%d-%d", phase.sources, i))
-		})
+		}, scrapes.once)
 		metricsTook, start := time.Since(start), time.Now()
 		progressCodes := floodFrom(phase.sources, func(i int) *http.Request {
 			url := "https://" + ctrl.ProgressAddr + fmt.Sprintf("/apis/trainer.kubeflow.org/v1alpha1/namespaces/%s/trainjobs/tj-%04d/status", ns, i%10)
 			return floodRequest(http.MethodPost, url, fmt.Sprintf("random-%d-%d", phase.sources, i))
-		})
+		}, scrapes.once)
 		progressTook := time.Since(start)
-		s := scrapes.stop()
+		s := scrapes
 		reviews := diff(before, authReviews(t, scraper, metricsURL, token))
 		t.Logf("%s: /metrics answered %d random tokens in %v: %v; progress in %v: %v (code: count; -1 a transport error)",
 			phase.name, floodTokens, metricsTook.Round(time.Millisecond), metricsCodes, progressTook.Round(time.Millisecond), progressCodes)
 		t.Logf("%s: trainyard_auth_token_reviews_total: %v", phase.name, reviews)
 		t.Logf("%s: %d scrapes with the valid token during the floods, %d not 200; latency p50 %v, p99 %v, max %v",
 			phase.name, len(s.latencies), s.failed, s.quantile(0.5), s.quantile(0.99), s.quantile(1))
-		if s.failed > 0 || len(s.latencies) == 0 {
-			t.Errorf("%s: %d of %d scrapes with the valid token not answered 200 (first: %s)", phase.name, s.failed, len(s.latencies), s.firstErr)
+		if s.failed > 0 || len(s.latencies) != 2*floodScrapes {
+			t.Errorf("%s: %d of %d scrapes with the valid token not answered 200 (first: %s), want %d scrapes, all 200",
+				phase.name, s.failed, len(s.latencies), s.firstErr, 2*floodScrapes)
 		}
 		checkFloodAnswers(t, phase.name, "/metrics", metricsCodes, http.StatusUnauthorized, phase.sources == 1)
 		checkFloodAnswers(t, phase.name, "progress", progressCodes, http.StatusForbidden, phase.sources == 1)
@@ -190,10 +191,16 @@ func floodRequest(method, url, token string) *http.Request {
 	return req
 }
 
+// floodScrapes is how many times floodFrom calls its during function in one flood.
+const floodScrapes = 10
+
 // floodFrom sends floodTokens requests made by req, 50 at a time, spread over sources
 // loopback addresses 127.0.1.1... (each with its own connections), and returns the count
-// of each status code (-1: a transport error).
-func floodFrom(sources int, req func(i int) *http.Request) map[int]int {
+// of each status code (-1: a transport error). Every floodTokens/floodScrapes requests it
+// also starts during in a goroutine of its own, beside the requests in flight, and waits
+// for it: a flood answered in milliseconds (429s from the per-source limiter) still has
+// that many scrapes inside it, which a scraper on a timer would miss.
+func floodFrom(sources int, req func(i int) *http.Request, during func()) map[int]int {
 	clients := make([]*http.Client, sources)
 	for i := range clients {
 		// At most floodConnsPerSource connections each: what the metrics server lets
@@ -209,6 +216,9 @@ func floodFrom(sources int, req func(i int) *http.Request) map[int]int {
 		sem   = make(chan struct{}, 50)
 	)
 	for i := range floodTokens {
+		if i%(floodTokens/floodScrapes) == floodTokens/floodScrapes/2 {
+			wg.Go(during)
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -233,43 +243,32 @@ func floodFrom(sources int, req func(i int) *http.Request) map[int]int {
 	return codes
 }
 
-// scraping is a scraper GETting /metrics with a valid token every 100 ms.
+// scraping is a scraper GETting /metrics from url with a valid token, from its own
+// client (and so its own source address); once is called by floodFrom during a flood.
 type scraping struct {
-	stopCh    chan struct{}
-	done      chan struct{}
+	client     *http.Client
+	url, token string
+
+	mu        sync.Mutex
 	latencies []time.Duration
 	failed    int
 	firstErr  string
 }
 
-func startScraping(client *http.Client, url, token string) *scraping {
-	s := &scraping{stopCh: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		for {
-			select {
-			case <-s.stopCh:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			start := time.Now()
-			code, err := scrape(client, url, token, nil)
-			s.latencies = append(s.latencies, time.Since(start))
-			if code != http.StatusOK {
-				s.failed++
-				if s.firstErr == "" {
-					s.firstErr = fmt.Sprintf("%d %v", code, err)
-				}
-			}
+// once scrapes once and records the latency and, unless answered 200, the failure.
+func (s *scraping) once() {
+	start := time.Now()
+	code, err := scrape(s.client, s.url, s.token, nil)
+	took := time.Since(start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latencies = append(s.latencies, took)
+	if code != http.StatusOK {
+		s.failed++
+		if s.firstErr == "" {
+			s.firstErr = fmt.Sprintf("%d %v", code, err)
 		}
-	}()
-	return s
-}
-
-func (s *scraping) stop() *scraping {
-	close(s.stopCh)
-	<-s.done
-	return s
+	}
 }
 
 // quantile returns the q-quantile of the scrape latencies, rounded to 0.1 ms.
