@@ -64,6 +64,10 @@ func ControllerTrainJob(obj v1.Object) string {
 	return trainjob.ControllerName(obj)
 }
 
+// trainJobIndexers are the indexes New adds to the TrainJob informers, beside the
+// namespace index of the generated factory.
+var trainJobIndexers = cache.Indexers{IndexRuntimeRef: indexByRuntimeRef}
+
 var (
 	_ cache.IndexFunc = indexByRuntimeRef
 	_ cache.IndexFunc = indexByOwnerTrainJob

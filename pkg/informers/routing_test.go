@@ -570,11 +570,6 @@ func TestJobSetCacheIsTrimmed(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("cached JobSet (-want +got):\n%s", diff)
 	}
-	// And indexed by its controller TrainJob.
-	owned, err := h.in.JobSets.GetIndexer().ByIndex(IndexOwnerTrainJob, "team-a/llm")
-	if err != nil || len(owned) != 1 {
-		t.Errorf("ByIndex(%s) = %d objects, %v; want 1", IndexOwnerTrainJob, len(owned), err)
-	}
 }
 
 // TestTrainerCachesStripClientMetadata: the TrainJob and runtime informers cache their

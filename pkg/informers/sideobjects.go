@@ -192,19 +192,22 @@ func SideObjectKeys(obj metav1.Object) []cache.ObjectName {
 // apiVersion, kind, name, namespace, UID, resourceVersion, deletionTimestamp, labels and
 // owner references (what the informer, the ownership check and the routing need), and
 // drops annotations (a kubectl last-applied-configuration can be most of an object) and
-// managedFields. Anything else passes unchanged.
+// managedFields; the strings that repeat are interned (internObjectMeta). Anything
+// else passes unchanged.
 func TrimSideObject(obj any) (any, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	return &metav1.PartialObjectMetadata{
-		TypeMeta: m.TypeMeta,
+	trimmed := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: intern(m.APIVersion), Kind: intern(m.Kind)},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 			DeletionTimestamp: m.DeletionTimestamp, Labels: m.Labels, OwnerReferences: m.OwnerReferences,
 		},
-	}, nil
+	}
+	internObjectMeta(&trimmed.ObjectMeta)
+	return trimmed, nil
 }
 
 // SideObjectCache answers the status stage's side-object lookups from the informer

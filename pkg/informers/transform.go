@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	trainer "github.com/trainyard/trainyard/pkg/apis/trainer/v1alpha1"
 	"github.com/trainyard/trainyard/pkg/objectkeys"
 )
 
@@ -29,7 +30,8 @@ func StripManagedFields(obj any) (any, error) {
 // (a JobSet takes its metadata from the runtime's template and the TrainJob's
 // runtimePatches, never from the TrainJob's or the runtime's own metadata; a runtime
 // snapshot records name, uid, generation and spec). The other annotations and all
-// labels stay. Tombstones and objects without metadata pass unchanged.
+// labels stay. A TrainJob's repeating strings are then interned (internTrainJob).
+// Tombstones and objects without metadata pass unchanged.
 func StripClientMetadata(obj any) (any, error) {
 	accessor, err := meta.Accessor(obj)
 	if err != nil {
@@ -43,6 +45,9 @@ func StripClientMetadata(obj any) (any, error) {
 				accessor.SetAnnotations(nil)
 			}
 		}
+	}
+	if tj, ok := obj.(*trainer.TrainJob); ok {
+		internTrainJob(tj)
 	}
 	return obj, nil
 }
@@ -66,6 +71,8 @@ func StripClientMetadata(obj any) (any, error) {
 // with an empty template, the size of the struct), network, startup, success and
 // failure policies, coordinator, TTL and managedBy, none of which is read from the
 // cache.
+//
+// What is kept has its repeating strings interned (internJobSet).
 func TrimJobSet(obj any) (any, error) {
 	js, ok := obj.(*jobsetv1alpha2.JobSet)
 	if !ok {
@@ -79,6 +86,7 @@ func TrimJobSet(obj any) (any, error) {
 		kept = keepSideObjectMounts(kept, js.Name, rj.Name, rj.Replicas, rj.Template.Spec.Template.Spec.Volumes)
 	}
 	js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend, ReplicatedJobs: kept}
+	internJobSet(js)
 	return js, nil
 }
 
