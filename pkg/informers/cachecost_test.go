@@ -77,10 +77,6 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	trainJobSerializer, ok := k8sruntime.SerializerInfoForMediaType(trainerscheme.Codecs.WithoutConversion().SupportedMediaTypes(), k8sruntime.ContentTypeJSON)
-	if !ok {
-		b.Fatal("no JSON serializer in the trainer scheme")
-	}
 	for _, kind := range []struct {
 		name      string
 		data      []byte
@@ -91,7 +87,7 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 		indexers  cache.Indexers
 	}{
 		{"TrainJob/finished", apiServerFinishedTrainJob(b), []string{"ddp-digits-75110", "db109e47-dc4f-4cf1-b407-749d382a9865"},
-			trainJobSerializer.Serializer, func() k8sruntime.Object { return &trainer.TrainJob{} }, StripClientMetadata,
+			jsonSerializer(b, trainerscheme.Codecs), func() k8sruntime.Object { return &trainer.TrainJob{} }, StripClientMetadata,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, IndexRuntimeRef: trainJobIndexers[IndexRuntimeRef]}},
 		{"JobSet/completed", apiServerJobSet(b), []string{"ddp-digits-75110", "db109e47-dc4f-4cf1-b407-749d382a9865", "82b7347c-c6f2-4dbe-a94c-7ccbdd42cc6b"},
 			jobSetSerializer.Serializer, func() k8sruntime.Object { return nil }, TrimJobSet,

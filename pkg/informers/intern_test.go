@@ -50,11 +50,7 @@ func decodeTwice(t *testing.T, decoder k8sruntime.Decoder, data []byte, into fun
 // and reason, replicatedJob names) and keep their own names, UIDs and messages; the
 // interned object equals the decoded one but for what StripClientMetadata drops.
 func TestTrainJobCacheInternsRepeatingStrings(t *testing.T) {
-	info, ok := k8sruntime.SerializerInfoForMediaType(trainerscheme.Codecs.WithoutConversion().SupportedMediaTypes(), k8sruntime.ContentTypeJSON)
-	if !ok {
-		t.Fatal("no JSON serializer in the trainer scheme")
-	}
-	first, second, raw := decodeTwice(t, info.Serializer, apiServerFinishedTrainJob(t),
+	first, second, raw := decodeTwice(t, jsonSerializer(t, trainerscheme.Codecs), apiServerFinishedTrainJob(t),
 		func() k8sruntime.Object { return &trainer.TrainJob{} }, StripClientMetadata,
 		"ddp-digits-75110", "db109e47-dc4f-4cf1-b407-749d382a9865")
 	a, b := first.(*trainer.TrainJob), second.(*trainer.TrainJob)

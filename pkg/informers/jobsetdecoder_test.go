@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	cborserializer "k8s.io/apimachinery/pkg/runtime/serializer/cbor"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
@@ -47,7 +48,7 @@ func apiServerJobSet(t testing.TB) []byte {
 // cache's JobSet before NewJobSetWatchClient.
 func generatedDecode(t testing.TB, data []byte) *jobsetv1alpha2.JobSet {
 	t.Helper()
-	decoder := jobsetscheme.Codecs.WithoutConversion().DecoderToVersion(jsonSerializer(t), jobsetv1alpha2.GroupVersion)
+	decoder := jobsetscheme.Codecs.WithoutConversion().DecoderToVersion(jsonSerializer(t, jobsetscheme.Codecs), jobsetv1alpha2.GroupVersion)
 	obj, _, err := decoder.Decode(data, nil, &jobsetv1alpha2.JobSet{})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func variants(t testing.TB) map[string][]byte {
 }
 
 func TestJobSetWatchDecodingIsTrimJobSets(t *testing.T) {
-	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t)}
+	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t, jobsetscheme.Codecs)}
 	for name, data := range variants(t) {
 		t.Run(name, func(t *testing.T) {
 			want := generatedDecode(t, data)
@@ -122,7 +123,7 @@ func TestJobSetWatchDecodingIsTrimJobSets(t *testing.T) {
 }
 
 func TestJobSetWatchDecodingOfAList(t *testing.T) {
-	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t)}
+	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t, jobsetscheme.Codecs)}
 	var items []json.RawMessage
 	var want []jobsetv1alpha2.JobSet
 	for _, name := range []string{"as served", "side object Secret mounted", "suspended, no status"} {
@@ -148,7 +149,7 @@ func TestJobSetWatchDecodingOfAList(t *testing.T) {
 }
 
 func TestJobSetWatchDecodingOfAStatus(t *testing.T) {
-	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t)}
+	s := trimmedJobSetSerializer{Serializer: jsonSerializer(t, jobsetscheme.Codecs)}
 	data := []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (4711)","reason":"Expired","code":410}`)
 	got, _, err := s.Decode(data, nil, nil)
 	if err != nil {
@@ -219,11 +220,13 @@ func TestJobSetWatchClientListsAndWatchesTrimmed(t *testing.T) {
 	}
 }
 
-func jsonSerializer(t testing.TB) runtime.Serializer {
+// jsonSerializer returns the JSON serializer of codecs (a generated clientset's scheme
+// codecs), as a generated clientset decodes with it.
+func jsonSerializer(t testing.TB, codecs serializer.CodecFactory) runtime.Serializer {
 	t.Helper()
-	info, ok := runtime.SerializerInfoForMediaType(jobsetscheme.Codecs.WithoutConversion().SupportedMediaTypes(), runtime.ContentTypeJSON)
+	info, ok := runtime.SerializerInfoForMediaType(codecs.WithoutConversion().SupportedMediaTypes(), runtime.ContentTypeJSON)
 	if !ok {
-		t.Fatal("no JSON serializer in the JobSet scheme")
+		t.Fatal("no JSON serializer in the scheme")
 	}
 	return info.Serializer
 }
@@ -245,7 +248,7 @@ func BenchmarkDecodeJobSetEvent(b *testing.B) {
 	if err := cbor.Encode(full, &cborData); err != nil {
 		b.Fatal(err)
 	}
-	generated := jsonSerializer(b)
+	generated := jsonSerializer(b, jobsetscheme.Codecs)
 	b.Run(fmt.Sprintf("json+TrimJobSet/%dB", len(data)), func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
